@@ -1,0 +1,1 @@
+"""Man pages (roff), generated from the click tree by agentdb.cli.manpages."""

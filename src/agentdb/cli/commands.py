@@ -1,0 +1,11 @@
+"""Every command the ``agentdb`` group has, one module each."""
+
+from __future__ import annotations
+
+import click
+
+from agentdb.cli.demo import demo_cmd
+
+ALL: list[click.Command] = [
+    demo_cmd,
+]

@@ -1,0 +1,98 @@
+"""What every command shares: the app object, id parsing, selection and output options."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from agentdb import paths
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class App:
+    """Global options, resolved once."""
+
+    sessions_dir: Path  # --sessions-dir or $XDG_STATE_HOME/agent/sessions
+    plugin_cache: Path  # --plugin-cache or $XDG_CACHE_HOME/agent/plugins
+    explicit_sessions_dir: bool  # True when --sessions-dir was given
+
+    @property
+    def recovery_log(self) -> Path:
+        return paths.recovery_log_path(self.sessions_dir)
+
+    def require_sessions_dir(self) -> Path:
+        return paths.require_sessions_dir(self.sessions_dir)
+
+
+class SessionIdType(click.ParamType):
+    """A ULID session id; anything else is a usage error before any file is touched."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and paths.is_valid_id(value):
+            return value
+        self.fail(
+            f"{value!r} is not a session id (a ULID: 26 upper-case Crockford base32 characters)",
+            param,
+            ctx,
+        )
+
+
+SESSION_ID = SessionIdType()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which sessions a command acts on."""
+
+    ids: tuple[str, ...]  # explicit ids, in the order given, de-duplicated
+    all: bool  # --all (or no ids where the command allows that)
+
+
+def session_selection(*, required: bool = True) -> Callable[[F], F]:
+    """``ID...`` and ``--all``. With ``required``, one of them must be given."""
+
+    def deco(f: F) -> F:
+        def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+            return value
+
+        f = click.option("--all", "all_", is_flag=True, help="Every session in the directory.")(f)
+        f = click.argument("ids", nargs=-1, type=SESSION_ID, callback=callback)(f)
+        return f
+
+    deco.required = required  # type: ignore[attr-defined]
+    return deco
+
+
+def make_selection(ids: tuple[str, ...], all_: bool, *, required: bool = True) -> Selection:
+    if ids and all_:
+        raise click.UsageError("give session ids or --all, not both")
+    if required and not ids and not all_:
+        raise click.UsageError("give one or more session ids, or --all")
+    return Selection(tuple(dict.fromkeys(ids)), all_ or not ids)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
+
+
+def fmt_option(f: F) -> F:
+    return click.option(
+        "--fmt",
+        default="simple",
+        show_default=True,
+        metavar="FORMAT",
+        help="tabulate table format for text output (simple, github, plain, grid, ...).",
+    )(f)
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)

@@ -1,0 +1,102 @@
+"""Roff man pages generated from the click tree; ``man/`` holds them, a test checks for drift.
+
+Regenerate after changing a command: ``python -m agentdb.cli.manpages man``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from agentdb import __version__
+
+DATE = "2026-11-30"
+
+
+def _esc(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace("-", "\\-")
+    return "\n".join(("\\&" + ln if ln.startswith((".", "'")) else ln) for ln in out.splitlines())
+
+
+def page_name(path: list[str]) -> str:
+    return "-".join(path)
+
+
+def iter_commands(
+    cmd: click.Command, path: list[str]
+) -> list[tuple[list[str], click.Command]]:
+    out = [(path, cmd)]
+    if isinstance(cmd, click.Group):
+        for name in sorted(cmd.commands):
+            out.extend(iter_commands(cmd.commands[name], [*path, name]))
+    return out
+
+
+def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
+    name = page_name(path)
+    help_text = (cmd.help or "").strip()
+    summary = cmd.get_short_help_str(200).rstrip(".")
+    lines = [
+        f'.TH {name.upper()} 1 "{DATE}" "agentdb {__version__}" "agentdb manual"',
+        ".SH NAME",
+        f"{_esc(name)} \\- {_esc(summary)}",
+        ".SH SYNOPSIS",
+        f".B {_esc(' '.join(path))}",
+        _esc(" ".join(cmd.collect_usage_pieces(ctx))),
+        ".SH DESCRIPTION",
+    ]
+    for para in help_text.split("\n\n"):
+        lines.append(_esc(" ".join(para.split())))
+        lines.append(".PP")
+    if isinstance(cmd, click.Group):
+        lines.append(".SH COMMANDS")
+        for sub in sorted(cmd.commands):
+            sc = cmd.commands[sub]
+            lines += [".TP", f".B {_esc(sub)}", _esc(sc.get_short_help_str(80))]
+    opts = [p for p in cmd.get_params(ctx) if isinstance(p, click.Option)]
+    if opts:
+        lines.append(".SH OPTIONS")
+        for p in opts:
+            rec = p.get_help_record(ctx)
+            if rec is None:
+                continue
+            lines += [".TP", f".B {_esc(rec[0])}", _esc(rec[1] or "")]
+    lines += [
+        ".SH EXIT STATUS",
+        "0: nothing wrong, or everything asked was done.",
+        "1: problems found, or part of the job refused or not done.",
+        "2: usage error (bad option, bad id, missing sessions directory).",
+        ".SH SEE ALSO",
+        "\\fBagentdb\\fR(1)" if path != ["agentdb"] else "\\fBsqlite3\\fR(1)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def all_pages() -> dict[str, str]:
+    from agentdb.cli.main import cli
+
+    pages = {}
+    for path, cmd in iter_commands(cli, ["agentdb"]):
+        ctx = click.Context(cmd, info_name=" ".join(path))
+        pages[page_name(path) + ".1"] = render(path, cmd, ctx)
+    return pages
+
+
+def write(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fname, text in all_pages().items():
+        p = directory / fname
+        p.write_text(text)
+        written.append(p)
+    for stale in directory.glob("agentdb*.1"):
+        if stale.name not in all_pages():
+            stale.unlink()
+    return written
+
+
+if __name__ == "__main__":
+    for p in write(Path(sys.argv[1] if len(sys.argv) > 1 else "man")):
+        print(p)

@@ -1,0 +1,74 @@
+"""The only code that writes to stdout. Reports as tabulate tables or one JSON document.
+
+Progress, warnings and human notes go to stderr, so ``--json`` output is always parseable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from tabulate import tabulate
+
+
+def jsonable(obj: Any) -> Any:
+    """Dataclasses, paths, enums and bytes as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return bytes(obj).decode("utf-8", "backslashreplace")
+    return obj
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=False, sort_keys=False))
+
+
+def emit_json_line(doc: Any) -> None:
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=False, separators=(",", ":")))
+
+
+def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
+    rows = list(rows)
+    if rows:
+        click.echo(tabulate(rows, headers=list(headers), tablefmt=fmt, disable_numparse=True))
+
+
+def emit_text(text: str) -> None:
+    click.echo(text)
+
+
+def note(text: str) -> None:
+    """A human note on stderr (summary lines, hints)."""
+    click.echo(text, err=True)
+
+
+def warn(text: str) -> None:
+    click.echo(f"agentdb: warning: {text}", err=True)
+
+
+def is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def human_bytes(n: int | float) -> str:
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"

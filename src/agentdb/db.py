@@ -1,0 +1,308 @@
+"""The only place that opens SQLite.
+
+Two openers (CONTRACT.md, state-backend issue):
+
+* :func:`open_writer` for the kernel: creates the directory 0700 and the file 0600, WAL,
+  ``synchronous=FULL``, foreign keys on, a busy timeout.
+* :func:`open_readonly` for tools: never creates, never migrates, never changes a byte or a mode;
+  opens exactly the file named (no symlinks, nothing but a regular file).
+
+Both refuse a database, WAL or ``-shm`` that group or others can write or that another user owns,
+refuse triggers and views, and run with ``trusted_schema`` off, defensive mode on, triggers and
+views disabled, ``cell_size_check`` on, ``mmap_size=0`` and limits on what a row may bring in.
+APSW exceptions are translated here into :mod:`agentdb.errors`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import apsw
+
+from agentdb import errors, fsutil
+from agentdb.paths import sidecar
+from agentdb.schema.hashing import SQL_FUNCTION, event_hash
+
+BUSY_TIMEOUT_MS = 5000
+# Largest string or blob a read-only connection will materialise (SQLITE_LIMIT_LENGTH).
+READ_MAX_LENGTH = 256 * 1024 * 1024
+# Bounds for parsing a possibly hostile schema.
+_LIMITS = {
+    apsw.SQLITE_LIMIT_SQL_LENGTH: 1_000_000,
+    apsw.SQLITE_LIMIT_COLUMN: 200,
+    apsw.SQLITE_LIMIT_EXPR_DEPTH: 200,
+    apsw.SQLITE_LIMIT_ATTACHED: 2,
+}
+
+
+# ---------------------------------------------------------------------------- file checks
+
+
+def require_regular(path: Path) -> os.stat_result:
+    """lstat ``path``; refuse a symlink or anything but a regular file (without following)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise errors.SessionNotFound(
+            f"{path}: no such session file; list sessions with `agentdb sessions list`", path=path
+        ) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise errors.NotRegularFile(
+            f"{path}: is a symbolic link, refused; replace it with the session file itself",
+            path=path,
+        )
+    if not stat.S_ISREG(st.st_mode):
+        what = (
+            "directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "special file"
+        )
+        raise errors.NotRegularFile(
+            f"{path}: is a {what}, not a session file; move it out of the sessions directory",
+            path=path,
+        )
+    return st
+
+
+def security_problems(path: Path) -> list[tuple[str, str]]:
+    """(code, message) for each way the database or its sidecars are not owner-only."""
+    problems: list[tuple[str, str]] = []
+    me = os.geteuid()
+    try:
+        db_st = os.lstat(path)
+    except FileNotFoundError:
+        return problems
+    for p in (path, sidecar(path, "-wal"), sidecar(path, "-shm")):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if p != path and not stat.S_ISREG(st.st_mode):
+            problems.append(
+                ("insecure_sidecar", f"{p}: sidecar is not a regular file; remove it by hand")
+            )
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o022:
+            problems.append(
+                (
+                    "insecure_mode",
+                    f"{p}: mode {mode:04o} lets group or others write it; run `chmod 600 {p}`",
+                )
+            )
+        owner = me if p == path else db_st.st_uid
+        if st.st_uid != owner:
+            problems.append(
+                (
+                    "insecure_owner",
+                    f"{p}: owned by uid {st.st_uid}, expected {owner}; `chown {owner} {p}` "
+                    "(session files belong to the user that runs the harness)",
+                )
+            )
+    return problems
+
+
+def require_secure(path: Path) -> None:
+    problems = security_problems(path)
+    if problems:
+        raise errors.InsecureFile(problems[0][1], path=path)
+
+
+# ---------------------------------------------------------------------------- connections
+
+
+def exec_script(conn: apsw.Connection, sql: str, bindings: Any = None) -> None:
+    """Run every statement in ``sql`` (APSW pauses a multi-statement execute at the first row)."""
+    for _ in conn.execute(sql, bindings):
+        pass
+
+
+def pragma(conn: apsw.Connection, name: str) -> Any:
+    """The first value of ``PRAGMA name`` (``name`` is always our own constant)."""
+    row = conn.execute(f"PRAGMA {name}").fetchone()
+    return None if row is None else row[0]
+
+
+def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
+    """An APSW exception as one of ours, naming the file and what to do."""
+    msg = str(e).split("\n")[0]
+    if isinstance(e, apsw.NotADBError):
+        return errors.Unreadable(
+            f"{path}: not a SQLite database ({msg}); run `agentdb check` to see what it is",
+            path=path,
+        )
+    if isinstance(e, apsw.CorruptError):
+        return errors.Corrupt(
+            f"{path}: database is corrupt ({msg}); run `agentdb recover` on it", path=path
+        )
+    if isinstance(e, apsw.BusyError | apsw.LockedError):
+        return errors.Busy(
+            f"{path}: database stayed locked ({msg}); retry when the writer is idle", path=path
+        )
+    if isinstance(e, apsw.TooBigError):
+        return errors.Unreadable(
+            f"{path}: a value exceeds the read limit ({msg}); the file may be hostile", path=path
+        )
+    if isinstance(e, apsw.CantOpenError | apsw.IOError | apsw.FullError | apsw.ReadOnlyError):
+        return errors.Unreadable(f"{path}: cannot read the database ({msg})", path=path)
+    return errors.Unreadable(f"{path}: SQLite error ({type(e).__name__}: {msg})", path=path)
+
+
+@contextmanager
+def translated(path: Path | str) -> Iterator[None]:
+    """Translate APSW errors raised inside the block."""
+    try:
+        yield
+    except apsw.Error as e:
+        raise translate(e, path) from e
+
+
+def _uri(path: Path, **params: str) -> str:
+    q = "&".join(f"{k}={v}" for k, v in params.items())
+    return "file:" + quote(str(path.absolute()), safe="/") + ("?" + q if q else "")
+
+
+def harden(conn: apsw.Connection) -> None:
+    """Defensive settings for every connection agentdb makes."""
+    conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
+    conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
+    for limit, value in _LIMITS.items():
+        conn.limit(limit, value)
+    exec_script(conn, "PRAGMA trusted_schema=OFF; PRAGMA cell_size_check=ON; PRAGMA mmap_size=0")
+    conn.create_scalar_function(SQL_FUNCTION, event_hash, 9, deterministic=True)
+
+
+def unsafe_schema_objects(conn: apsw.Connection) -> list[tuple[str, str]]:
+    """(type, name) of every trigger and view in the file."""
+    rows = conn.execute(
+        "SELECT type, name FROM sqlite_schema WHERE type IN ('trigger','view') ORDER BY name"
+    ).fetchall()
+    return [(str(t), str(n)) for t, n in rows]
+
+
+def refuse_unsafe_schema(conn: apsw.Connection, path: Path) -> None:
+    found = unsafe_schema_objects(conn)
+    if found:
+        listed = ", ".join(f"{t} {n!r}" for t, n in found[:3])
+        raise errors.UnsafeSchema(
+            f"{path}: has {listed}; agentdb never runs a file's own SQL — "
+            "inspect it with `agentdb check`, the kernel never creates these",
+            path=path,
+        )
+
+
+def wal_in_use(path: Path) -> bool:
+    return sidecar(path, "-wal").exists() or sidecar(path, "-shm").exists()
+
+
+def open_readonly(
+    path: Path, *, max_length: int = READ_MAX_LENGTH, check_schema: bool = True
+) -> apsw.Connection:
+    """Open an existing session file for reading only.
+
+    When the file has no ``-wal``/``-shm`` beside it, it is opened ``immutable`` so that SQLite
+    creates no sidecars and the directory is left exactly as found; a caller that must be sure
+    the file did not change under it compares ``os.stat`` before and after. Otherwise it is a
+    normal read-only WAL open that reads committed WAL frames and never blocks the writer.
+    """
+    require_regular(path)
+    require_secure(path)
+    params = {"mode": "ro"}
+    if not wal_in_use(path):
+        params["immutable"] = "1"
+    try:
+        conn = apsw.Connection(
+            _uri(path, **params), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
+    except apsw.Error as e:
+        raise translate(e, path) from e
+    try:
+        harden(conn)
+        conn.limit(apsw.SQLITE_LIMIT_LENGTH, max_length)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        if check_schema:
+            refuse_unsafe_schema(conn, path)
+    except apsw.Error as e:
+        conn.close()
+        raise translate(e, path) from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
+    """Open (or with ``create``, exclusively create) a session file for the kernel's writes.
+
+    The connection is hardened and has its busy timeout, but journal mode and the other
+    durability pragmas are set by :func:`configure_writer` after the caller has checked the
+    file's identity: a foreign file must not be switched to WAL.
+    """
+    fsutil.ensure_dir(path.parent)
+    if create:
+        try:
+            fsutil.create_exclusive(path)
+        except FileExistsError:
+            raise errors.SessionExists(
+                f"{path}: already exists; refusing to create a session over it", path=path
+            ) from None
+        fsutil.fsync_dir(path.parent)
+    require_regular(path)
+    require_secure(path)
+    try:
+        conn = apsw.Connection(_uri(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+    except apsw.Error as e:
+        raise translate(e, path) from e
+    try:
+        harden(conn)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        refuse_unsafe_schema(conn, path)
+    except apsw.Error as e:
+        conn.close()
+        raise translate(e, path) from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def configure_writer(conn: apsw.Connection, path: Path) -> None:
+    """WAL, ``synchronous=FULL``, foreign keys on (the spec's and the contract's settings)."""
+    with translated(path):
+        mode = pragma(conn, "journal_mode=WAL")
+        if str(mode).lower() != "wal":
+            raise errors.Unreadable(f"{path}: cannot switch to WAL (journal_mode is {mode})")
+        exec_script(conn, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON")
+
+
+def integrity_problems(conn: apsw.Connection, *, quick: bool = False, limit: int = 20) -> list[str]:
+    """The lines ``PRAGMA integrity_check`` (or ``quick_check``) reports; empty when healthy."""
+    name = "quick_check" if quick else "integrity_check"
+    rows = [str(r[0]) for r in conn.execute(f"PRAGMA {name}({int(limit)})")]
+    return [] if rows == ["ok"] else rows
+
+
+def allow_only(
+    conn: apsw.Connection, allowed: Callable[[int, str | None, str | None], bool]
+) -> None:
+    """Install an authorizer that denies every action ``allowed(code, arg1, arg2)`` rejects."""
+
+    def authorizer(
+        code: int, a1: str | None, a2: str | None, _db: str | None, _trig: str | None
+    ) -> int:
+        return apsw.SQLITE_OK if allowed(code, a1, a2) else apsw.SQLITE_DENY
+
+    conn.authorizer = authorizer

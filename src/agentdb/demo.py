@@ -1,0 +1,203 @@
+"""A realistic sample state, written through the writer API, for ``agentdb demo`` and tests.
+
+Builds, under one root: ``state/agent/sessions/`` with a parent and its children (completed,
+with costs and plan decisions), a running session, a revision-1 session, a session that uses a
+plugin version present in the plugin cache (``cache/agent/plugins/``), and a damaged session
+(one events leaf page zeroed) — the cases every operator command has to handle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+import ulid
+
+from agentdb import fsutil
+from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
+
+KERNEL = Producer("kernel", "kernel", "0.9.0")
+MODEL_OLD = Producer("model", "anthropic", "1.3.0")
+MODEL_CACHED = Producer("model", "anthropic", "1.4.0")
+SHELL = Producer("tool", "shell", "2.0.0")
+CONTEXT = Producer("context", "repo-map", "0.2.1")
+CACHED_PLUGINS = (
+    (MODEL_CACHED.category, MODEL_CACHED.name, MODEL_CACHED.version),
+    (SHELL.category, SHELL.name, "2.1.0"),
+)
+
+
+@dataclass
+class DemoSession:
+    session_id: str  # the ULID, which encodes when it started
+    role: str  # what the session illustrates
+    path: Path
+
+
+@dataclass
+class DemoState:
+    root: Path
+    sessions_dir: Path
+    plugin_cache: Path
+    sessions: list[DemoSession] = field(default_factory=list)
+
+    def by_role(self, role: str) -> DemoSession:
+        return next(s for s in self.sessions if s.role == role)
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _sid(t: dt.datetime) -> str:
+    return str(ulid.ULID.from_datetime(t))
+
+
+def _turns(w: SessionWriter, model: Producer, n: int, *, seed: int, deny_every: int = 3) -> None:
+    """n model turns, each: context, message (with cost), plan (with items), tool call/result."""
+    for i in range(n):
+        turn = f"turn-{seed}-{i}"
+        call = f"call-{seed}-{i}"
+        decision = "deny" if i % deny_every == deny_every - 1 else "allow"
+        text = json.dumps({"role": "assistant", "content": f"step {i}: " + "lorem ipsum " * 20})
+        w.emit_batch(
+            [
+                Event("context_contribution", CONTEXT, json.dumps({"files": i + 3}).encode()),
+                Event(
+                    "message",
+                    model,
+                    text.encode(),
+                    usage=Usage(
+                        model.name,
+                        "claude-sonnet",
+                        1200 + 37 * i,
+                        300 + 11 * i,
+                        round(0.0042 + 0.0007 * i, 6),
+                        cache_read_tokens=800,
+                    ),
+                ),
+                Event(
+                    "plan",
+                    KERNEL,
+                    json.dumps({"turn": turn, "calls": [call]}).encode(),
+                    plan_items=[
+                        PlanItem(
+                            turn,
+                            call,
+                            "shell",
+                            "bash",
+                            decision,
+                            "deny-network" if decision == "deny" else "allow-read-only",
+                        )
+                    ],
+                ),
+                Event("tool_call", SHELL, json.dumps({"cmd": f"ls -la dir{i}"}).encode()),
+                Event("tool_result", SHELL, (f"total {i}\n" + "x" * (40 * i)).encode()),
+                Event(
+                    "apply", KERNEL, json.dumps({"turn": turn, "ok": decision == "allow"}).encode()
+                ),
+            ]
+        )
+
+
+def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
+    """Write the sample state under ``root`` (which must not already hold one)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    fsutil.ensure_dir(root)
+    state = DemoState(
+        root, root / "state" / "agent" / "sessions", root / "cache" / "agent" / "plugins"
+    )
+    for cat, name, ver in CACHED_PLUGINS:
+        (state.plugin_cache / cat / name / ver).mkdir(parents=True, exist_ok=True)
+
+    def make(
+        role: str,
+        days_ago: float,
+        profile: str,
+        *,
+        parent: str | None = None,
+        depth: int = 0,
+        revision: int = 2,
+    ) -> SessionWriter:
+        t = now - dt.timedelta(days=days_ago)
+        w = SessionWriter.create(
+            state.sessions_dir,
+            profile=profile,
+            parent_session_id=parent,
+            depth=depth,
+            session_id=_sid(t),
+            started_at=_iso(t),
+            revision=revision,
+        )
+        state.sessions.append(DemoSession(w.session_id, role, w.path))
+        return w
+
+    def end(w: SessionWriter, status: str, days_ago: float) -> None:
+        w.set_status(status, at=_iso(now - dt.timedelta(days=days_ago)))
+        w.close()
+
+    parent = make("parent", 200, "coder")
+    _turns(parent, MODEL_OLD, 6, seed=1)
+    child_a = make("child", 199.9, "researcher", parent=parent.session_id, depth=1)
+    _turns(child_a, MODEL_OLD, 3, seed=2)
+    end(child_a, "completed", 199.8)
+    child_b = make("child", 199.7, "tester", parent=parent.session_id, depth=1)
+    _turns(child_b, MODEL_OLD, 2, seed=3)
+    end(child_b, "cancelled", 199.6)
+    end(parent, "completed", 199.5)
+
+    old = make("old-revision", 150, "coder", revision=1)
+    _turns(old, MODEL_OLD, 4, seed=4)
+    end(old, "completed", 149.9)
+
+    failed = make("failed", 120, "coder")
+    _turns(failed, MODEL_OLD, 2, seed=5)
+    end(failed, "error_max_turns", 119.9)
+
+    pinned = make("pinned", 100, "coder")
+    _turns(pinned, MODEL_CACHED, 3, seed=6)
+    end(pinned, "completed", 99.9)
+
+    damaged = make("damaged", 30, "coder")
+    _turns(damaged, MODEL_CACHED, 40, seed=7)
+    end(damaged, "completed", 29.9)
+    damage_page(state.by_role("damaged").path, table="events", nth_leaf=1)
+
+    recent = make("recent", 1, "coder")
+    _turns(recent, MODEL_CACHED, 2, seed=8)
+    end(recent, "completed", 0.9)
+
+    running = make("running", 0.01, "coder")
+    _turns(running, MODEL_CACHED, 1, seed=9)
+    running.close()  # left "running" with no process: an interrupted session
+    return state
+
+
+def damage_page(path: Path, *, table: str, nth_leaf: int = 0, fill: bytes = b"\x00") -> int:
+    """Overwrite one leaf page of ``table``'s b-tree in a closed session file; returns its pgno."""
+    conn = apsw.Connection(
+        f"file:{path.absolute()}?immutable=1",
+        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+    )
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        rows = conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,),
+        ).fetchall()
+    finally:
+        conn.close()
+    if not rows:
+        raise ValueError(f"{path}: table {table} has no leaf pages")
+    pgno = int(rows[min(nth_leaf, len(rows) - 1)][0])
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, (fill * page_size)[:page_size], (pgno - 1) * page_size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return pgno

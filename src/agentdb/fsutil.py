@@ -1,0 +1,78 @@
+"""Crash-safe file-system steps: owner-only creation, fsync of files and directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from agentdb.paths import DIR_MODE, FILE_MODE
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` and any missing parents as 0700, whatever the umask.
+
+    Directories that already exist keep their mode.
+    """
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(d, DIR_MODE)
+        fsync_dir(d.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_exclusive(path: Path) -> None:
+    """Create an empty file 0600 (under any umask); fail if anything exists at ``path``."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Give ``src``'s bytes the extra name ``dst`` (never overwriting ``dst``), durably.
+
+    A hard link where the file system has them; otherwise a copy written beside, fsynced and
+    renamed into place only if ``dst`` still does not exist.
+    """
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:
+        tmp = dst.with_name(dst.name + ".agentdb-tmp")
+        shutil.copyfile(src, tmp, follow_symlinks=False)
+        os.chmod(tmp, FILE_MODE)
+        fsync_file(tmp)
+        try:
+            os.link(tmp, dst)  # fails if dst appeared meanwhile; never overwrites
+        finally:
+            os.unlink(tmp)
+    fsync_dir(dst.parent)

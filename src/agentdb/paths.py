@@ -1,0 +1,126 @@
+"""Where things live (CONTRACT.md) and session-id validation.
+
+No path is ever built from an id that has not been through :func:`validate_id`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentdb.errors import InvalidSessionId, UsageError
+
+# 26 characters of Crockford base32, upper case; the first character is at most 7 (48-bit time).
+ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+SESSION_SUFFIX = ".sqlite"
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+CORRUPT_RE = re.compile(r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})\.sqlite\.corrupt(?:\.(?P<n>[0-9]+))?")
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def is_valid_id(text: str) -> bool:
+    """True when ``text`` is a ULID exactly as session ids are written."""
+    return bool(ULID_RE.fullmatch(text))
+
+
+def validate_id(text: str) -> str:
+    """Return ``text`` if it is a session id, else raise :class:`InvalidSessionId`."""
+    if not isinstance(text, str) or not is_valid_id(text):
+        shown = repr(text)[:60]
+        raise InvalidSessionId(
+            f"{shown}: not a session id (26 upper-case Crockford base32 characters, a ULID); "
+            "pass the id as `agentdb sessions list` shows it"
+        )
+    return text
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var, "")
+    # The XDG spec says relative paths are invalid and must be ignored.
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / default
+
+
+def state_home() -> Path:
+    return _xdg("XDG_STATE_HOME", ".local/state")
+
+
+def cache_home() -> Path:
+    return _xdg("XDG_CACHE_HOME", ".cache")
+
+
+def default_sessions_dir() -> Path:
+    return state_home() / "agent" / "sessions"
+
+
+def default_plugin_cache() -> Path:
+    return cache_home() / "agent" / "plugins"
+
+
+def agentdb_cache_dir() -> Path:
+    """agentdb's own derived data: deletable at any time without changing any answer."""
+    return cache_home() / "agentdb"
+
+
+def recovery_log_path(sessions_dir: Path) -> Path:
+    """The recovery log sits in the sessions directory's parent (``.../agent/recovery.log``)."""
+    return sessions_dir.parent / "recovery.log"
+
+
+def session_path(sessions_dir: Path, session_id: str) -> Path:
+    return sessions_dir / (validate_id(session_id) + SESSION_SUFFIX)
+
+
+def sidecar(path: Path, suffix: str) -> Path:
+    """``<path>-wal`` / ``<path>-shm`` (SQLite appends, it does not replace the suffix)."""
+    return path.with_name(path.name + suffix)
+
+
+def session_id_of(name: str) -> str | None:
+    """The id in a session file name ``<ULID>.sqlite``, or None for any other name."""
+    if name.endswith(SESSION_SUFFIX):
+        stem = name[: -len(SESSION_SUFFIX)]
+        if is_valid_id(stem):
+            return stem
+    return None
+
+
+def require_sessions_dir(path: Path) -> Path:
+    """The sessions directory must exist for every command but the writer and demo."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: sessions directory does not exist; pass --sessions-dir or set XDG_STATE_HOME"
+        ) from None
+    if not os.path.isdir(path):
+        raise UsageError(f"{path}: not a directory (mode {oct(st.st_mode)}); pass --sessions-dir")
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry named like a session file (it may be anything: file, link, FIFO)."""
+
+    session_id: str  # the ULID in the name
+    path: Path  # sessions_dir / "<id>.sqlite"
+
+
+def iter_session_entries(sessions_dir: Path) -> Iterator[Entry]:
+    """Every entry named ``<ULID>.sqlite``, in id (= chronological) order.
+
+    Uses ``os.scandir`` only: no entry is opened or followed.
+    """
+    names = []
+    with os.scandir(sessions_dir) as it:
+        for de in it:
+            sid = session_id_of(de.name)
+            if sid is not None:
+                names.append(sid)
+    for sid in sorted(names):
+        yield Entry(sid, sessions_dir / (sid + SESSION_SUFFIX))

@@ -1,0 +1,1 @@
+"""Recovery engines and the rename protocol."""

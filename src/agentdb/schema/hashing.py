@@ -1,0 +1,65 @@
+"""The per-event content hash of revision 2 and later.
+
+BLAKE2b with a 16-byte digest over every column of the row, ``sequence`` included, each value
+framed by a type tag and its length, so no two different rows hash alike by concatenation.
+Released: changing this function changes what every stored hash means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+HASH_SIZE = 16
+_PERSON = b"agentdb-event-v1"
+Value = None | int | float | str | bytes
+
+
+def _frame(h: hashlib._Hash, value: Value) -> None:
+    if value is None:
+        h.update(b"n")
+        return
+    if isinstance(value, bool):  # not a SQLite type; refuse rather than guess
+        raise TypeError("bool is not a SQLite value")
+    if isinstance(value, int):
+        data, tag = str(value).encode(), b"i"
+    elif isinstance(value, float):
+        data, tag = struct.pack(">d", value), b"r"
+    elif isinstance(value, str):
+        data, tag = value.encode("utf-8", "surrogatepass"), b"t"
+    else:
+        data, tag = bytes(value), b"b"
+    h.update(tag)
+    h.update(struct.pack(">Q", len(data)))
+    h.update(data)
+
+
+def event_hash(
+    sequence: int,
+    event_id: Value,
+    timestamp: Value,
+    kind: Value,
+    producer_category: Value,
+    producer_name: Value,
+    producer_version: Value,
+    schema_version: Value,
+    payload: Value,
+) -> bytes:
+    """The content hash stored in ``events.content_hash``."""
+    h = hashlib.blake2b(digest_size=HASH_SIZE, person=_PERSON)
+    for v in (
+        sequence,
+        event_id,
+        timestamp,
+        kind,
+        producer_category,
+        producer_name,
+        producer_version,
+        schema_version,
+        payload,
+    ):
+        _frame(h, v)
+    return h.digest()
+
+
+SQL_FUNCTION = "agentdb_event_hash"

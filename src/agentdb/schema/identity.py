@@ -1,0 +1,150 @@
+"""What a SQLite file is: a session file at some revision, an empty file, or something foreign.
+
+The structural fingerprint of a file (tables, columns, keys, indexes and, from revision 2 on,
+the normalised CREATE text with its CHECK constraints) is compared with the fingerprint of a
+fresh in-memory database built from the revision's DDL, so a revision-1 file written by another
+conforming writer with other whitespace or comments still matches.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, DDL
+
+Fingerprint = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """How a file identifies itself, before anything trusts its tables."""
+
+    application_id: int  # PRAGMA application_id
+    user_version: int  # PRAGMA user_version (the schema revision)
+    kind: str  # "session" | "empty" | "foreign" | "too_new"
+    problem: str | None = None  # why it is not a session file, when kind is not "session"
+
+    @property
+    def revision(self) -> int:
+        return self.user_version
+
+
+_COMMENT = re.compile(r"--[^\n]*")
+_SPACE = re.compile(r"\s+")
+_HEAD = re.compile(r'^CREATE TABLE\s+(?:"([^"]+)"|(\w+))\s*', re.IGNORECASE)
+
+
+def normalise_sql(sql: str) -> str:
+    """CREATE text without comments, runs of white space, or quotes on the table name."""
+    s = _SPACE.sub(" ", _COMMENT.sub("", sql)).strip()
+    s = _HEAD.sub(lambda m: f"CREATE TABLE {m.group(1) or m.group(2)} ", s)
+    return s.replace("( ", "(").replace(" )", ")")
+
+
+def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
+    """Structure of every user table and index, from pragmas (never from parsing SQL)."""
+    fp: Fingerprint = {}
+    objects = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+        "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+    ).fetchall()
+    for typ, name, tbl, sql in objects:
+        if typ == "table":
+            cols = conn.execute(
+                'SELECT name, upper(type), "notnull", dflt_value, pk, hidden '
+                "FROM pragma_table_xinfo(?)",
+                (name,),
+            ).fetchall()
+            fks = conn.execute(
+                'SELECT "table", "from", "to", on_update, on_delete '
+                "FROM pragma_foreign_key_list(?)",
+                (name,),
+            ).fetchall()
+            keys = sorted(
+                (
+                    int(u),
+                    str(origin),
+                    int(partial),
+                    tuple(
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT name FROM pragma_index_info(?) ORDER BY seqno", (iname,)
+                        )
+                    ),
+                )
+                for iname, u, origin, partial in conn.execute(
+                    'SELECT name, "unique", origin, partial FROM pragma_index_list(?)', (name,)
+                ).fetchall()
+            )
+            entry: dict[str, Any] = {"columns": cols, "fks": sorted(fks), "keys": keys}
+            if with_text:
+                entry["sql"] = normalise_sql(sql or "")
+            fp[f"table:{name}"] = entry
+        elif typ == "index":
+            cols = conn.execute(
+                'SELECT seqno, name, "desc", coll, key FROM pragma_index_xinfo(?)', (name,)
+            ).fetchall()
+            uniq = sql is None  # autoindexes of UNIQUE / PRIMARY KEY have no SQL
+            fp[f"index:{name}"] = {"table": tbl, "columns": cols, "auto": uniq}
+        else:
+            fp[f"{typ}:{name}"] = {"table": tbl}
+    return fp
+
+
+@functools.cache
+def expected_fingerprint(revision: int) -> Fingerprint:
+    conn = apsw.Connection(":memory:")
+    for _ in conn.execute(DDL[revision]):
+        pass
+    fp = fingerprint(conn, with_text=revision >= 2)
+    conn.close()
+    return fp
+
+
+def schema_differences(conn: apsw.Connection, revision: int) -> list[str]:
+    """Human-readable differences between the file's schema and ``revision``'s; [] if it matches."""
+    want = expected_fingerprint(revision)
+    have = fingerprint(conn, with_text=revision >= 2)
+    diffs = []
+    for key in sorted(set(want) | set(have)):
+        if key not in have:
+            diffs.append(f"missing {key.replace(':', ' ')}")
+        elif key not in want:
+            diffs.append(f"unexpected {key.replace(':', ' ')}")
+        elif have[key] != want[key]:
+            diffs.append(f"{key.replace(':', ' ')} differs from revision {revision}")
+    return diffs
+
+
+def has_user_objects(conn: apsw.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchone() is not None
+
+
+def identify(conn: apsw.Connection) -> Identity:
+    """Classify a file by its application id, user_version and (for application id 0) tables."""
+    app = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    ver = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if app not in (0, APPLICATION_ID):
+        return Identity(app, ver, "foreign", f"application_id {app:#x} is not agentdb's")
+    if ver > CURRENT_REVISION:
+        return Identity(
+            app,
+            ver,
+            "too_new",
+            f"user_version {ver} is newer than this agentdb understands "
+            f"(it knows revisions up to {CURRENT_REVISION})",
+        )
+    if ver == 0:
+        if app == 0 and not has_user_objects(conn):
+            return Identity(app, ver, "empty")
+        return Identity(app, ver, "foreign", "user_version 0: not a session file")
+    if app == 0 and schema_differences(conn, ver):
+        return Identity(
+            app, ver, "foreign", f"application_id 0 and tables that do not match revision {ver}"
+        )
+    return Identity(app, ver, "session")
