@@ -313,35 +313,24 @@ def _classify(
                 evidence[0].index,
             )
         )
-    elif break_at is not None:
-        out.append(
-            WalAnomaly(
-                "wal_torn_tail",
-                "info",
-                f"the last {len(frames) - break_at} frames fail their checksum "
-                "(consistent with a crash during the last write)",
-                break_at,
-            )
-        )
+    torn: list[str] = []  # reasons, merged into one wal_torn_tail finding
+    torn_frame: int | None = None
     if prefix_end > last_commit + 1:
-        out.append(
-            WalAnomaly(
-                "wal_torn_tail",
-                "info",
-                f"{prefix_end - last_commit - 1} valid frames after the last commit are "
-                "uncommitted (an interrupted transaction)",
-                last_commit + 1,
-            )
+        torn.append(
+            f"{prefix_end - last_commit - 1} valid frames after the last commit are uncommitted"
         )
+        torn_frame = last_commit + 1
+    if break_at is not None and not evidence:
+        torn.append(
+            f"frames from {break_at} on do not verify and none after it does "
+            "(consistent with a crash during the last write)"
+        )
+        torn_frame = break_at if torn_frame is None else torn_frame
     if tail_bytes:
-        out.append(
-            WalAnomaly(
-                "wal_torn_tail",
-                "info",
-                f"{tail_bytes} bytes of a partial frame at the end of the WAL",
-                len(frames),
-            )
-        )
+        torn.append(f"{tail_bytes} bytes of a partial frame end the WAL")
+        torn_frame = len(frames) if torn_frame is None else torn_frame
+    if torn:
+        out.append(WalAnomaly("wal_torn_tail", "info", "; ".join(torn), torn_frame))
     if stale:
         out.append(
             WalAnomaly(
