@@ -228,9 +228,9 @@ def parse_cell(data: Buffer, offset: int, kind: PageKind, usable: int) -> Cell:
     if kind is PageKind.INTERIOR_TABLE:
         if offset + 4 > usable:
             raise FormatError(f"cell at {offset} overruns the page")
-        child = int.from_bytes(page[offset : offset + 4], "big")
+        left = int.from_bytes(page[offset : offset + 4], "big")
         key, _ = read_varint(page, offset + 4)
-        return TableInteriorCell(left_child=child, key=to_signed64(key), offset=offset)
+        return TableInteriorCell(left_child=left, key=to_signed64(key), offset=offset)
     if kind is PageKind.LEAF_TABLE:
         size, pos = read_varint(page, offset)
         rowid, pos = read_varint(page, pos)
