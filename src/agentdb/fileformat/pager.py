@@ -1,0 +1,118 @@
+"""A page source over a (possibly damaged) database file with an optional WAL overlay."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import FormatError
+from .header import DbHeader, infer_page_size, parse_header
+from .varint import Buffer
+from .wal import WalScan, scan_wal
+
+
+class PageSource:
+    """Pages of one database as SQLite (or a salvage engine) would see them.
+
+    * ``page_size`` comes from ``page_size=`` if given, else the database header, else the WAL
+      header, else :func:`infer_page_size`; FormatError when none of those works.
+    * ``usable`` is the page size minus the header's reserved bytes (0 without a header).
+    * ``page_count`` is the database size after the newest used WAL commit when there is one,
+      else the number of (whole or partial) pages in the file.
+    * :meth:`get_page` returns the newest committed WAL copy of a page, else the file's copy.
+      A last page cut short by truncation is returned zero-padded to the page size and its number
+      is listed in ``padded_pages``. Pages beyond the file and not in the WAL give None.
+
+    With ``include_resumed=True`` the WAL overlay also applies ``resumed_commits`` (intact commits
+    after a checksum break that SQLite itself would ignore).
+    """
+
+    def __init__(
+        self,
+        db: Buffer,
+        wal: WalScan | None = None,
+        *,
+        page_size: int | None = None,
+        include_resumed: bool = False,
+    ) -> None:
+        self.db = bytes(db)
+        self.wal = wal
+        self.header: DbHeader | None = None
+        self.header_problem: str | None = None
+        try:
+            self.header = parse_header(self.db)
+        except FormatError as e:
+            self.header_problem = str(e)
+        wal_size = wal.page_size if wal is not None else None
+        size = (
+            page_size
+            or (self.header.page_size if self.header else None)
+            or wal_size
+            or infer_page_size(self.db)
+        )
+        if size is None:
+            raise FormatError("cannot determine the page size (no header, WAL or b-tree pages)")
+        self.page_size: int = size
+        reserved = self.header.reserved if self.header else 0
+        self.usable: int = size - reserved
+        self.overlay: dict[int, bytes] = {}
+        wal_count: int | None = None
+        if wal is not None and wal_size == size:
+            if include_resumed:
+                self.overlay = wal.all_committed_page_versions()
+            else:
+                self.overlay = wal.page_versions()
+            wal_count = wal.db_size(include_resumed=include_resumed)
+        self.file_pages: int = -(-len(self.db) // size)
+        self.page_count: int = wal_count if wal_count is not None else self.file_pages
+        self.padded_pages: set[int] = set()
+
+    @classmethod
+    def from_files(
+        cls, db_path: Path, wal_path: Path | None = None, *, include_resumed: bool = False
+    ) -> PageSource:
+        """Read a database file and, if given and present, its WAL (plain file reads)."""
+        wal = None
+        if wal_path is not None and wal_path.exists():
+            wal = scan_wal(wal_path.read_bytes())
+        return cls(db_path.read_bytes(), wal, include_resumed=include_resumed)
+
+    def source_of(self, pgno: int) -> str | None:
+        """Where :meth:`get_page` takes page ``pgno`` from: "wal", "file" or None."""
+        if not 1 <= pgno <= self.page_count:
+            return None
+        if pgno in self.overlay:
+            return "wal"
+        return "file" if pgno <= self.file_pages else None
+
+    def file_page(self, pgno: int) -> bytes | None:
+        """The database file's own copy of a page (no WAL), zero-padded if cut short."""
+        if not 1 <= pgno <= self.file_pages:
+            return None
+        start = (pgno - 1) * self.page_size
+        page = self.db[start : start + self.page_size]
+        if len(page) < self.page_size:
+            self.padded_pages.add(pgno)
+            page = page + bytes(self.page_size - len(page))
+        return page
+
+    def get_page(self, pgno: int) -> bytes | None:
+        """Page ``pgno`` (1-based): newest committed WAL copy, else the file's; None if absent."""
+        if not 1 <= pgno <= self.page_count:
+            return None
+        wal_page = self.overlay.get(pgno)
+        if wal_page is not None:
+            return wal_page
+        return self.file_page(pgno)
+
+    def iter_pages(self) -> Iterator[tuple[int, bytes]]:
+        """Every available page as ``(pgno, data)`` in page order."""
+        for pgno in range(1, self.page_count + 1):
+            page = self.get_page(pgno)
+            if page is not None:
+                yield pgno, page
+
+    def image(self) -> bytes:
+        """The database as one file image (missing pages zero-filled), e.g. to re-open it."""
+        blank = bytes(self.page_size)
+        return b"".join(self.get_page(n) or blank for n in range(1, self.page_count + 1))
