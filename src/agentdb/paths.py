@@ -124,3 +124,15 @@ def iter_session_entries(sessions_dir: Path) -> Iterator[Entry]:
                 names.append(sid)
     for sid in sorted(names):
         yield Entry(sid, sessions_dir / (sid + SESSION_SUFFIX))
+
+
+# Files agentdb's own jobs leave beside a session while they work (crash leftovers if a job was
+# killed): "<id>.sqlite.agentdb-<job>-<what>", e.g. "<id>.sqlite.agentdb-recover-tmp".
+JOB_FILE_RE = re.compile(
+    r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})\.sqlite\.agentdb-(?P<job>[a-z]+)-(?P<what>[a-z0-9.-]+)"
+)
+
+
+def job_file(db_path: Path, job: str, what: str) -> Path:
+    """The name a job gives a file it keeps beside ``db_path`` while it works."""
+    return db_path.with_name(f"{db_path.name}.agentdb-{job}-{what}")

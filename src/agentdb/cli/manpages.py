@@ -24,9 +24,7 @@ def page_name(path: list[str]) -> str:
     return "-".join(path)
 
 
-def iter_commands(
-    cmd: click.Command, path: list[str]
-) -> list[tuple[list[str], click.Command]]:
+def iter_commands(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     out = [(path, cmd)]
     if isinstance(cmd, click.Group):
         for name in sorted(cmd.commands):

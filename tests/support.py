@@ -1,0 +1,159 @@
+"""Shared test helpers: real session files, real processes. Nothing here mocks SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+
+from agentdb import demo
+from agentdb.store import Event, Producer, SessionWriter
+
+HERE = Path(__file__).parent
+SRC = HERE.parent / "src"
+
+
+def make_session(
+    sessions_dir: Path,
+    *,
+    turns: int = 3,
+    revision: int = 2,
+    status: str | None = "completed",
+    parent: str | None = None,
+    depth: int = 0,
+    model: Producer = demo.MODEL_OLD,
+    profile: str = "coder",
+    session_id: str | None = None,
+    started_at: str | None = None,
+    ended_at: str | None = None,
+) -> tuple[str, Path]:
+    """A real session file with ``turns`` model turns (6 events each), closed."""
+    w = SessionWriter.create(
+        sessions_dir,
+        profile=profile,
+        parent_session_id=parent,
+        depth=depth,
+        revision=revision,
+        session_id=session_id,
+        started_at=started_at,
+    )
+    try:
+        demo._turns(w, model, turns, seed=turns)
+        if status is not None and status != "running":
+            w.set_status(status, at=ended_at)
+    finally:
+        w.close()
+    return w.session_id, w.path
+
+
+def all_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every session table, read with a plain immutable connection."""
+    conn = apsw.Connection(
+        f"file:{path.absolute()}?immutable=1",
+        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+    )
+    try:
+        out = {}
+        for t in ("events", "session_meta", "cost_ledger", "plan_items", "producers"):
+            out[t] = [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
+        return out
+    finally:
+        conn.close()
+
+
+def _python() -> list[str]:
+    return [sys.executable, "-c"]
+
+
+_HOLDER = """
+import sys, time, apsw
+c = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)
+c.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def held_open(path: Path) -> Iterator[int]:
+    """Another process with the session open (idle, read-only), as a live kernel would be."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready"
+        yield p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
+_WRITER = """
+import sys, json
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from agentdb.store import SessionWriter, Event, Producer
+w = SessionWriter.open(Path(sys.argv[1]), sys.argv[2])
+p = Producer("tool", "shell", "2.0.0")
+n = 0
+print("ready", flush=True)
+while True:
+    n += 1
+    seq = w.emit(Event("tool_result", p, json.dumps({"n": n}).encode() * 20))
+    print(seq, flush=True)
+"""
+
+
+class WriterProcess:
+    """A kernel-like writer appending events continuously in a subprocess."""
+
+    def __init__(self, sessions_dir: Path, session_id: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(sessions_dir), session_id, str(SRC)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line == "ready", (line, self.proc.stderr.read() if self.proc.stderr else "")
+
+    def stop(self) -> tuple[list[int], str]:
+        """SIGTERM the writer; return the sequences it reported committed and its stderr."""
+        self.proc.send_signal(signal.SIGKILL)
+        out, err = self.proc.communicate(timeout=30)
+        seqs = [int(x) for x in out.split() if x.isdigit()]
+        return seqs, err
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a subprocess (for exit codes, stdout/stderr split)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentdb.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def load_json(text: str) -> object:
+    return json.loads(text)
