@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import demo
-from agentdb.store import Event, Producer, SessionWriter
+from agentdb.store import Producer, SessionWriter
 
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
