@@ -125,10 +125,26 @@ def exec_script(conn: apsw.Connection, sql: str, bindings: Any = None) -> None:
         pass
 
 
+def rows(conn: apsw.Connection, sql: str, bindings: Any = None) -> list[tuple[Any, ...]]:
+    """All rows of a query (typed loosely: the query, not the checker, knows their shape)."""
+    return [tuple(r) for r in conn.execute(sql, bindings)]
+
+
+def row(conn: apsw.Connection, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
+    """The first row of a query, or None."""
+    r = conn.execute(sql, bindings).fetchone()
+    return None if r is None else tuple(r)
+
+
+def scalar(conn: apsw.Connection, sql: str, bindings: Any = None) -> Any:
+    """The first column of the first row, or None."""
+    r = conn.execute(sql, bindings).fetchone()
+    return None if r is None else r[0]
+
+
 def pragma(conn: apsw.Connection, name: str) -> Any:
     """The first value of ``PRAGMA name`` (``name`` is always our own constant)."""
-    row = conn.execute(f"PRAGMA {name}").fetchone()
-    return None if row is None else row[0]
+    return scalar(conn, f"PRAGMA {name}")
 
 
 def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
@@ -182,7 +198,11 @@ def harden(conn: apsw.Connection) -> None:
     for limit, value in _LIMITS.items():
         conn.limit(limit, value)
     exec_script(conn, "PRAGMA trusted_schema=OFF; PRAGMA cell_size_check=ON; PRAGMA mmap_size=0")
-    conn.create_scalar_function(SQL_FUNCTION, event_hash, 9, deterministic=True)
+    conn.create_scalar_function(SQL_FUNCTION, _sql_event_hash, 9, deterministic=True)
+
+
+def _sql_event_hash(*values: Any) -> bytes:
+    return event_hash(*values)
 
 
 def unsafe_schema_objects(conn: apsw.Connection) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import apsw
 import ulid
 
-from agentdb import fsutil
+from agentdb import db, fsutil
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
 
 KERNEL = Producer("kernel", "kernel", "0.9.0")
@@ -184,11 +184,12 @@ def damage_page(path: Path, *, table: str, nth_leaf: int = 0, fill: bytes = b"\x
         flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
     )
     try:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        rows = conn.execute(
+        page_size = db.scalar(conn, "PRAGMA page_size")
+        rows = db.rows(
+            conn,
             "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
             (table,),
-        ).fetchall()
+        )
     finally:
         conn.close()
     if not rows:

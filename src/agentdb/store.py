@@ -388,7 +388,7 @@ class SessionWriter:
         with db.translated(self.path):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                seq = int(conn.execute(_NEXT_SEQUENCE).fetchone()[0])
+                seq = int(db.scalar(conn, _NEXT_SEQUENCE))
                 for ev in batch:
                     self._insert(ev, seq)
                     out.append(seq)
@@ -460,9 +460,11 @@ class SessionWriter:
         with db.translated(self.path):
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                row = self.conn.execute(
-                    "SELECT status FROM session_meta WHERE session_id = ?", (self.session_id,)
-                ).fetchone()
+                row = db.row(
+                    self.conn,
+                    "SELECT status FROM session_meta WHERE session_id = ?",
+                    (self.session_id,),
+                )
                 if row is None:
                     raise errors.Corrupt(f"{self.path}: no session_meta row", path=self.path)
                 validate_transition(str(row[0]), status)
@@ -527,12 +529,13 @@ def _capped(col: str, cap: int = MAX_TEXT) -> str:
 
 
 def _read_info(conn: apsw.Connection, path: Path, session_id: str | None) -> SessionInfo:
-    rows = conn.execute(
+    rows = db.rows(
+        conn,
         f"SELECT {_capped('session_id', 64)}, {_capped('parent_session_id', 64)}, "
         f"{_capped('profile')}, {_capped('status', 64)}, depth, {_capped('started_at', 64)}, "
         f"{_capped('ended_at', 64)}, (SELECT total(cost_usd) FROM cost_ledger) "
-        "FROM session_meta LIMIT 2"
-    ).fetchall()
+        "FROM session_meta LIMIT 2",
+    )
     if len(rows) != 1 or (session_id is not None and rows[0][0] != session_id):
         raise errors.Corrupt(
             f"{path}: expected exactly one session_meta row for {session_id}, found "
@@ -578,7 +581,7 @@ class SessionReader:
 
     def event_count(self) -> int:
         with db.translated(self.path):
-            return int(self.conn.execute("SELECT count(*) FROM events").fetchone()[0])
+            return int(db.scalar(self.conn, "SELECT count(*) FROM events"))
 
     def events(
         self,
@@ -608,12 +611,17 @@ class SessionReader:
         )
         args.append(int(limit) + 1)
         with db.translated(self.path):
-            raw = self.conn.execute(sql, args).fetchall()
+            raw = db.rows(self.conn, sql, args)
         rows = []
         for r in raw[:limit]:
             payload = r[8]
             shown = len(payload.encode() if isinstance(payload, str) else payload)
-            rows.append(EventRow(*r[:8], payload, int(r[9]), shown < int(r[9])))
+            seq, eid, ts, kind, cat, name, ver, sv = r[:8]
+            rows.append(
+                EventRow(
+                    seq, eid, ts, kind, cat, name, ver, sv, payload, int(r[9]), shown < int(r[9])
+                )
+            )
         return Page(rows, len(raw) > limit)
 
     def iter_events(
@@ -634,30 +642,32 @@ class SessionReader:
 
     def producers(self, *, limit: int = DEFAULT_PAGE_ROWS) -> Page:
         with db.translated(self.path):
-            raw = self.conn.execute(
+            raw = db.rows(
+                self.conn,
                 f"SELECT {_capped('category', 64)}, {_capped('name')}, {_capped('version')}, "
                 "first_seen_sequence FROM producers ORDER BY first_seen_sequence, category, "
                 "name, version LIMIT ?",
                 (limit + 1,),
-            ).fetchall()
+            )
         return Page([ProducerRow(*r) for r in raw[:limit]], len(raw) > limit)
 
     def plan_items(self, *, after: int = 0, limit: int = DEFAULT_PAGE_ROWS) -> Page:
         with db.translated(self.path):
-            raw = self.conn.execute(
+            raw = db.rows(
+                self.conn,
                 f"SELECT sequence, event_sequence, {_capped('turn_id', 256)}, "
                 f"{_capped('tool_call_id', 256)}, {_capped('provider_name')}, "
                 f"{_capped('tool_name')}, {_capped('decision', 16)}, {_capped('decided_by')} "
                 "FROM plan_items WHERE sequence > ? ORDER BY sequence LIMIT ?",
                 (after, limit + 1),
-            ).fetchall()
+            )
         return Page([PlanItemRow(*r) for r in raw[:limit]], len(raw) > limit)
 
-    def cost_by_model(self) -> list[tuple[str, str, int, int, int, int, float]]:
+    def cost_by_model(self) -> list[tuple[Any, ...]]:
         """(provider, model, turns, input, output, cache tokens, cost_usd) per model."""
         with db.translated(self.path):
             return [
-                tuple(r)  # type: ignore[misc]
+                tuple(r)
                 for r in self.conn.execute(
                     f"SELECT {_capped('provider_name')}, {_capped('model_id')}, count(*), "
                     "total(input_tokens), total(output_tokens), "

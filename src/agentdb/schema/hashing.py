@@ -15,7 +15,7 @@ _PERSON = b"agentdb-event-v1"
 Value = None | int | float | str | bytes
 
 
-def _frame(h: hashlib._Hash, value: Value) -> None:
+def _frame(h: hashlib.blake2b, value: Value) -> None:
     if value is None:
         h.update(b"n")
         return

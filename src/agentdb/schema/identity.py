@@ -15,6 +15,7 @@ from typing import Any
 
 import apsw
 
+from agentdb import db
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, DDL
 
 Fingerprint = dict[str, Any]
@@ -49,22 +50,25 @@ def normalise_sql(sql: str) -> str:
 def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
     """Structure of every user table and index, from pragmas (never from parsing SQL)."""
     fp: Fingerprint = {}
-    objects = conn.execute(
+    objects = db.rows(
+        conn,
         "SELECT type, name, tbl_name, sql FROM sqlite_schema "
-        "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
-    ).fetchall()
+        "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name",
+    )
     for typ, name, tbl, sql in objects:
         if typ == "table":
-            cols = conn.execute(
+            cols = db.rows(
+                conn,
                 'SELECT name, upper(type), "notnull", dflt_value, pk, hidden '
                 "FROM pragma_table_xinfo(?)",
                 (name,),
-            ).fetchall()
-            fks = conn.execute(
+            )
+            fks = db.rows(
+                conn,
                 'SELECT "table", "from", "to", on_update, on_delete '
                 "FROM pragma_foreign_key_list(?)",
                 (name,),
-            ).fetchall()
+            )
             keys = sorted(
                 (
                     int(u),
@@ -77,18 +81,20 @@ def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
                         )
                     ),
                 )
-                for iname, u, origin, partial in conn.execute(
-                    'SELECT name, "unique", origin, partial FROM pragma_index_list(?)', (name,)
-                ).fetchall()
+                for iname, u, origin, partial in db.rows(
+                    conn,
+                    'SELECT name, "unique", origin, partial FROM pragma_index_list(?)',
+                    (name,),
+                )
             )
             entry: dict[str, Any] = {"columns": cols, "fks": sorted(fks), "keys": keys}
             if with_text:
                 entry["sql"] = normalise_sql(sql or "")
             fp[f"table:{name}"] = entry
         elif typ == "index":
-            cols = conn.execute(
-                'SELECT seqno, name, "desc", coll, key FROM pragma_index_xinfo(?)', (name,)
-            ).fetchall()
+            cols = db.rows(
+                conn, 'SELECT seqno, name, "desc", coll, key FROM pragma_index_xinfo(?)', (name,)
+            )
             uniq = sql is None  # autoindexes of UNIQUE / PRIMARY KEY have no SQL
             fp[f"index:{name}"] = {"table": tbl, "columns": cols, "auto": uniq}
         else:
@@ -122,13 +128,13 @@ def schema_differences(conn: apsw.Connection, revision: int) -> list[str]:
 
 
 def has_user_objects(conn: apsw.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchone() is not None
+    return db.row(conn, "SELECT 1 FROM sqlite_schema LIMIT 1") is not None
 
 
 def identify(conn: apsw.Connection) -> Identity:
     """Classify a file by its application id, user_version and (for application id 0) tables."""
-    app = int(conn.execute("PRAGMA application_id").fetchone()[0])
-    ver = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    app = int(db.pragma(conn, "application_id"))
+    ver = int(db.pragma(conn, "user_version"))
     if app not in (0, APPLICATION_ID):
         return Identity(app, ver, "foreign", f"application_id {app:#x} is not agentdb's")
     if ver > CURRENT_REVISION:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import errors
+from agentdb import db, errors
 from agentdb.schema import enums
 from agentdb.schema.revisions import (
     APPLICATION_ID,
@@ -146,12 +146,12 @@ def apply_steps(
     (after ROLLBACK) when a precheck, a step, ``foreign_key_check`` or ``integrity_check`` fails.
     ``before_commit`` is a fault-injection hook for tests.
     """
-    fk_was_on = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    fk_was_on = bool(db.scalar(conn, "PRAGMA foreign_keys"))
     conn.execute("PRAGMA foreign_keys=OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            start = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            start = int(db.scalar(conn, "PRAGMA user_version"))
             if start > target:
                 raise errors.TooNew(
                     f"{path}: user_version {start} is newer than this agentdb understands "
@@ -162,20 +162,17 @@ def apply_steps(
                 conn.execute("ROLLBACK")
                 return start, start
             fk_before = _fk_violations(conn)
-            counters = (
-                dict(conn.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
-                if (
-                    conn.execute(
-                        "SELECT 1 FROM sqlite_schema WHERE name='sqlite_sequence'"
-                    ).fetchone()
-                )
-                else {}
-            )
+            counters: dict[str, int] = {}
+            if db.scalar(conn, "SELECT 1 FROM sqlite_schema WHERE name='sqlite_sequence'"):
+                counters = {
+                    str(n): int(v)
+                    for n, v in db.rows(conn, "SELECT name, seq FROM sqlite_sequence")
+                }
             for step in STEPS:
                 if not start < step.revision <= target:
                     continue
                 for check in step.prechecks:
-                    row = conn.execute(check.sql).fetchone()
+                    row = db.row(conn, check.sql)
                     if row is not None:
                         raise errors.MigrationFailed(
                             f"{path}: cannot migrate to revision {step.revision}: "
