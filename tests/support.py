@@ -55,9 +55,14 @@ def make_session(
 
 
 def all_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of every session table, read with a plain immutable connection."""
+    """Every row of every session table, read with a plain read-only connection.
+
+    Immutable (no sidecars created) when no WAL is beside the file; otherwise a normal
+    read-only open that also sees what is committed in the WAL.
+    """
+    live = path.with_name(path.name + "-wal").exists()
     conn = apsw.Connection(
-        f"file:{path.absolute()}?immutable=1",
+        f"file:{path.absolute()}?{'mode=ro' if live else 'immutable=1'}",
         flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
     )
     try:

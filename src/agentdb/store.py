@@ -255,6 +255,8 @@ class SessionWriter:
         self.path = path
         self.session_id = session_id
         self.revision = revision  # the schema revision rows are written at
+        self._next_seq: int | None = None  # next sequence, known after our own commits
+        self._producers: set[tuple[str, str, str]] | None = None  # rows known to exist
 
     # -- opening
 
@@ -328,7 +330,7 @@ class SessionWriter:
         for attempt in (1, 2):
             conn = db.open_writer(path)
             try:
-                with db.translated(path):
+                try:
                     ident = identify(conn)
                     _require_session(ident, path)
                     problems = db.integrity_problems(conn)
@@ -339,12 +341,11 @@ class SessionWriter:
                             _, revision = apply_steps(conn, path)
                         _require_shape(conn, path, revision, session_id)
                         return cls(conn, path, session_id, revision)
-            except apsw.Error as e:
-                conn.close()
-                err = db.translate(e, path)
-                if not isinstance(err, errors.Corrupt) or recover is None or attempt == 2:
-                    raise err from e
-                problems = [str(e)]
+                except apsw.Error as e:
+                    err = db.translate(e, path)
+                    if not isinstance(err, errors.Corrupt):
+                        raise err from e
+                    problems = [str(e).split("\n")[0]]
             except BaseException:
                 conn.close()
                 raise
@@ -385,29 +386,40 @@ class SessionWriter:
             return []
         conn = self.conn
         out: list[int] = []
+        stamp = now_timestamp()
         with db.translated(self.path):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                seq = int(db.scalar(conn, _NEXT_SEQUENCE))
+                if self._producers is None:
+                    self._producers = {
+                        (str(c), str(n), str(v))
+                        for c, n, v in db.rows(
+                            conn, "SELECT category, name, version FROM producers"
+                        )
+                    }
+                seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
                 for ev in batch:
-                    self._insert(ev, seq)
+                    self._insert(ev, seq, stamp)
                     out.append(seq)
                     seq += 1
                 conn.execute("COMMIT")
             except BaseException:
+                self._next_seq = None
+                self._producers = None
                 if not conn.get_autocommit():
                     conn.execute("ROLLBACK")
                 raise
+        self._next_seq = seq
         return out
 
-    def _insert(self, ev: Event, seq: int) -> None:
+    def _insert(self, ev: Event, seq: int, stamp: str) -> None:
         conn = self.conn
         p = ev.producer
         payload = bytes(ev.payload)
         row: tuple[Any, ...] = (
             seq,
             ev.id or str(ulid.ULID()),
-            ev.timestamp or now_timestamp(),
+            ev.timestamp or stamp,
             ev.kind,
             p.category,
             p.name,
@@ -418,11 +430,15 @@ class SessionWriter:
         if self.revision >= 2:
             row = (*row, event_hash(*row))
         conn.execute(_INSERT_EVENT[min(self.revision, 2)], row)
-        conn.execute(
-            "INSERT OR IGNORE INTO producers (category, name, version, first_seen_sequence) "
-            "VALUES (?,?,?,?)",
-            (p.category, p.name, p.version, seq),
-        )
+        key = (p.category, p.name, p.version)
+        assert self._producers is not None
+        if key not in self._producers:
+            conn.execute(
+                "INSERT OR IGNORE INTO producers (category, name, version, first_seen_sequence) "
+                "VALUES (?,?,?,?)",
+                (*key, seq),
+            )
+            self._producers.add(key)
         if ev.usage is not None:
             u = ev.usage
             conn.execute(
@@ -614,7 +630,7 @@ class SessionReader:
             raw = db.rows(self.conn, sql, args)
         rows = []
         for r in raw[:limit]:
-            payload = r[8]
+            payload = r[8] if r[8] is not None else b""
             shown = len(payload.encode() if isinstance(payload, str) else payload)
             seq, eid, ts, kind, cat, name, ver, sv = r[:8]
             rows.append(

@@ -15,23 +15,24 @@ _PERSON = b"agentdb-event-v1"
 Value = None | int | float | str | bytes
 
 
-def _frame(h: hashlib.blake2b, value: Value) -> None:
+def _frame(value: Value) -> bytes:
     if value is None:
-        h.update(b"n")
-        return
+        return b"n"
     if isinstance(value, bool):  # not a SQLite type; refuse rather than guess
         raise TypeError("bool is not a SQLite value")
     if isinstance(value, int):
         data, tag = str(value).encode(), b"i"
     elif isinstance(value, float):
-        data, tag = struct.pack(">d", value), b"r"
+        data, tag = _DOUBLE.pack(value), b"r"
     elif isinstance(value, str):
         data, tag = value.encode("utf-8", "surrogatepass"), b"t"
     else:
         data, tag = bytes(value), b"b"
-    h.update(tag)
-    h.update(struct.pack(">Q", len(data)))
-    h.update(data)
+    return tag + _LEN.pack(len(data)) + data
+
+
+_DOUBLE = struct.Struct(">d")
+_LEN = struct.Struct(">Q")
 
 
 def event_hash(
@@ -47,18 +48,24 @@ def event_hash(
 ) -> bytes:
     """The content hash stored in ``events.content_hash``."""
     h = hashlib.blake2b(digest_size=HASH_SIZE, person=_PERSON)
-    for v in (
-        sequence,
-        event_id,
-        timestamp,
-        kind,
-        producer_category,
-        producer_name,
-        producer_version,
-        schema_version,
-        payload,
-    ):
-        _frame(h, v)
+    h.update(
+        b"".join(
+            map(
+                _frame,
+                (
+                    sequence,
+                    event_id,
+                    timestamp,
+                    kind,
+                    producer_category,
+                    producer_name,
+                    producer_version,
+                    schema_version,
+                    payload,
+                ),
+            )
+        )
+    )
     return h.digest()
 
 

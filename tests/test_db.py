@@ -1,0 +1,163 @@
+"""The two openers against hostile files: each refusal is produced by a real defect."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+import ulid
+
+from agentdb import db, errors
+from agentdb.store import Event, Producer, SessionReader, SessionWriter
+from tests.support import make_session
+
+
+def _listing(d: Path) -> dict[str, tuple[int, int, bytes]]:
+    out = {}
+    for p in sorted(d.iterdir()):
+        st = os.lstat(p)
+        data = p.read_bytes() if p.is_file() and not p.is_symlink() else b""
+        out[p.name] = (st.st_mode, st.st_size, data)
+    return out
+
+
+def test_readonly_open_leaves_directory_untouched(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    before = _listing(sessions_dir)
+    with SessionReader(path) as r:
+        assert r.info().session_id == sid
+        assert r.event_count() == 18
+    assert _listing(sessions_dir) == before
+
+
+def test_symlink_is_refused(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    link = sessions_dir / f"{ulid.ULID()}.sqlite"
+    link.symlink_to(path)
+    with pytest.raises(errors.NotRegularFile, match="symbolic link"):
+        db.open_readonly(link)
+    with pytest.raises(errors.NotRegularFile):
+        SessionWriter.open(sessions_dir, link.name[:-7])
+
+
+def test_fifo_and_directory_are_refused(sessions_dir: Path) -> None:
+    fifo = sessions_dir / f"{ulid.ULID()}.sqlite"
+    os.mkfifo(fifo)
+    with pytest.raises(errors.NotRegularFile, match="FIFO"):
+        db.open_readonly(fifo)
+    d = sessions_dir / f"{ulid.ULID()}.sqlite"
+    d.mkdir()
+    with pytest.raises(errors.NotRegularFile, match="directory"):
+        db.open_readonly(d)
+
+
+@pytest.mark.parametrize("target", ["", "-wal"])
+def test_group_or_world_writable_is_refused(sessions_dir: Path, target: str) -> None:
+    sid, path = make_session(sessions_dir)
+    victim = path.with_name(path.name + target)
+    if target:
+        victim.write_bytes(b"")
+        os.chmod(victim, 0o600)
+    os.chmod(victim, 0o666)
+    with pytest.raises(errors.InsecureFile) as e:
+        db.open_readonly(path)
+    assert str(victim) in str(e.value) and "chmod 600" in str(e.value)
+    with pytest.raises(errors.InsecureFile):
+        SessionWriter.open(sessions_dir, sid)
+
+
+def test_file_owned_by_another_user_is_refused(sessions_dir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown")
+    sid, path = make_session(sessions_dir)
+    os.chown(path, 12345, 12345)
+    with pytest.raises(errors.InsecureFile, match="owned by uid 12345"):
+        db.open_readonly(path)
+
+
+@pytest.mark.parametrize(
+    "ddl,what",
+    [
+        (
+            "CREATE TRIGGER t AFTER INSERT ON events BEGIN SELECT 1; END",
+            "trigger",
+        ),
+        ("CREATE VIEW v AS SELECT * FROM events", "view"),
+    ],
+)
+def test_triggers_and_views_are_refused(sessions_dir: Path, ddl: str, what: str) -> None:
+    sid, path = make_session(sessions_dir)
+    c = apsw.Connection(str(path))
+    c.execute(ddl)
+    c.close()
+    with pytest.raises(errors.UnsafeSchema, match=what):
+        db.open_readonly(path)
+    with pytest.raises(errors.UnsafeSchema):
+        SessionWriter.open(sessions_dir, sid)
+
+
+def test_foreign_application_id_is_refused_and_untouched(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    c = apsw.Connection(str(path))
+    c.execute("PRAGMA application_id = 7")
+    c.close()
+    before = path.read_bytes()
+    with pytest.raises(errors.ForeignFile, match="0x7"):
+        SessionReader(path)
+    with pytest.raises(errors.ForeignFile):
+        SessionWriter.open(sessions_dir, sid)
+    assert path.read_bytes() == before
+
+
+def test_too_new_is_refused_naming_both_versions(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    c = apsw.Connection(str(path))
+    c.execute("PRAGMA user_version = 99")
+    c.close()
+    before = path.read_bytes()
+    with pytest.raises(errors.TooNew) as e:
+        SessionWriter.open(sessions_dir, sid)
+    assert "99" in str(e.value) and "2" in str(e.value)
+    assert path.read_bytes() == before
+
+
+def test_not_a_database_is_unreadable(sessions_dir: Path) -> None:
+    path = sessions_dir / f"{ulid.ULID()}.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    os.chmod(path, 0o600)
+    with pytest.raises(errors.Unreadable):
+        SessionReader(path)
+
+
+def test_connections_are_hardened(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    conn = db.open_readonly(path)
+    try:
+        assert conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) == 1
+        assert conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) == 0
+        assert conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, -1) == 0
+        assert conn.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, -1) == 0
+        assert db.pragma(conn, "cell_size_check") == 1
+        assert db.pragma(conn, "mmap_size") == 0
+        assert conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == db.READ_MAX_LENGTH
+        with pytest.raises(apsw.ReadOnlyError):
+            conn.execute("DELETE FROM events")
+    finally:
+        conn.close()
+
+
+def test_length_limit_caps_what_a_row_brings_in(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    with SessionWriter.open(sessions_dir, sid) as w:
+        big = w.emit(Event("tool_result", Producer("tool", "shell", "1"), b"x" * 50_000))
+    conn = db.open_readonly(path, max_length=10_000)
+    try:
+        assert db.scalar(conn, "SELECT length(payload) FROM events WHERE sequence = ?", (big,)) == (
+            50_000
+        )
+        with pytest.raises(apsw.TooBigError):
+            conn.execute("SELECT payload FROM events WHERE sequence = ?", (big,)).fetchall()
+    finally:
+        conn.close()
