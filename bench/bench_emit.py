@@ -31,7 +31,7 @@ def bare_loop(path: Path, n: int) -> float:
     conn = apsw.Connection(str(path))
     db.exec_script(conn, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + REV2_DDL)
     t = time.perf_counter()
-    for i in range(n):
+    for _i in range(n):
         with conn:
             conn.execute(
                 "INSERT INTO events (id, timestamp, kind, producer_category, producer_name, "
