@@ -153,3 +153,22 @@ def test_plugins_refs_json(sessions_dir: Path, plugin_cache: Path) -> None:
     assert [(v["name"], v["sessions"]) for v in doc["versions"]] == [("anthropic", 1), ("shell", 0)]
     assert [v["version"] for v in doc["unreferenced"]] == ["2.1.0"]
     assert dt  # keep import for type users
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_terminal_confirmation(sessions_dir: Path, plugin_cache: Path, answer: str) -> None:
+    sid = old_session(sessions_dir, 200)
+    master, slave = os.openpty()
+    cmd = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir)]
+    cmd += ["--plugin-cache", str(plugin_cache), "prune", "--older-than", "90d"]
+    p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while b"[y/N]" not in seen:
+        seen += os.read(master, 1024)
+    os.write(master, answer.encode() + b"\n")
+    out, _ = p.communicate(timeout=60)
+    os.close(master)
+    assert sid.encode() in out
+    assert (sessions_dir / f"{sid}.sqlite").exists() == (answer == "n")
+    assert p.returncode == (0 if answer == "y" else 1)
