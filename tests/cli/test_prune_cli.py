@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -152,7 +151,6 @@ def test_plugins_refs_json(sessions_dir: Path, plugin_cache: Path) -> None:
     doc = json.loads(r.stdout)
     assert [(v["name"], v["sessions"]) for v in doc["versions"]] == [("anthropic", 1), ("shell", 0)]
     assert [v["version"] for v in doc["unreferenced"]] == ["2.1.0"]
-    assert dt  # keep import for type users
 
 
 @pytest.mark.parametrize("answer", ["y", "n"])

@@ -82,7 +82,8 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
     for d in plan.candidates:
         if not d.remove:
             result.refused.append(d)
-            if d.resume:  # the operator's earlier decision no longer holds: forget it
+            main = sessions_dir / f"{d.session_id}.sqlite"
+            if d.resume and os.path.lexists(main):  # the session stays: forget the old decision
                 _unlink(sessions_dir / f"{d.session_id}.sqlite{INTENT}")
                 fsutil.fsync_dir(sessions_dir)
             continue

@@ -60,16 +60,6 @@ def group_names(sessions_dir: Path) -> dict[str, Files]:
     return dict(sorted(out.items()))
 
 
-def known_names(session_id: str, *, damaged: bool, names: list[str] | None = None) -> list[str]:
-    """The names prune removes for a session, main file first; ``.corrupt`` copies if
-    ``damaged`` (those found in ``names``, the directory's current listing for this id)."""
-    base = f"{session_id}.sqlite"
-    out = [base, base + "-wal", base + "-shm", base + "-journal"]
-    if damaged and names:
-        out += [n for n in names if _CORRUPT_RE.fullmatch(n[len(base) :])]
-    return out
-
-
 @dataclass(frozen=True)
 class Stamp:
     """Who the main file and its WAL are: if either changed since the plan, nothing is removed."""
