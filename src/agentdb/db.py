@@ -243,6 +243,10 @@ def open_readonly(
     params = {"mode": "ro"}
     if not wal_in_use(path):
         params["immutable"] = "1"
+    elif sidecar(path, "-wal").exists() and sidecar(path, "-shm").exists():
+        # Use the WAL index without writing to it: a read-only open of a crashed session would
+        # otherwise rebuild its -shm (changing its bytes); beside a live writer it reads as usual.
+        params["readonly_shm"] = "1"
     try:
         conn = apsw.Connection(
             _uri(path, **params), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI

@@ -5,7 +5,11 @@ from __future__ import annotations
 import click
 
 from agentdb.cli.demo import demo_cmd
+from agentdb.cli.plugins import plugins_cmd
+from agentdb.cli.prune import prune_cmd
 
 ALL: list[click.Command] = [
     demo_cmd,
+    plugins_cmd,
+    prune_cmd,
 ]

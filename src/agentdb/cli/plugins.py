@@ -1,0 +1,51 @@
+"""``agentdb plugins``: the plugin cache as retained sessions see it."""
+
+from __future__ import annotations
+
+import click
+
+from agentdb import errors, plugins
+from agentdb.cli import output
+from agentdb.cli.common import App, fmt_option, json_option
+
+
+@click.group("plugins")
+def plugins_cmd() -> None:
+    """The plugin cache as retained sessions see it (agentdb never deletes from it)."""
+
+
+@plugins_cmd.command("refs")
+@json_option
+@fmt_option
+@click.pass_obj
+def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
+    """Each cached plugin version with the number of retained sessions that reference it, and
+    the versions no retained session references (the ones a cache manager may evict).
+
+    Exit 1 when some session could not be read: its references are unknown, so "unreferenced"
+    is not final until it is recovered or removed.
+    """
+    refs = plugins.refs(app.require_sessions_dir(), app.plugin_cache)
+    if as_json:
+        output.emit_json(refs)
+    else:
+        output.emit_table(
+            [(v.category, v.name, v.version, v.sessions) for v in refs.versions],
+            ["category", "name", "version", "sessions"],
+            fmt,
+        )
+        output.note(
+            f"{len(refs.versions)} cached version(s); unreferenced: "
+            + (
+                ", ".join(plugins.label((v.category, v.name, v.version)) for v in refs.unreferenced)
+                or "none"
+            )
+        )
+    if refs.unreadable:
+        shown = ", ".join(refs.unreadable[:3])
+        output.warn(
+            f"{len(refs.unreadable)} session(s) could not be read ({shown}); "
+            "their references are unknown — run `agentdb check` on them"
+        )
+        return errors.EXIT_PROBLEMS
+    return errors.EXIT_OK

@@ -1,0 +1,167 @@
+"""``agentdb prune``: remove the sessions the operator selects, refusing those that must stay."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from typing import Any
+
+import click
+
+from agentdb import errors, prune
+from agentdb.cli import output
+from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.durations import parse_duration
+
+
+class DurationType(click.ParamType):
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+
+    name = "DURATION"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _statuses(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    return tuple(s.strip() for v in value for s in v.split(",") if s.strip())
+
+
+@click.command("prune")
+@click.argument("ids", nargs=-1, type=SESSION_ID)
+@click.option(
+    "--older-than",
+    type=DurationType(),
+    help="Ended (or, never ended, started) at least this long ago: 90d, 12h, 2w, 0s.",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Keep the N newest matching sessions.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    callback=_statuses,
+    metavar="S[,S...]",
+    help="Only sessions with one of these statuses.",
+)
+@click.option("--profile", metavar="P", help="Only sessions of this profile.")
+@click.option(
+    "--with-descendants",
+    is_flag=True,
+    help="Add each selected session's subtree, judged as a whole.",
+)
+@click.option(
+    "--include-damaged",
+    is_flag=True,
+    help="Explicit ids may be unreadable; remove their .corrupt copies too.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be removed and what is refused; change nothing.",
+)
+@click.option(
+    "--yes", "-y", is_flag=True, help="Remove without asking (required with no terminal)."
+)
+@json_option
+@fmt_option
+@click.pass_obj
+def prune_cmd(
+    app: App,
+    ids: tuple[str, ...],
+    older_than: dt.timedelta | None,
+    keep_last: int | None,
+    statuses: tuple[str, ...],
+    profile: str | None,
+    with_descendants: bool,
+    include_damaged: bool,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    fmt: str,
+) -> int:
+    """Remove the sessions you select, refusing those that must stay.
+
+    Selected = IDS plus the sessions matching every filter given (--older-than, --status,
+    --profile, --keep-last). Refused, with every reason: running, live (open by a process),
+    pinned (uses a plugin version in the plugin cache), has_children (a session that stays
+    names it as parent), unreadable (corrupt or foreign: only removed when named with
+    --include-damaged). Nothing is removed without --yes or a confirmation on a terminal.
+    Exit 0: did all asked; 1: refused some; 2: usage error.
+    """
+    selectors = prune.Selectors(
+        ids=tuple(dict.fromkeys(ids)),
+        older_than=older_than,
+        keep_last=keep_last,
+        statuses=statuses,
+        profile=profile,
+        with_descendants=with_descendants,
+        include_damaged=include_damaged,
+    )
+    try:
+        selectors.validate()
+    except errors.UsageError as e:
+        raise click.UsageError(str(e)) from None
+    plan = prune.plan(app.require_sessions_dir(), app.plugin_cache, selectors)
+    for n in plan.notes:
+        output.warn(n)
+    if dry_run:
+        return _report(prune.dry_run(plan), as_json, fmt)
+    if not plan.removals:  # nothing to remove; execute only forgets stale intents of past runs
+        return _report(prune.execute(plan), as_json, fmt)
+    if not yes:
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            _report(prune.dry_run(plan), as_json, fmt)
+            output.note("agentdb: nothing removed: no terminal to confirm on; pass --yes to remove")
+            return errors.EXIT_PROBLEMS
+        _show(prune.dry_run(plan), fmt)
+        if not click.confirm(
+            f"Remove {len(plan.removals)} session(s), {output.human_bytes(plan.bytes)}?",
+            default=False,
+            err=True,
+        ):
+            output.note("agentdb: nothing removed")
+            return errors.EXIT_PROBLEMS
+    return _report(prune.execute(plan), as_json, fmt)
+
+
+def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
+    if as_json:
+        output.emit_json(result.to_json())
+    else:
+        _show(result, fmt)
+    return errors.EXIT_PROBLEMS if result.refused else errors.EXIT_OK
+
+
+def _show(result: prune.PruneResult, fmt: str) -> None:
+    verb = "would remove" if result.dry_run else "removed"
+    rows: list[tuple[str, str, str]] = [(sid, verb, "") for sid in result.removed]
+    for d in result.refused:
+        for i, r in enumerate(d.reasons):
+            rows.append(
+                (
+                    d.session_id if i == 0 else "",
+                    "refused" if i == 0 else "",
+                    f"{r.code}: {r.message}",
+                )
+            )
+    output.emit_table(rows, ["session", "action", "reason"], fmt)
+    freed = output.human_bytes(result.freed_bytes)
+    if result.dry_run:
+        done = f"{len(result.removed)} session(s) would be removed, {freed} to free"
+    else:
+        done = f"{len(result.removed)} session(s) removed, {freed} freed"
+    output.note(f"{done}; {len(result.refused)} refused")

@@ -1,0 +1,222 @@
+"""``prune.execute``: remove what a plan decided, crash-safely, one session at a time.
+
+Per session, under ``locks.hold`` (no SQLite connection can open the file meanwhile):
+
+1. re-check that the main file and its WAL are the very files the plan judged (inode, size,
+   mtime) and that nobody has it open; otherwise it stays (``changed`` / ``live``);
+2. write ``<id>.sqlite.agentdb-prune-intent`` (fsync, fsync the directory);
+3. unlink ``<id>.sqlite`` and fsync the directory: the session vanishes at one instant; if the
+   inode has no other name, truncate it through the locked descriptor, so a process that opened
+   the name just before cannot write into a ghost;
+4. unlink ``-wal``, ``-shm``, ``-journal`` (and, with ``--include-damaged``, the ``.corrupt``
+   copies), fsync the directory; then remove the intent file.
+
+A run killed anywhere leaves the intent file; the next prune run finishes that removal (after
+checking the session is still as planned) and ``agentdb check`` reports it as a job leftover.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentdb import errors, faults, fsutil, locks
+from agentdb.paths import FILE_MODE
+from agentdb.prune.planning import PruneDecision, PrunePlan, Reason
+from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
+
+Fault = Callable[[str], None]
+
+
+@dataclass
+class PruneResult:
+    """What a prune run did (or, for a dry run, would do)."""
+
+    dry_run: bool  # True: nothing was changed
+    removed: list[str] = field(default_factory=list)  # session ids removed (or that would be)
+    refused: list[PruneDecision] = field(default_factory=list)  # sessions kept, with reasons
+    freed_bytes: int = 0  # bytes removed (dry run: bytes that would be freed)
+    files: list[str] = field(default_factory=list)  # names removed from the sessions directory
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "dry_run": self.dry_run,
+            "removed": self.removed,
+            "refused": [
+                {
+                    "session_id": d.session_id,
+                    "reasons": [{"code": r.code, "message": r.message} for r in d.reasons],
+                }
+                for d in self.refused
+            ],
+            "freed_bytes": self.freed_bytes,
+            "files": self.files,
+        }
+
+
+def dry_run(plan: PrunePlan) -> PruneResult:
+    """The plan as a result that changed nothing."""
+    return PruneResult(
+        True,
+        [d.session_id for d in plan.removals],
+        plan.refusals,
+        plan.bytes,
+        [n for d in plan.removals for n in d.files],
+    )
+
+
+class _Changed(Exception):
+    pass
+
+
+def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
+    """Remove every session the plan decided to remove; re-judge each under its lock."""
+    point = fault or faults.point
+    point("after_plan")
+    sessions_dir = plan.sessions_dir
+    result = PruneResult(False)
+    for d in plan.candidates:
+        if not d.remove:
+            result.refused.append(d)
+            main = sessions_dir / f"{d.session_id}.sqlite"
+            if d.resume and os.path.lexists(main):  # the session stays: forget the old decision
+                _unlink(sessions_dir / f"{d.session_id}.sqlite{INTENT}")
+                fsutil.fsync_dir(sessions_dir)
+            continue
+        try:
+            freed, names = _remove(sessions_dir, d, point)
+        except errors.SessionLive as e:
+            result.refused.append(_refused(d, "live", _tail(str(e))))
+            continue
+        except _Changed as e:
+            result.refused.append(_refused(d, "changed", str(e)))
+            continue
+        except OSError as e:
+            result.refused.append(_refused(d, "failed", f"{e.strerror}; run prune again"))
+            continue
+        result.removed.append(d.session_id)
+        result.freed_bytes += freed
+        result.files += names
+    return result
+
+
+def _refused(d: PruneDecision, code: str, message: str) -> PruneDecision:
+    return PruneDecision(d.session_id, False, [Reason(code, message)], d.bytes, d.files)
+
+
+def _tail(message: str) -> str:
+    return message.split(": ", 1)[1] if ": " in message else message
+
+
+def _remove(sessions_dir: Path, d: PruneDecision, point: Fault) -> tuple[int, list[str]]:
+    main = sessions_dir / f"{d.session_id}.sqlite"
+    intent = sessions_dir / f"{d.session_id}.sqlite{INTENT}"
+    planned = d.stamp or Stamp(None, None)
+    try:
+        st = os.lstat(main)
+    except FileNotFoundError:
+        st = None
+    freed = 0
+    names: list[str] = []
+    if st is not None and stat.S_ISREG(st.st_mode):
+        with locks.hold(main) as fd:
+            now = Stamp(stat_key(os.fstat(fd)), _key(sessions_dir / f"{main.name}-wal"))
+            if now != planned:
+                raise _Changed("changed since the plan was made; it stays, run prune again")
+            _write_intent(intent, d, planned)
+            point("after_intent")
+            if stat_key(os.lstat(main)) != now.main:  # the name still names the locked file
+                raise _Changed(f"{main.name} was replaced meanwhile; it stays")
+            os.unlink(main)
+            fsutil.fsync_dir(sessions_dir)
+            freed += st.st_size
+            names.append(main.name)
+            if os.fstat(fd).st_nlink == 0:
+                os.ftruncate(fd, 0)  # a racing opener finds an empty file, not the session
+            point("after_db_unlink")
+            f2, n2 = _unlink_rest(sessions_dir, d)
+    else:
+        if st is None and planned.main is not None and not d.resume:
+            raise _Changed(f"{main.name} disappeared since the plan was made")
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise _Changed(f"{main.name} is a directory; it is never removed")
+        holder = locks.probe(main)
+        if holder is not None:
+            raise errors.SessionLive(f"{main}: {holder.file} is open; retry later")
+        _write_intent(intent, d, planned)
+        point("after_intent")
+        if st is not None:  # a symlink or FIFO named like a session (--include-damaged)
+            os.unlink(main)
+            fsutil.fsync_dir(sessions_dir)
+            names.append(main.name)
+        point("after_db_unlink")
+        f2, n2 = _unlink_rest(sessions_dir, d)
+    freed += f2
+    names += n2
+    point("after_sidecars")
+    _unlink(intent)
+    fsutil.fsync_dir(sessions_dir)
+    return freed, names
+
+
+def _key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        return stat_key(os.lstat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _write_intent(intent: Path, d: PruneDecision, planned: Stamp) -> None:
+    """Record the decision beside the session before the first unlink (kept on resume)."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(intent, flags, FILE_MODE)
+    except FileExistsError:
+        if d.resume:
+            return
+        raise errors.SessionLive(f"{intent}: another prune is removing this session") from None
+    try:
+        os.fchmod(fd, FILE_MODE)
+        os.write(fd, intent_bytes(d.session_id, planned, d.damaged))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsutil.fsync_dir(intent.parent)
+
+
+def _unlink_rest(sessions_dir: Path, d: PruneDecision) -> tuple[int, list[str]]:
+    """SQLite's sidecars (as they are now) and, if planned, the .corrupt copies."""
+    base = f"{d.session_id}.sqlite"
+    wanted = [base + "-wal", base + "-shm", base + "-journal"]
+    if d.damaged:
+        wanted += [n for n in d.files if n.startswith(base + ".corrupt")]
+    freed = 0
+    names = []
+    for name in wanted:
+        size = _unlink(sessions_dir / name)
+        if size is not None:
+            freed += size
+            names.append(name)
+    fsutil.fsync_dir(sessions_dir)
+    return freed, names
+
+
+def _unlink(path: Path) -> int | None:
+    """Unlink ``path`` if it is there; its size (0 unless a regular file), or None if absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        os.unlink(path)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0

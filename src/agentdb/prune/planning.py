@@ -1,0 +1,372 @@
+"""``prune.plan``: which sessions the operator's selectors pick, and which of those must stay.
+
+Pure and read-only: one ``scandir``, a lock probe per session, read-only opens. See
+``docs/prune.md`` for the rules this module implements.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentdb import errors, paths, plugins
+from agentdb.prune.scan import (
+    INTENT,
+    Facts,
+    Files,
+    Stamp,
+    group_names,
+    parse_time,
+    quick_check,
+    read_facts,
+    read_intent,
+)
+from agentdb.schema.enums import RUNNING, STATUSES
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """What the operator asked to prune. Selected = ``ids`` ∪ (sessions matching every filter)."""
+
+    ids: tuple[str, ...] = ()  # explicit session ids
+    older_than: dt.timedelta | None = None  # filter: ended (or, never ended, started) this long ago
+    keep_last: int | None = None  # filter: keep the N newest matching sessions out of the selection
+    statuses: tuple[str, ...] = ()  # filter: status is one of these
+    profile: str | None = None  # filter: profile is exactly this
+    with_descendants: bool = False  # the subtree of each selected session joins, judged as a whole
+    include_damaged: bool = False  # explicit ids may be unreadable; their .corrupt copies go too
+
+    @property
+    def has_filter(self) -> bool:
+        return (
+            self.older_than is not None
+            or self.keep_last is not None
+            or bool(self.statuses)
+            or self.profile is not None
+        )
+
+    def validate(self) -> None:
+        if not self.ids and not self.has_filter:
+            raise errors.UsageError(
+                "prune needs a selector: session ids, --older-than, --keep-last, --status or "
+                "--profile (nothing is pruned by default)"
+            )
+        for sid in self.ids:
+            paths.validate_id(sid)
+        for s in self.statuses:
+            if s not in STATUSES:
+                raise errors.UsageError(f"unknown status {s!r}; one of {', '.join(STATUSES)}")
+        if self.keep_last is not None and self.keep_last < 0:
+            raise errors.UsageError("--keep-last must be 0 or more")
+        if self.older_than is not None and self.older_than < dt.timedelta(0):
+            raise errors.UsageError("--older-than must not be negative")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a selected session stays."""
+
+    code: str  # running | live | pinned | has_children | unreadable | has_corrupt_copies |
+    #            not_found | changed
+    message: str  # one line
+
+
+@dataclass
+class PruneDecision:
+    """One selected session (or an interrupted prune to finish) and what happens to it."""
+
+    session_id: str
+    remove: bool  # True: this run removes it; False: refused (see reasons)
+    reasons: list[Reason] = field(default_factory=list)  # every reason it stays; empty if removed
+    bytes: int = 0  # bytes its files take (what removing it frees)
+    files: list[str] = field(default_factory=list)  # names in the sessions dir it would remove
+    damaged: bool = False  # its .corrupt copies are removed too (--include-damaged, explicit id)
+    resume: bool = False  # an interrupted prune left an intent for it: this finishes that prune
+    stamp: Stamp | None = None  # the main file and WAL as planned; execute re-checks under lock
+
+
+@dataclass
+class PrunePlan:
+    """What a prune run would do. Nothing has been changed when this exists."""
+
+    sessions_dir: Path
+    candidates: list[PruneDecision] = field(default_factory=list)  # in session id order
+    notes: list[str] = field(default_factory=list)  # things the operator should know (stderr)
+
+    @property
+    def removals(self) -> list[PruneDecision]:
+        return [d for d in self.candidates if d.remove]
+
+    @property
+    def refusals(self) -> list[PruneDecision]:
+        return [d for d in self.candidates if not d.remove]
+
+    @property
+    def bytes(self) -> int:
+        return sum(d.bytes for d in self.removals)
+
+
+def _age_time(f: Facts, notes: list[str]) -> dt.datetime:
+    """When a session ended, or started if it never ended: from its own data, never mtimes."""
+    if f.info is None or f.info.ended_at is None:
+        return f.started
+    t = parse_time(f.info.ended_at)
+    if t is None:
+        notes.append(
+            f"{f.session_id}: ended_at {f.info.ended_at[:40]!r} is not an ISO 8601 time; "
+            "its age is taken from its id (start time)"
+        )
+        return f.started
+    return t
+
+
+def _matches(f: Facts, sel: Selectors, cutoff: dt.datetime | None, notes: list[str]) -> bool:
+    """All given filters hold. A filter that cannot be judged (unreadable file) counts as a
+    match, so the file is reported as refused rather than silently skipped."""
+    if cutoff is not None and _age_time(f, notes) > cutoff:
+        return False
+    if f.info is None:
+        return True
+    if sel.statuses and f.info.status not in sel.statuses:
+        return False
+    return not (sel.profile is not None and f.info.profile != sel.profile)
+
+
+def _members(label: str, ids: Iterable[str], limit: int = 3) -> str:
+    ids = list(ids)
+    shown = ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+    return f"{label} {shown}"
+
+
+def _own_reasons(
+    f: Facts,
+    explicit: bool,
+    allow_damaged: bool,
+    cached: set[plugins.PluginVersion],
+    sessions_dir: Path,
+) -> list[Reason]:
+    """Every reason that keeps this one session, judged alone (has_children comes later)."""
+    out: list[Reason] = []
+    if f.entry_kind == "absent":
+        if f.files.corrupt and not allow_damaged:
+            out.append(
+                Reason(
+                    "not_found",
+                    f"only its .corrupt copies remain ({', '.join(f.files.corrupt[:2])}); "
+                    "name it with --include-damaged to remove them",
+                )
+            )
+        elif not f.files.corrupt and not f.files.sidecars:
+            out.append(Reason("not_found", "no such session file"))
+        if f.holder is not None:
+            out.append(Reason("live", f"{f.holder.file} is open; retry later"))
+        return out
+    if f.holder is not None:
+        who = f" by pid {f.holder.pid}" if f.holder.pid else ""
+        out.append(Reason("live", f"open{who} ({f.holder.file}); stop it or retry later"))
+    problem = f.problem
+    if problem is None and f.info is not None:
+        problem = quick_check(sessions_dir, f.session_id) if f.holder is None else None
+    if f.entry_kind == "directory":
+        out.append(Reason("unreadable", f"{problem}; never removed, move it away by hand"))
+    elif problem is not None and not allow_damaged:
+        hint = (
+            "add --include-damaged to remove it"
+            if explicit
+            else "a selector never removes it; name it with --include-damaged"
+        )
+        out.append(Reason("unreadable", f"{problem}; {hint}"))
+    if f.info is not None and f.info.status == RUNNING:
+        out.append(Reason("running", "status is running (a kernel may resume it)"))
+    pins = plugins.pinning(f.producers, cached)
+    if pins:
+        out.append(
+            Reason(
+                "pinned",
+                _members("references plugin versions in the cache:", map(plugins.label, pins)),
+            )
+        )
+    if f.files.corrupt and not allow_damaged:
+        out.append(
+            Reason(
+                "has_corrupt_copies",
+                f"keeps damaged originals {', '.join(f.files.corrupt[:2])}; name it with "
+                "--include-damaged to remove them with it",
+            )
+        )
+    return out
+
+
+def plan(
+    sessions_dir: Path,
+    plugin_cache: Path,
+    selectors: Selectors,
+    *,
+    now: dt.datetime | None = None,
+) -> PrunePlan:
+    """Decide, changing nothing, what ``execute`` would remove and what stays and why."""
+    selectors.validate()
+    paths.require_sessions_dir(sessions_dir)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    result = PrunePlan(sessions_dir)
+    groups = group_names(sessions_dir)
+    cached = plugins.cached_versions(plugin_cache)
+    facts: dict[str, Facts] = {}
+    for sid, files in groups.items():
+        if files.main or sid in selectors.ids or files.intent:
+            facts[sid] = read_facts(sessions_dir, sid, files)
+    for sid in selectors.ids:
+        if sid not in facts:
+            facts[sid] = read_facts(sessions_dir, sid, Files())
+    children: dict[str, list[str]] = {}
+    for f in facts.values():
+        parent = f.info.parent_session_id if f.info is not None else None
+        if parent:
+            children.setdefault(parent, []).append(f.session_id)
+
+    # 1. The selection: explicit ids ∪ sessions matching every filter, minus --keep-last.
+    matched: list[str] = []
+    if selectors.has_filter:
+        cutoff = now - selectors.older_than if selectors.older_than is not None else None
+        matched = [
+            sid
+            for sid, f in facts.items()
+            if f.entry_kind != "absent" and _matches(f, selectors, cutoff, result.notes)
+        ]
+        if selectors.keep_last is not None:
+            readable = sorted((s for s in matched if facts[s].readable), reverse=True)
+            kept = set(readable[: selectors.keep_last])
+            matched = [s for s in matched if s not in kept]
+    selected = sorted(set(selectors.ids) | set(matched))
+
+    # 2. --with-descendants: each selected session's subtree joins, grouped under its top.
+    top: dict[str, str] = {sid: sid for sid in selected}
+    if selectors.with_descendants:
+        for root in selected:
+            stack = list(children.get(root, []))
+            while stack:
+                c = stack.pop()
+                if c in top:
+                    continue
+                top[c] = root
+                stack.extend(children.get(c, []))
+        for sid in list(top):  # a selected session inside another's subtree joins that group
+            r = top[sid]
+            while top[r] != r:
+                r = top[r]
+            top[sid] = r
+    # Interrupted prunes are finished whatever this run selects.
+    resumes = {sid for sid, f in facts.items() if f.files.intent}
+
+    # 3. Each session judged alone.
+    decisions: dict[str, PruneDecision] = {}
+    for sid in sorted(set(top) | resumes):
+        f = facts[sid]
+        explicit = sid in selectors.ids or sid in resumes
+        damaged = sid in selectors.ids and selectors.include_damaged
+        d = PruneDecision(sid, False, stamp=f.stamp)
+        if sid in resumes:
+            intent = read_intent(sessions_dir, sid)
+            d.resume = True
+            damaged = damaged or intent.damaged
+            d.reasons += _resume_reasons(f, intent.stamp)
+        if sid in resumes and f.entry_kind == "absent":
+            if f.holder is not None:  # the orphan -shm is in use
+                d.reasons.append(Reason("live", f"{f.holder.file} is open; retry later"))
+        else:
+            d.reasons += _own_reasons(f, explicit, damaged, cached, sessions_dir)
+        d.damaged = damaged
+        d.files = _files(f, damaged)
+        d.bytes = f.bytes + (_corrupt_bytes(sessions_dir, f) if damaged else 0)
+        decisions[sid] = d
+
+    # 4. Whole subtrees, then has_children, to a fixed point (refusing a child keeps its parent).
+    changed = True
+    while changed:
+        changed = False
+        if selectors.with_descendants:
+            changed |= _refuse_whole_groups(decisions, top)
+        for sid, d in decisions.items():
+            if d.reasons:
+                continue
+            staying = [
+                c for c in children.get(sid, []) if decisions.get(c) is None or decisions[c].reasons
+            ]
+            if staying:
+                d.reasons.append(
+                    Reason(
+                        "has_children", _members("named as parent by sessions that stay:", staying)
+                    )
+                )
+                changed = True
+    for d in decisions.values():
+        d.remove = not d.reasons
+    result.candidates = [decisions[s] for s in sorted(decisions)]
+    return result
+
+
+_SUBTREE = "subtree of "
+
+
+def _resume_reasons(f: Facts, planned: Stamp | None) -> list[Reason]:
+    """An interrupted prune is finished only if the session is exactly as it was planned."""
+    if planned is None:
+        return [Reason("changed", "an interrupted prune left an unreadable intent; it stays")]
+    if f.entry_kind != "absent" and (f.stamp.main != planned.main or f.stamp.wal != planned.wal):
+        return [
+            Reason(
+                "changed",
+                "changed since an interrupted prune planned to remove it; it stays",
+            )
+        ]
+    return []
+
+
+def _files(f: Facts, damaged: bool) -> list[str]:
+    """What removing it deletes, in order: the main file first, the intent file last."""
+    base = f"{f.session_id}.sqlite"
+    out = [base] if f.entry_kind != "absent" else []
+    out += f.files.sidecars
+    if damaged:
+        out += f.files.corrupt
+    if f.files.intent:
+        out.append(base + INTENT)
+    return out
+
+
+def _corrupt_bytes(sessions_dir: Path, f: Facts) -> int:
+    total = 0
+    for n in f.files.corrupt:
+        try:
+            total += os.lstat(sessions_dir / n).st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _refuse_whole_groups(decisions: dict[str, PruneDecision], top: dict[str, str]) -> bool:
+    """If any member of a subtree stays, every member stays, naming the member that caused it."""
+    changed = False
+    by_group: dict[str, list[str]] = {}
+    for sid, root in top.items():
+        by_group.setdefault(root, []).append(sid)
+    for root, members in by_group.items():
+        own = {
+            m: [r for r in decisions[m].reasons if not r.message.startswith(_SUBTREE)]
+            for m in members
+        }
+        culprits = [m for m in members if own[m]]
+        for m in members:
+            d = decisions[m]
+            for c in culprits:
+                if c == m:
+                    continue
+                for r in own[c]:
+                    add = Reason(r.code, f"{_SUBTREE}{root}: member {c}: {r.message}")
+                    if add not in d.reasons:
+                        d.reasons.append(add)
+                        changed = True
+    return changed

@@ -1,0 +1,240 @@
+"""What the sessions directory holds, per session id: the files agentdb knows, and the facts
+prune judges by (read-only: one ``scandir``, a lock probe, then a read-only open)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ulid
+
+from agentdb import errors, locks, plugins
+from agentdb.paths import ULID_RE
+from agentdb.store import SessionInfo, SessionReader
+
+INTENT = ".agentdb-prune-intent"  # paths.job_file(db, "prune", "intent")
+MAX_INTENT_BYTES = 64 * 1024
+
+# Every name prune may ever touch: "<id>.sqlite" and what SQLite and agentdb keep beside it.
+_NAME_RE = re.compile(rf"(?P<id>{ULID_RE.pattern})\.sqlite(?P<rest>.*)", re.DOTALL)
+_SIDECAR_RE = re.compile(r"-(?:wal|shm|journal)")
+_CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
+
+
+@dataclass
+class Files:
+    """The agentdb-known names for one session id, as found in the directory."""
+
+    main: bool = False  # "<id>.sqlite" exists (whatever it is)
+    sidecars: list[str] = field(default_factory=list)  # "<id>.sqlite-wal", "-shm", "-journal"
+    corrupt: list[str] = field(default_factory=list)  # ".corrupt[.N]" copies and their WAL/shm
+    intent: bool = False  # an interrupted prune left "<id>.sqlite.agentdb-prune-intent"
+
+
+def group_names(sessions_dir: Path) -> dict[str, Files]:
+    """One ``scandir``: each session id and its known files. Other names are not looked at."""
+    out: dict[str, Files] = {}
+    with os.scandir(sessions_dir) as it:
+        for de in it:
+            m = _NAME_RE.fullmatch(de.name)
+            if m is None:
+                continue
+            f = out.setdefault(m.group("id"), Files())
+            rest = m.group("rest")
+            if rest == "":
+                f.main = True
+            elif _SIDECAR_RE.fullmatch(rest):
+                f.sidecars.append(de.name)
+            elif _CORRUPT_RE.fullmatch(rest):
+                f.corrupt.append(de.name)
+            elif rest == INTENT:
+                f.intent = True
+    for f in out.values():
+        f.sidecars.sort()
+        f.corrupt.sort()
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Who the main file and its WAL are: if either changed since the plan, nothing is removed."""
+
+    main: tuple[int, int, int] | None  # (inode, size, mtime_ns) of "<id>.sqlite", None if absent
+    wal: tuple[int, int, int] | None  # the same for "<id>.sqlite-wal"
+
+    def to_json(self) -> dict[str, list[int] | None]:
+        return {"main": _lst(self.main), "wal": _lst(self.wal)}
+
+    @classmethod
+    def from_json(cls, doc: object) -> Stamp | None:
+        if not isinstance(doc, dict):
+            return None
+        try:
+            return cls(_tup(doc.get("main")), _tup(doc.get("wal")))
+        except (TypeError, ValueError):
+            return None
+
+
+def _lst(t: tuple[int, int, int] | None) -> list[int] | None:
+    return None if t is None else list(t)
+
+
+def _tup(v: object) -> tuple[int, int, int] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != 3 or not all(type(x) is int for x in v):
+        raise ValueError("bad stamp")
+    return (v[0], v[1], v[2])
+
+
+def stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def stamp_of(main: Path) -> Stamp:
+    def one(p: Path) -> tuple[int, int, int] | None:
+        try:
+            return stat_key(os.lstat(p))
+        except FileNotFoundError:
+            return None
+
+    return Stamp(one(main), one(main.with_name(main.name + "-wal")))
+
+
+@dataclass
+class Facts:
+    """What prune knows about one session id."""
+
+    session_id: str
+    files: Files
+    started: dt.datetime  # the ULID's time
+    entry_kind: str  # "regular" | "symlink" | "directory" | "other" | "absent"
+    stamp: Stamp
+    holder: locks.Holder | None = None  # someone has it open (probed before our own open)
+    info: SessionInfo | None = None  # session_meta, when the file could be read
+    producers: list[plugins.PluginVersion] = field(default_factory=list)
+    problem: str | None = None  # why it cannot be read (foreign, corrupt, ...), one line
+    bytes: int = 0  # size of the main file and its sidecars
+
+    @property
+    def readable(self) -> bool:
+        return self.info is not None and self.problem is None
+
+
+def ulid_time(session_id: str) -> dt.datetime:
+    return ulid.ULID.from_str(session_id).datetime
+
+
+def parse_time(text: str | None) -> dt.datetime | None:
+    """An ISO 8601 timestamp as UTC; None when missing or unparseable (naive means UTC)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+
+
+def _entry_kind(path: Path) -> tuple[str, int]:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "absent", 0
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink", 0
+    if stat.S_ISDIR(st.st_mode):
+        return "directory", 0
+    if stat.S_ISREG(st.st_mode):
+        return "regular", st.st_size
+    return "other", 0
+
+
+def _size(path: Path) -> int:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
+    """Probe for a holder first, then read session_meta and producers read-only."""
+    main = sessions_dir / f"{session_id}.sqlite"
+    kind, size = _entry_kind(main)
+    facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main))
+    facts.bytes = size + sum(_size(sessions_dir / n) for n in files.sidecars)
+    if kind == "absent":
+        if files.sidecars:  # orphan -wal/-shm (an interrupted prune): is the -shm in use?
+            facts.holder = locks.probe(main)
+        return facts
+    if kind != "regular":
+        facts.problem = f"{main.name} is a {kind}, not a session file"
+        return facts
+    facts.holder = locks.probe(main)
+    try:
+        with SessionReader(main, session_id=session_id) as reader:
+            facts.info = reader.info()
+            facts.producers = plugins.session_producers(reader)
+    except errors.AgentdbError as e:
+        facts.problem = _short(e, main)
+    return facts
+
+
+def quick_check(sessions_dir: Path, session_id: str) -> str | None:
+    """None when ``PRAGMA quick_check`` passes, else its first complaint (one line)."""
+    from agentdb import db  # only here: the one extra open for selected sessions
+
+    main = sessions_dir / f"{session_id}.sqlite"
+    try:
+        with SessionReader(main, session_id=session_id) as reader, db.translated(main):
+            problems = db.integrity_problems(reader.conn, quick=True, limit=1)
+    except errors.AgentdbError as e:
+        return _short(e, main)
+    if not problems:
+        return None
+    text = " ".join(problems[0].replace("*** in database main ***", "").split())
+    return f"quick_check failed: {text[:200]}"
+
+
+def _short(e: errors.AgentdbError, main: Path) -> str:
+    msg = str(e).split("; ")[0]
+    prefix = f"{main}: "
+    return msg[len(prefix) :] if msg.startswith(prefix) else msg
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What an interrupted prune meant to remove (read from its intent file)."""
+
+    stamp: Stamp | None  # None: the intent file is unreadable (then it is only dropped)
+    damaged: bool  # the prune included the session's .corrupt copies
+
+
+def read_intent(sessions_dir: Path, session_id: str) -> Intent:
+    path = sessions_dir / f"{session_id}.sqlite{INTENT}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return Intent(None, False)
+    try:
+        raw = os.read(fd, MAX_INTENT_BYTES)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return Intent(None, False)
+    if not isinstance(doc, dict) or doc.get("session_id") != session_id:
+        return Intent(None, False)
+    return Intent(Stamp.from_json(doc.get("stamp")), doc.get("damaged") is True)
+
+
+def intent_bytes(session_id: str, stamp: Stamp, damaged: bool) -> bytes:
+    doc = {"session_id": session_id, "stamp": stamp.to_json(), "damaged": damaged}
+    return json.dumps(doc).encode() + b"\n"

@@ -1,0 +1,340 @@
+"""prune.plan / prune.execute on real session trees and a real plugin-cache directory."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+import ulid
+
+from agentdb import demo, errors, plugins, prune
+from agentdb.durations import parse_duration
+from agentdb.prune import Selectors
+from agentdb.store import Event, Producer, SessionWriter
+from tests.support import SRC, held_open, make_session
+
+NOW = dt.datetime.now(dt.timezone.utc)
+OLD = dt.timedelta(days=90)
+
+
+def iso(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def old_session(sessions_dir: Path, days: float, **kw: object) -> str:
+    """A session that started ``days`` ago and ended an hour later (times from its own data)."""
+    t = NOW - dt.timedelta(days=days)
+    kw.setdefault("ended_at", iso(t + dt.timedelta(hours=1)))
+    kw.setdefault("turns", 1)
+    sid, _ = make_session(
+        sessions_dir,
+        session_id=str(ulid.ULID.from_datetime(t)),
+        started_at=iso(t),
+        **kw,  # type: ignore[arg-type]
+    )
+    return sid
+
+
+def foreign_file(sessions_dir: Path, days: float) -> str:
+    sid = str(ulid.ULID.from_datetime(NOW - dt.timedelta(days=days)))
+    path = sessions_dir / f"{sid}.sqlite"
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA application_id=1234; CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    conn.close()
+    os.chmod(path, 0o600)
+    return sid
+
+
+def cache_version(plugin_cache: Path, p: Producer) -> None:
+    (plugin_cache / p.category / p.name / p.version).mkdir(parents=True)
+
+
+def codes(plan: prune.PrunePlan) -> dict[str, list[str]]:
+    return {d.session_id: sorted(r.code for r in d.reasons) for d in plan.candidates}
+
+
+def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        p = directory / name
+        out[name] = (hashlib.sha256(p.read_bytes()).hexdigest(), os.lstat(p).st_mode)
+    return out
+
+
+def crashed_session(sessions_dir: Path, days: float) -> str:
+    """A completed session whose writer died before closing: -wal and -shm stay beside it."""
+    t = NOW - dt.timedelta(days=days)
+    sid = str(ulid.ULID.from_datetime(t))
+    code = (
+        "import os, sys\nsys.path.insert(0, sys.argv[3])\nfrom pathlib import Path\n"
+        "from agentdb.store import SessionWriter\nfrom agentdb import demo\n"
+        "w = SessionWriter.create(Path(sys.argv[1]), profile='coder', session_id=sys.argv[2], "
+        "started_at=sys.argv[4])\ndemo._turns(w, demo.MODEL_OLD, 2, seed=1)\n"
+        "w.set_status('completed', at=sys.argv[4])\nos._exit(0)\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(sessions_dir), sid, str(SRC), iso(t)], check=True
+    )
+    assert (sessions_dir / f"{sid}.sqlite-wal").exists()
+    return sid
+
+
+# ------------------------------------------------------------------------------ selection
+
+
+def test_no_selector_is_a_usage_error(sessions_dir: Path, plugin_cache: Path) -> None:
+    with pytest.raises(errors.UsageError):
+        prune.plan(sessions_dir, plugin_cache, Selectors(with_descendants=True))
+    with pytest.raises(errors.UsageError):
+        prune.plan(sessions_dir, plugin_cache, Selectors(statuses=("done",)))
+    with pytest.raises(errors.InvalidSessionId):
+        prune.plan(sessions_dir, plugin_cache, Selectors(ids=("../x",)))
+    with pytest.raises(errors.UsageError):
+        prune.plan(sessions_dir / "missing", plugin_cache, Selectors(older_than=OLD))
+
+
+def test_durations() -> None:
+    assert parse_duration("90d") == dt.timedelta(days=90)
+    assert parse_duration("12h") == dt.timedelta(hours=12)
+    assert parse_duration("2w") == dt.timedelta(weeks=2)
+    assert parse_duration("0s") == dt.timedelta(0)
+    for junk in ("", "90", "d", "-1d", "1.5h", "1y", "9999999999d"):
+        with pytest.raises(ValueError):
+            parse_duration(junk)
+
+
+def test_age_uses_session_times_never_mtimes(sessions_dir: Path, plugin_cache: Path) -> None:
+    old = old_session(sessions_dir, 200)
+    recent = old_session(sessions_dir, 2)
+    # Mislead: the old file looks brand new, the recent one looks ancient.
+    os.utime(sessions_dir / f"{old}.sqlite", (NOW.timestamp(), NOW.timestamp()))
+    ancient = (NOW - dt.timedelta(days=1000)).timestamp()
+    os.utime(sessions_dir / f"{recent}.sqlite", (ancient, ancient))
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert [d.session_id for d in plan.removals] == [old]
+    assert not plan.refusals
+
+
+def test_age_from_ended_at_not_start(sessions_dir: Path, plugin_cache: Path) -> None:
+    # Started 200 days ago but ended 10 days ago: not older than 90 days.
+    sid = old_session(sessions_dir, 200, ended_at=iso(NOW - dt.timedelta(days=10)))
+    assert prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD)).candidates == []
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=parse_duration("0s")))
+    assert [d.session_id for d in plan.removals] == [sid]
+
+
+def test_unparseable_ended_at_falls_back_to_ulid_time(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    sid = old_session(sessions_dir, 200, ended_at="last tuesday")
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert [d.session_id for d in plan.removals] == [sid]
+    assert any("last tuesday" in n for n in plan.notes)
+
+
+def test_filters_combine_and_ids_add(sessions_dir: Path, plugin_cache: Path) -> None:
+    a = old_session(sessions_dir, 200, status="failed")
+    b = old_session(sessions_dir, 190, status="completed")
+    c = old_session(sessions_dir, 180, status="failed", profile="tester")
+    d = old_session(sessions_dir, 5, status="failed")
+    sel = Selectors(older_than=OLD, statuses=("failed",))
+    assert [x.session_id for x in prune.plan(sessions_dir, plugin_cache, sel).removals] == [a, c]
+    sel = Selectors(older_than=OLD, statuses=("failed",), profile="coder", ids=(d,))
+    assert [x.session_id for x in prune.plan(sessions_dir, plugin_cache, sel).removals] == [a, d]
+    assert b  # never matched
+
+
+def test_keep_last(sessions_dir: Path, plugin_cache: Path) -> None:
+    ids = [old_session(sessions_dir, 300 - i) for i in range(5)]
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(keep_last=2))
+    assert [d.session_id for d in plan.removals] == ids[:3]
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(keep_last=2, older_than=OLD))
+    assert [d.session_id for d in plan.removals] == ids[:3]
+
+
+# ------------------------------------------------------------------------------ refusals
+
+
+def test_every_refusal_code(sessions_dir: Path, plugin_cache: Path) -> None:
+    cache_version(plugin_cache, demo.MODEL_CACHED)
+    (plugin_cache / "kernel" / "kernel" / demo.KERNEL.version).mkdir(parents=True)
+    plain = old_session(sessions_dir, 300)  # uses the kernel producer: never pinned by it
+    pinned = old_session(sessions_dir, 290, model=demo.MODEL_CACHED)
+    running = old_session(sessions_dir, 280, status=None, ended_at=None)
+    both = old_session(sessions_dir, 270, status=None, ended_at=None, model=demo.MODEL_CACHED)
+    live = old_session(sessions_dir, 260)
+    parent = old_session(sessions_dir, 250)
+    child = old_session(sessions_dir, 1, parent=parent, depth=1)
+    corrupt = old_session(sessions_dir, 240, turns=20)
+    demo.damage_page(sessions_dir / f"{corrupt}.sqlite", table="events", nth_leaf=1)
+    foreign = foreign_file(sessions_dir, 230)
+    young_foreign = foreign_file(sessions_dir, 3)
+    with held_open(sessions_dir / f"{live}.sqlite"):
+        plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    got = codes(plan)
+    assert got == {
+        plain: [],
+        pinned: ["pinned"],
+        running: ["running"],
+        both: ["pinned", "running"],
+        live: ["live"],
+        parent: ["has_children"],
+        corrupt: ["unreadable"],
+        foreign: ["unreadable"],
+    }
+    assert child not in got and young_foreign not in got
+    msgs = {d.session_id: d.reasons for d in plan.candidates}
+    assert "model/anthropic/1.4.0" in msgs[pinned][0].message
+    assert child in msgs[parent][0].message
+    assert all("\n" not in r.message for rs in msgs.values() for r in rs)
+
+
+def test_has_children_reaches_a_fixed_point(sessions_dir: Path, plugin_cache: Path) -> None:
+    g = old_session(sessions_dir, 300)
+    p = old_session(sessions_dir, 299, parent=g, depth=1)
+    c = old_session(sessions_dir, 298, parent=p, depth=2, status=None, ended_at=None)
+    other = old_session(sessions_dir, 297, parent=g, depth=1)
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert codes(plan) == {g: ["has_children"], p: ["has_children"], c: ["running"], other: []}
+
+
+def test_with_descendants_judges_the_subtree_whole(sessions_dir: Path, plugin_cache: Path) -> None:
+    cache_version(plugin_cache, demo.MODEL_CACHED)
+    root = old_session(sessions_dir, 10)
+    a = old_session(sessions_dir, 9, parent=root, depth=1)
+    b = old_session(sessions_dir, 8, parent=a, depth=2, model=demo.MODEL_CACHED)
+    sel = Selectors(ids=(root,))
+    assert codes(prune.plan(sessions_dir, plugin_cache, sel)) == {root: ["has_children"]}
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(ids=(root,), with_descendants=True))
+    assert codes(plan) == {root: ["pinned"], a: ["pinned"], b: ["pinned"]}
+    assert f"member {b}" in plan.candidates[0].reasons[0].message
+    # Evict the version and the whole subtree goes.
+    os.rmdir(plugin_cache / "model" / "anthropic" / "1.4.0")
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(ids=(root,), with_descendants=True))
+    assert [d.session_id for d in plan.removals] == sorted([root, a, b])
+
+
+def test_corrupt_copies_need_include_damaged(sessions_dir: Path, plugin_cache: Path) -> None:
+    sid = old_session(sessions_dir, 200)
+    copy = sessions_dir / f"{sid}.sqlite.corrupt"
+    copy.write_bytes(b"damaged original")
+    (sessions_dir / f"{sid}.sqlite.corrupt-wal").write_bytes(b"w")
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert codes(plan) == {sid: ["has_corrupt_copies"]}
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(ids=(sid,), include_damaged=True))
+    assert plan.removals[0].files == [
+        f"{sid}.sqlite",
+        f"{sid}.sqlite.corrupt",
+        f"{sid}.sqlite.corrupt-wal",
+    ]
+    res = prune.execute(plan)
+    assert res.removed == [sid] and os.listdir(sessions_dir) == []
+
+
+def test_unreadable_only_by_explicit_id_with_include_damaged(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    foreign = foreign_file(sessions_dir, 200)
+    corrupt = old_session(sessions_dir, 190, turns=20)
+    demo.damage_page(sessions_dir / f"{corrupt}.sqlite", table="events", nth_leaf=1)
+    sel = Selectors(ids=(foreign, corrupt))
+    assert codes(prune.plan(sessions_dir, plugin_cache, sel)) == {
+        foreign: ["unreadable"],
+        corrupt: ["unreadable"],
+    }
+    sel = Selectors(older_than=OLD, include_damaged=True)  # a selector never removes them
+    assert not prune.plan(sessions_dir, plugin_cache, sel).removals
+    sel = Selectors(ids=(foreign, corrupt), include_damaged=True)
+    res = prune.execute(prune.plan(sessions_dir, plugin_cache, sel))
+    assert res.removed == sorted([foreign, corrupt]) and os.listdir(sessions_dir) == []
+
+
+# ------------------------------------------------------------------------------ dry run
+
+
+def test_plan_changes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
+    cache_version(plugin_cache, demo.MODEL_CACHED)
+    old_session(sessions_dir, 300)
+    old_session(sessions_dir, 290, model=demo.MODEL_CACHED)
+    crashed_session(sessions_dir, 280)
+    corrupt = old_session(sessions_dir, 270, turns=20)
+    demo.damage_page(sessions_dir / f"{corrupt}.sqlite", table="events", nth_leaf=1)
+    foreign_file(sessions_dir, 260)
+    (sessions_dir / "notes.txt").write_text("not ours")
+    before = snapshot(sessions_dir)
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=dt.timedelta(0)))
+    assert len(plan.removals) == 2 and len(plan.refusals) == 3
+    res = prune.dry_run(plan)
+    assert res.dry_run and res.freed_bytes == plan.bytes > 0
+    assert snapshot(sessions_dir) == before
+
+
+# ------------------------------------------------------------------------------ execute
+
+
+def test_execute_removes_only_known_files_and_reports_bytes(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    gone = old_session(sessions_dir, 300)
+    crashed = crashed_session(sessions_dir, 290)
+    kept = old_session(sessions_dir, 1)
+    for stray in ("notes.txt", f"{gone}.sqlite.bak", f"{gone.lower()}.sqlite", "x.sqlite-wal"):
+        (sessions_dir / stray).write_text("not ours")
+    before = snapshot(sessions_dir)
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    sizes = sum(
+        os.lstat(sessions_dir / n).st_size
+        for n in os.listdir(sessions_dir)
+        if n[:26] in (gone, crashed) and not n.endswith(".bak")
+    )
+    res = prune.execute(plan)
+    assert res.removed == [gone, crashed] and not res.refused
+    assert res.freed_bytes == sizes == plan.bytes
+    after = snapshot(sessions_dir)
+    assert after == {
+        k: v for k, v in before.items() if not k.startswith((gone, crashed)) or k.endswith(".bak")
+    }
+    assert f"{kept}.sqlite" in after
+
+
+def test_execute_rechecks_under_the_lock(sessions_dir: Path, plugin_cache: Path) -> None:
+    live = old_session(sessions_dir, 300)
+    changed = old_session(sessions_dir, 290)
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert len(plan.removals) == 2
+    with SessionWriter.open(sessions_dir, changed) as w:  # the kernel resumed it meanwhile
+        w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"more"))
+    with held_open(sessions_dir / f"{live}.sqlite"):
+        res = prune.execute(plan)
+    assert res.removed == []
+    assert {d.session_id: [r.code for r in d.reasons] for d in res.refused} == {
+        live: ["live"],
+        changed: ["changed"],
+    }
+    assert (sessions_dir / f"{live}.sqlite").exists() and (
+        sessions_dir / f"{changed}.sqlite"
+    ).exists()
+    assert not [n for n in os.listdir(sessions_dir) if "agentdb-prune" in n]
+
+
+def test_plugins_refs(sessions_dir: Path, plugin_cache: Path) -> None:
+    cache_version(plugin_cache, demo.MODEL_CACHED)
+    cache_version(plugin_cache, Producer("tool", "shell", "9.9.9"))
+    (plugin_cache / "kernel" / "kernel" / demo.KERNEL.version).mkdir(parents=True)
+    old_session(sessions_dir, 10, model=demo.MODEL_CACHED)
+    old_session(sessions_dir, 9, model=demo.MODEL_CACHED)
+    old_session(sessions_dir, 8)
+    foreign = foreign_file(sessions_dir, 7)
+    refs = plugins.refs(sessions_dir, plugin_cache)
+    assert [(v.category, v.name, v.version, v.sessions) for v in refs.versions] == [
+        ("model", "anthropic", "1.4.0", 2),
+        ("tool", "shell", "9.9.9", 0),
+    ]
+    assert [(v.name, v.version) for v in refs.unreferenced] == [("shell", "9.9.9")]
+    assert refs.unreadable == [foreign]
