@@ -131,11 +131,14 @@ def merge(
             if c.tier == tier:
                 put(c.table, c.row, name)
     if merged["session_meta"] and not live_meta:
-        src = next(iter(sources["session_meta"]))
-        notes.append(
-            f"session_meta: no live copy survived; an older copy ({src}) was used, so its "
-            "status may be out of date"
-        )
+        if "stale" in sources["session_meta"]:
+            notes.append(
+                "session_meta: no live copy survived; an older copy was used, so its status "
+                "may be out of date"
+            )
+        else:
+            src = next(iter(sources["session_meta"]))
+            notes.append(f"session_meta: its b-tree was unreachable; found by {src}")
 
     sequences: dict[str, int] = {}
     for found_seqs in (page.sequences if page else {}, rows.sequences if rows else {}):
