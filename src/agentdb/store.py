@@ -326,7 +326,14 @@ class SessionWriter:
         """
         path = session_path(sessions_dir, session_id)
         for attempt in (1, 2):
-            conn = db.open_writer(path)
+            try:
+                conn = db.open_writer(path)
+            except (errors.Corrupt, errors.Unreadable):
+                # A smashed header or schema page fails before integrity_check can run.
+                if recover is None or attempt == 2:
+                    raise
+                recover(path, session_id)
+                continue
             try:
                 with db.translated(path):
                     ident = identify(conn)
@@ -344,6 +351,11 @@ class SessionWriter:
                 err = db.translate(e, path)
                 if not isinstance(err, errors.Corrupt) or recover is None or attempt == 2:
                     raise err from e
+                problems = [str(e)]
+            except errors.Corrupt as e:  # raised by db.translated inside the block
+                conn.close()
+                if recover is None or attempt == 2:
+                    raise
                 problems = [str(e)]
             except BaseException:
                 conn.close()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from agentdb.cli.demo import demo_cmd
+from agentdb.cli.recover import recover_cmd
 
 ALL: list[click.Command] = [
     demo_cmd,
+    recover_cmd,
 ]

@@ -99,11 +99,11 @@ def verify(path: Path, session_id: str, merged: Merged) -> ReplacementCheck:
             "SELECT count(*) FROM events WHERE content_hash IS NOT agentdb_event_hash(sequence, "
             "id, timestamp, kind, producer_category, producer_name, producer_version, "
             "schema_version, payload)"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         if bad:
             problems.append(f"{bad} events fail their content_hash")
         for table in tables.TABLES:
-            n = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            n = conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
             if n != len(merged.rows[table]):
                 problems.append(f"{table} holds {n} rows, expected {len(merged.rows[table])}")
         # Rows whose event was lost are kept (history); any other dangling key is a bug.

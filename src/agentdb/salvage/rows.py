@@ -91,7 +91,7 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
                     "SELECT count(*) FROM events WHERE content_hash IS NOT "
                     "agentdb_event_hash(sequence, id, timestamp, kind, producer_category, "
                     "producer_name, producer_version, schema_version, payload)"
-                ).fetchone()[0]
+                ).fetchall()[0][0]
                 if bad:
                     d.reasons.append(f"{bad} events do not match their content_hash")
                     d.index_only = False
