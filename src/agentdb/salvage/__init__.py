@@ -10,9 +10,9 @@ attempt (:mod:`agentdb.kernel`). For one session it:
    copies the original and its WAL into a private temporary directory and judges the copy:
    healthy files are reported ``healthy`` and left alone;
 3. runs the engines on the copy: rows through SQLite stepping around damage (:mod:`.rows`),
-   every page and committed WAL frame by the file format (:mod:`.pages`), and SQLite's own
-   recovery extension when a capable shell exists (:mod:`.shell`, optional); merges them by
-   primary key (:mod:`.merge`);
+   every page and committed WAL frame by the file format (:mod:`.pages`); merges them by primary
+   key (:mod:`.merge`); when rows are still known lost, SQLite's own recovery extension
+   (:mod:`.shell`, optional: only when a capable shell exists) may fill gaps, never override;
 4. writes the replacement beside the original (0600, current revision), verifies it, logs the
    intent, and swaps (:mod:`.protocol`); then logs the outcome.
 
@@ -232,15 +232,20 @@ def _recover_held(
             if interrupted is not None:
                 diag.reasons.append(f"resuming an interrupted recovery ({interrupted.name})")
             out.notes += diag.reasons
+            page = pages_mod.salvage_pages(db_bytes, wal_bytes, session_id)
             found = None
             if conn is not None and diag.refused is None:
-                found = rows.salvage_rows(conn, session_id, diag.revision or 2)
+                found = rows.salvage_rows(conn, session_id, diag.revision or 2, page.verified)
         finally:
             if conn is not None:
                 conn.close()
-        page = pages_mod.salvage_pages(db_bytes, wal_bytes, session_id)
-        shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
-        merged = merge_mod.merge(session_id, page, found, shell_rows)
+        merged = merge_mod.merge(session_id, page, found, None)
+        shell_notes: list[str] = []
+        if merged.lost or not merged.rows["session_meta"]:
+            # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
+            shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
+            if shell_rows:
+                merged = merge_mod.merge(session_id, page, found, shell_rows)
         _describe(out, diag, found, page, merged, shell_notes)
         if merged.count() == 0 and not merged.rows["session_meta"]:
             out.outcome = "unreadable"

@@ -50,6 +50,7 @@ class Merged:
     sequences: dict[str, int]  # AUTOINCREMENT counters to restore (at least)
     lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
     notes: list[str] = field(default_factory=list)
+    hashes: dict[int, bytes] = field(default_factory=dict)  # verified content_hash by sequence
     rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
     derived_producers: int = 0  # producers rows derived from events
 
@@ -147,6 +148,11 @@ def merge(
                 sequences[name] = max(seq, sequences.get(name, 0))
 
     result = Merged(merged, sources, sequences, notes=notes)
+    for seq, row in merged["events"].items():
+        if page is not None and seq in page.verified and page.verified[seq][0] == row:
+            result.hashes[seq] = page.verified[seq][1]
+        elif rows is not None and seq in rows.event_hashes and rows.rows["events"].get(seq) == row:
+            result.hashes[seq] = rows.event_hashes[seq]
     _derive_producers(result)
     if not merged["session_meta"] and result.count():
         result.rebuilt_meta = True

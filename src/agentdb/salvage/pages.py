@@ -64,6 +64,7 @@ class PageSalvage:
     candidates: list[Candidate] = field(default_factory=list)  # in tier order, then page order
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters seen
     event_hashes: dict[int, set[bytes]] = field(default_factory=dict)  # stored hashes by sequence
+    verified: dict[int, tuple[Row, bytes]] = field(default_factory=dict)  # row + matching hash
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)
     page_size: int | None = None
@@ -138,6 +139,8 @@ class _Reader:
             if isinstance(stored, bytes):
                 self.out.event_hashes.setdefault(row[0], set()).add(stored)
             why = tables.hash_problem(row, stored)
+            if why is None and isinstance(stored, bytes):
+                self.out.verified.setdefault(row[0], (row, stored))
         if why is not None:
             self.out.rejected[f"{table}: {why}"] += 1
             return

@@ -54,7 +54,8 @@ def write(path: Path, merged: Merged) -> None:
                     rows = merged.rows[table]
                     batch = [rows[k] for k in sorted(rows)]
                     if table == "events":
-                        batch = [(*r, event_hash(*r)) for r in batch]
+                        known = merged.hashes  # verified against these very rows
+                        batch = [(*r, known.get(r[0]) or event_hash(*r)) for r in batch]
                     conn.executemany(_INSERT[table], batch)
                 for name, seq in merged.sequences.items():
                     conn.execute(
