@@ -7,7 +7,8 @@ and, when ``agentdb.salvage.shell`` is importable and finds a capable sqlite3 sh
 that table*; ``.recover`` rows it could only file in ``lost_and_found`` are shown apart.
 Then one large session (``--big-mb``, default 100) is timed the same way.
 
-Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N]``; writes bench/results/bench_recover.md.
+Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N]``;
+writes bench/results/bench_recover.md.
 """
 
 from __future__ import annotations
@@ -70,12 +71,28 @@ def run_agentdb(
     return right_rows(got, original), dt, out.outcome
 
 
+def run_native(path: Path, sid: str) -> float:
+    """The whole job with SQLite's recovery extension turned off (engines b and c only)."""
+    saved = os.environ.get("AGENTDB_SQLITE3")
+    os.environ["AGENTDB_SQLITE3"] = "none"
+    try:
+        t0 = time.perf_counter()
+        salvage.recover_session(path.parent, sid)
+        return time.perf_counter() - t0
+    finally:
+        if saved is None:
+            del os.environ["AGENTDB_SQLITE3"]
+        else:
+            os.environ["AGENTDB_SQLITE3"] = saved
+
+
 def run_shell(
     path: Path, sid: str, original: dict[str, set[tuple[Any, ...]]], work: Path
 ) -> tuple[str, str, str]:
     if shell is None or shell.find_capable_shell() is None:
         return "n/a", "n/a", "n/a"
     wal = sidecar(path, "-wal")
+    work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     res = shell.shell_salvage(path, wal if wal.exists() else None, sid, work)
     dt = time.perf_counter() - t0
@@ -100,6 +117,8 @@ def corpus_table(root: Path) -> list[list[str]]:
         total = sum(len(v) for v in original.values())
         case.damage(a)
         b = install(a, root / case.name / "b")  # the same damaged bytes for .recover
+        c = install(a, root / case.name / "c")
+        native = run_native(c, sid)
         got, dt, outcome = run_agentdb(a, sid, original)
         if outcome == "healthy":
             got = right_rows(corpus.read_rows(a), original)  # left alone: what SQLite reads
@@ -110,6 +129,7 @@ def corpus_table(root: Path) -> list[list[str]]:
                 str(total),
                 f"{got} ({outcome})",
                 f"{dt * 1000:.0f}",
+                f"{native * 1000:.0f}",
                 s_right,
                 s_lf,
                 s_ms,
@@ -124,7 +144,7 @@ def big_session(root: Path, mb: int) -> list[str]:
     payload_size = 20_000
     n = mb * 1_000_000 // payload_size
     batch = []
-    for i in range(n):
+    for _ in range(n):
         batch.append(Event("tool_result", corpus.BIG, os.urandom(payload_size // 2) * 2))
         if len(batch) == 200:
             w.emit_batch(batch)
@@ -136,15 +156,18 @@ def big_session(root: Path, mb: int) -> list[str]:
     original = corpus.read_rows(path)
     corpus.d_zeroed_page(path)
     b = install(path, root / "big-b")
+    c = install(path, root / "big-c")
+    native = run_native(c, w.session_id)
     got, dt, outcome = run_agentdb(path, w.session_id, original)
     s_right, s_lf, s_ms = run_shell(b, w.session_id, original, root / "big-shell")
     size = b.stat().st_size / 1e6
-    ratio = "n/a" if s_ms == "n/a" else f"{dt * 1000 / max(float(s_ms), 1):.2f}"
+    ratio = "n/a" if s_ms == "n/a" else f"{native * 1000 / max(float(s_ms), 1):.2f}"
     return [
         f"{size:.0f} MB session, zeroed leaf",
         str(sum(len(v) for v in original.values())),
         f"{got} ({outcome})",
         f"{dt * 1000:.0f}",
+        f"{native * 1000:.0f}",
         s_right,
         s_lf,
         s_ms,
@@ -161,6 +184,7 @@ def main() -> None:
         "original rows",
         "agentdb rows (outcome)",
         "agentdb ms",
+        "agentdb native-only ms",
         ".recover rows",
         ".recover lost_and_found",
         ".recover ms",
@@ -173,7 +197,7 @@ def main() -> None:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(lines) + "\n"
     if big:
-        h2 = [*headers, "time ratio agentdb/.recover"]
+        h2 = [*headers, "native-only / .recover time"]
         text += "\n| " + " | ".join(h2) + " |\n|" + "---|" * len(h2) + "\n"
         text += "| " + " | ".join(big) + " |\n"
     engine = (
@@ -181,7 +205,9 @@ def main() -> None:
     )
     text += (
         f"\nRows count only when they equal an original row of the same table. {engine}. "
-        "agentdb ms is the whole job (engines, replacement, verification, swap); one run.\n"
+        "agentdb ms is the whole job (engines, replacement, verification, swap; it also runs "
+        "`.recover` when rows are still known lost); native-only is the same job with "
+        "`AGENTDB_SQLITE3=none`. One run each.\n"
     )
     print(text)
     out = ROOT / "bench" / "results" / "bench_recover.md"
