@@ -328,7 +328,14 @@ class SessionWriter:
         """
         path = session_path(sessions_dir, session_id)
         for attempt in (1, 2):
-            conn = db.open_writer(path)
+            try:
+                conn = db.open_writer(path)
+            except (errors.Corrupt, errors.Unreadable):
+                # A smashed header or schema page fails before integrity_check can run.
+                if recover is None or attempt == 2:
+                    raise
+                recover(path, session_id)
+                continue
             try:
                 try:
                     ident = identify(conn)
@@ -346,6 +353,8 @@ class SessionWriter:
                     if not isinstance(err, errors.Corrupt):
                         raise err from e
                     problems = [str(e).split("\n")[0]]
+                except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
+                    problems = [str(e)]
             except BaseException:
                 conn.close()
                 raise

@@ -1,1 +1,371 @@
-"""Recovery engines and the rename protocol."""
+"""Recovery: salvage damaged sessions into replacements, keep the originals, lose nothing
+salvageable.
+
+:func:`recover_session` is the one routine behind ``agentdb recover`` and the kernel's automatic
+attempt (:mod:`agentdb.kernel`). For one session it:
+
+1. refuses what must not be touched (a symlink or non-regular file, insecure modes, a session
+   another process has open, a foreign or too-new file);
+2. under :func:`agentdb.locks.hold` (no SQLite connection can open the session until it is done),
+   copies the original and its WAL into a private temporary directory and judges the copy:
+   healthy files are reported ``healthy`` and left alone;
+3. runs the engines on the copy: rows through SQLite stepping around damage (:mod:`.rows`),
+   every page and committed WAL frame by the file format (:mod:`.pages`); merges them by primary
+   key (:mod:`.merge`); when rows are still known lost, SQLite's own recovery extension
+   (:mod:`.shell`, optional: only when a capable shell exists) may fill gaps, never override;
+4. writes the replacement beside the original (0600, current revision), verifies it, logs the
+   intent, and swaps (:mod:`.protocol`); then logs the outcome.
+
+Nothing salvageable at all: the original is untouched and the outcome is ``unreadable``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentdb import db, errors, fsutil, locks, paths, recoverylog
+from agentdb.fileformat import scan_wal
+from agentdb.paths import sidecar
+from agentdb.salvage import merge as merge_mod
+from agentdb.salvage import pages as pages_mod
+from agentdb.salvage import protocol, replacement, rows
+from agentdb.salvage.tables import TABLES
+
+OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused")
+
+
+@dataclass
+class RecoveryOutcome:
+    """What recovering one session did."""
+
+    session_id: str
+    outcome: str  # recovered | healthy | unreadable | skipped_live | refused
+    path: str  # the session file
+    corrupt_path: str | None = None  # where the original bytes are kept (None if untouched)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> {"salvaged": N, ..}
+    engines: list[str] = field(default_factory=list)  # engines whose rows are in the replacement
+    lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
+    notes: list[str] = field(default_factory=list)  # reasons, warnings, rebuilt rows
+    replacement_check: list[str] = field(default_factory=list)  # verification problems
+    dry_run: bool = False  # True: nothing was changed
+    corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
+
+    def log_entry(self, event: str) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "event": event,
+            "outcome": self.outcome,
+            "path": self.path,
+            "corrupt_path": self.corrupt_path,
+            "corrupt_wal": self.corrupt_wal,
+            "engines": self.engines,
+            "tables": self.tables,
+            "lost": self.lost,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class RecoveryReport:
+    """Outcomes of one recover run, in the order the sessions were given."""
+
+    sessions: list[RecoveryOutcome] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(s.outcome in ("recovered", "healthy") for s in self.sessions)
+
+
+Fault = Callable[[str], None]
+
+
+def _shell() -> Any:
+    try:
+        from agentdb.salvage import shell  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return shell
+
+
+def recover_sessions(
+    sessions_dir: Path,
+    session_ids: Iterable[str] | None = None,
+    *,
+    dry_run: bool = False,
+    recovery_log: Path | None = None,
+    fault: Fault | None = None,
+) -> RecoveryReport:
+    """Recover the given sessions (None: every ``<ULID>.sqlite`` entry in the directory)."""
+    if session_ids is None:
+        ids = [e.session_id for e in paths.iter_session_entries(sessions_dir)]
+    else:
+        ids = [paths.validate_id(s) for s in session_ids]
+    report = RecoveryReport(dry_run=dry_run)
+    for sid in ids:
+        report.sessions.append(
+            recover_session(
+                sessions_dir, sid, dry_run=dry_run, recovery_log=recovery_log, fault=fault
+            )
+        )
+    return report
+
+
+def recover_session(
+    sessions_dir: Path,
+    session_id: str,
+    *,
+    dry_run: bool = False,
+    recovery_log: Path | None = None,
+    fault: Fault | None = None,
+) -> RecoveryOutcome:
+    """Recover one session if it is damaged; see the module docstring."""
+    path = paths.session_path(sessions_dir, session_id)
+    log = recovery_log or paths.recovery_log_path(sessions_dir)
+    out = RecoveryOutcome(session_id, "refused", str(path), dry_run=dry_run)
+    try:
+        db.require_regular(path)
+        db.require_secure(path)
+    except errors.AgentdbError as e:
+        out.notes.append(str(e))
+        return out
+    holder = locks.probe(path)
+    if holder is not None:
+        out.outcome = "skipped_live"
+        who = f"pid {holder.pid}" if holder.pid else "another agentdb job"
+        out.notes.append(f"{path}: open by {who}; recover it when the session is closed")
+        return out
+    try:
+        with locks.hold(path) as fd:
+            return _recover_held(path, session_id, fd, out, log, dry_run, fault)
+    except errors.SessionLive as e:
+        out.outcome = "skipped_live"
+        out.notes.append(str(e))
+        return out
+
+
+def _read_fd(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    chunks: list[bytes] = []
+    pos = 0
+    while pos < size:
+        chunk = os.pread(fd, min(1 << 24, size - pos), pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        pos += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, paths.FILE_MODE)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _recover_held(
+    path: Path,
+    session_id: str,
+    fd: int,
+    out: RecoveryOutcome,
+    log: Path,
+    dry_run: bool,
+    fault: Fault | None,
+) -> RecoveryOutcome:
+    st = os.fstat(fd)
+    now = os.lstat(path)
+    if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+        out.outcome = "skipped_live"
+        out.notes.append(f"{path}: replaced while being locked; retry")
+        return out
+    if not dry_run:
+        protocol.remove_job_files(path)
+    interrupted = protocol.existing_corrupt_of(path, st)
+    wal_path = sidecar(path, "-wal")
+    if not wal_path.exists() and interrupted is not None:
+        wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
+    db_bytes = _read_fd(fd)
+    wal_bytes = wal_path.read_bytes() if wal_path.exists() else None
+
+    with tempfile.TemporaryDirectory(prefix="agentdb-recover-") as work_s:
+        work = Path(work_s)
+        os.chmod(work, 0o700)
+        copy = work / path.name
+        _write_private(copy, db_bytes)
+        if wal_bytes:
+            _write_private(sidecar(copy, "-wal"), wal_bytes)
+        conn = None
+        open_error: BaseException | None = None
+        try:
+            conn = rows.open_copy(copy)
+        except errors.AgentdbError as e:
+            open_error = e
+        try:
+            diag = rows.diagnose(conn, open_error)
+            if wal_bytes:
+                scan = scan_wal(wal_bytes)
+                if "wal_frames_after_break" in scan.codes:
+                    diag.damaged = True
+                    diag.index_only = False
+                    diag.reasons.append("WAL: intact commits after a checksum break")
+            if diag.refused is not None and interrupted is None:
+                out.outcome = "refused"
+                out.notes += diag.reasons
+                return out
+            if not diag.damaged and interrupted is None:
+                return _healthy(path, out, log)
+            if interrupted is not None:
+                diag.reasons.append(f"resuming an interrupted recovery ({interrupted.name})")
+            out.notes += diag.reasons
+            page = pages_mod.salvage_pages(db_bytes, wal_bytes, session_id)
+            found = None
+            if conn is not None and diag.refused is None:
+                found = rows.salvage_rows(conn, session_id, diag.revision or 2, page.verified)
+        finally:
+            if conn is not None:
+                conn.close()
+        merged = merge_mod.merge(session_id, page, found, None)
+        shell_notes: list[str] = []
+        if merged.lost or not merged.rows["session_meta"]:
+            # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
+            shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
+            if shell_rows:
+                merged = merge_mod.merge(session_id, page, found, shell_rows)
+        _describe(out, diag, found, page, merged, shell_notes)
+        if merged.count() == 0 and not merged.rows["session_meta"]:
+            out.outcome = "unreadable"
+            out.notes.append("nothing could be salvaged; the original is left untouched")
+            if not dry_run:
+                recoverylog.append(log, out.log_entry("outcome"))
+            return out
+        target = work / "replacement.sqlite" if dry_run else paths.job_file(path, "recover", "tmp")
+        try:
+            replacement.write(target, merged)
+            check = replacement.verify(target, session_id, merged)
+        except BaseException:
+            if not dry_run:
+                protocol.remove_job_files(path)
+            raise
+        out.replacement_check = check.problems
+        if check.fk_orphans:
+            out.notes.append(
+                f"{check.fk_orphans} rows reference events that were lost (kept: history)"
+            )
+        if not check.ok:
+            if not dry_run:
+                protocol.remove_job_files(path)
+            out.outcome = "unreadable"
+            out.notes.append(f"the replacement failed verification: {check.problems[0]}")
+            if not dry_run:
+                recoverylog.append(log, out.log_entry("outcome"))
+            return out
+        out.outcome = "recovered"
+        _fault(fault, "after_salvage")
+        if dry_run:
+            out.notes.append("dry run: nothing was changed")
+            return out
+        corrupt = interrupted or protocol.next_corrupt_name(path)
+        out.corrupt_path = str(corrupt)
+        if wal_bytes:
+            out.corrupt_wal = str(sidecar(corrupt, "-wal"))
+        recoverylog.append(log, out.log_entry("intent"))
+        _fault(fault, "after_intent")
+        protocol.swap(path, target, corrupt, fault)
+        recoverylog.append(log, out.log_entry("outcome"))
+        return out
+
+
+def _fault(fault: Fault | None, point: str) -> None:
+    if fault is not None:
+        fault(point)
+
+
+def _healthy(path: Path, out: RecoveryOutcome, log: Path) -> RecoveryOutcome:
+    """A healthy file; if an interrupted recovery of it only lacks its outcome line, finish."""
+    out.outcome = "healthy"
+    entries = recoverylog.entries_for(log, out.session_id)
+    if entries and entries[-1].get("event") == "intent":
+        last = entries[-1]
+        corrupt = last.get("corrupt_path")
+        if isinstance(corrupt, str) and Path(corrupt).exists():
+            out.outcome = "recovered"
+            out.corrupt_path = corrupt
+            out.corrupt_wal = last.get("corrupt_wal")
+            out.tables = last.get("tables") or {}
+            out.engines = last.get("engines") or []
+            out.lost = last.get("lost") or {}
+            out.notes = [*list(last.get("notes") or []), "finished an interrupted recovery"]
+            recoverylog.append(log, out.log_entry("outcome"))
+    return out
+
+
+def _run_shell(
+    copy: Path, wal_bytes: bytes | None, session_id: str, work: Path
+) -> tuple[dict[str, list[tuple[Any, ...]]] | None, list[str]]:
+    shell = _shell()
+    if shell is None:
+        return None, []
+    try:
+        if shell.find_capable_shell() is None:
+            return None, []
+        wal = sidecar(copy, "-wal") if wal_bytes else None
+        shell_dir = work / "shell"
+        fsutil.ensure_dir(shell_dir)
+        got = shell.shell_salvage(copy, wal, session_id, shell_dir)
+    except Exception as e:  # the optional engine must never sink the others
+        return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
+    return dict(got.rows), list(got.notes)
+
+
+def _describe(
+    out: RecoveryOutcome,
+    diag: rows.Diagnosis,
+    found: rows.RowSalvage | None,
+    page: pages_mod.PageSalvage,
+    merged: merge_mod.Merged,
+    shell_notes: list[str],
+) -> None:
+    out.tables = {
+        t: {"salvaged": len(merged.rows[t]), "sources": dict(merged.sources[t])} for t in TABLES
+    }
+    used: Counter[str] = Counter()
+    for t in TABLES:
+        used.update(merged.sources[t])
+    engines = []
+    if diag.index_only and found is not None and found.complete:
+        engines.append("index-rebuild")
+    if used["rows"]:
+        engines.append("rows")
+    if used["live"] or used["stray"] or used["stale"]:
+        engines.append("pages")
+    if used["sqlite-recover"]:
+        engines.append("sqlite-recover")
+    if used["derived"] or used["rebuilt"]:
+        engines.append("derived")
+    out.engines = engines
+    out.lost = merged.lost
+    rejected = Counter(page.rejected)
+    if found is not None:
+        rejected.update(found.rejected)
+        out.notes += found.notes
+        if found.damaged_regions:
+            out.notes.append(f"rows engine stepped around {found.damaged_regions} damaged regions")
+    out.notes += page.notes + merged.notes + shell_notes
+    if rejected:
+        top = ", ".join(f"{why} ({n})" for why, n in rejected.most_common(6))
+        out.notes.append(f"rejected: {top}")

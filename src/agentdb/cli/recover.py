@@ -1,0 +1,88 @@
+"""``agentdb recover``: salvage damaged sessions into replacements, keep the originals."""
+
+from __future__ import annotations
+
+import click
+
+from agentdb import salvage
+from agentdb.cli import output
+from agentdb.cli.common import App, fmt_option, json_option, make_selection, session_selection
+
+
+@click.command("recover")
+@session_selection()
+@click.option(
+    "--dry-run", is_flag=True, help="Salvage into a temporary file, report, change nothing."
+)
+@json_option
+@fmt_option
+@click.pass_obj
+def recover_cmd(
+    app: App, ids: tuple[str, ...], all_: bool, dry_run: bool, as_json: bool, fmt: str
+) -> int:
+    """Salvage damaged sessions into replacements, keeping each original as
+    <id>.sqlite.corrupt (then .corrupt.1, ...) with its WAL beside it.
+
+    A session is damaged when PRAGMA integrity_check fails, SQLite cannot read it, an event's
+    content_hash does not match, or its WAL holds intact commits after a broken frame. Healthy
+    sessions are left alone; sessions another process has open are skipped. Every recovery is
+    logged to the recovery log and warned about on stderr. Exit 1 when any session was
+    unreadable, skipped or refused.
+    """
+    sel = make_selection(ids, all_)
+    sessions_dir = app.require_sessions_dir()
+    report = salvage.recover_sessions(
+        sessions_dir,
+        None if sel.all else sel.ids,
+        dry_run=dry_run,
+        recovery_log=app.recovery_log,
+    )
+    for s in report.sessions:
+        if s.outcome == "recovered":
+            where = "would keep the original" if dry_run else f"original kept as {s.corrupt_path}"
+            lost = s.lost.get("events_missing", 0)
+            output.warn(
+                f"{s.path}: damaged; {'dry run: ' if dry_run else ''}recovered "
+                f"{s.tables.get('events', {}).get('salvaged', 0)} events ({lost} known lost); "
+                f"{where}"
+            )
+        elif s.outcome in ("unreadable", "refused", "skipped_live"):
+            output.warn(f"{s.path}: {s.outcome}: {s.notes[-1] if s.notes else ''}")
+    if as_json:
+        output.emit_json(
+            {
+                "dry_run": dry_run,
+                "sessions": [
+                    {
+                        "session_id": s.session_id,
+                        "outcome": s.outcome,
+                        "path": s.path,
+                        "corrupt_path": s.corrupt_path,
+                        "corrupt_wal": s.corrupt_wal,
+                        "tables": s.tables,
+                        "engines": s.engines,
+                        "lost": s.lost,
+                        "notes": s.notes,
+                    }
+                    for s in report.sessions
+                ],
+            }
+        )
+    else:
+        output.emit_table(
+            [
+                (
+                    s.session_id,
+                    s.outcome,
+                    " ".join(
+                        f"{t}={v['salvaged']}" for t, v in s.tables.items() if v.get("salvaged")
+                    ),
+                    ",".join(s.engines),
+                    s.corrupt_path or "",
+                )
+                for s in report.sessions
+            ],
+            ["session", "outcome", "rows salvaged", "engines", "original kept as"],
+            fmt,
+        )
+    return 0 if report.ok else 1

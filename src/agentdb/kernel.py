@@ -1,0 +1,53 @@
+"""How the kernel opens a session: the spec's open sequence with the automatic recovery attempt.
+
+:func:`open_session` opens through :meth:`SessionWriter.open`; when ``PRAGMA integrity_check``
+fails, the writer has closed its connection and calls :func:`recover_hook`, which runs the same
+routine as ``agentdb recover`` (:func:`agentdb.salvage.recover_session`): the original is kept as
+``<id>.sqlite.corrupt``, the replacement takes its name, the recovery log gets its lines, and a
+warning is logged (never silent). If nothing could be salvaged the file is flagged ``unreadable``
+(logged) and :class:`~agentdb.errors.Unreadable` is raised so the kernel moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from agentdb import errors, paths
+from agentdb.salvage import recover_session
+from agentdb.store import SessionWriter
+
+log = logging.getLogger("agentdb.kernel")
+
+
+def open_session(sessions_dir: Path, session_id: str) -> SessionWriter:
+    """Open a session for writing, recovering it automatically if it is damaged."""
+
+    def hook(path: Path, sid: str) -> None:
+        recover_hook(sessions_dir, sid)
+
+    return SessionWriter.open(sessions_dir, session_id, recover=hook)
+
+
+def recover_hook(sessions_dir: Path, session_id: str) -> None:
+    """The kernel's automatic attempt; raises when the session could not be recovered."""
+    out = recover_session(sessions_dir, session_id)
+    path = paths.session_path(sessions_dir, session_id)
+    if out.outcome == "recovered":
+        log.warning(
+            "%s: was damaged and has been recovered; the original is kept as %s; "
+            "the session's data may be incomplete (see %s)",
+            path,
+            out.corrupt_path,
+            paths.recovery_log_path(sessions_dir),
+        )
+        return
+    if out.outcome == "skipped_live":
+        raise errors.SessionLive(f"{path}: open by another process; not recovered", path=path)
+    reason = out.notes[-1] if out.notes else out.outcome
+    log.warning("%s: damaged and could not be recovered (%s); flagged unreadable", path, reason)
+    raise errors.Unreadable(
+        f"{path}: damaged and unsalvageable ({out.outcome}); kept as it is, see "
+        f"`agentdb check {session_id}`",
+        path=path,
+    )

@@ -1,0 +1,207 @@
+"""Merge what the engines found: one row per primary key, the most trustworthy copy first.
+
+Precedence for every key (the first source that has it wins):
+
+1. rows SQLite itself read (engine b), then rows reached by walking the live b-trees (engine c's
+   ``live`` tier, which also sees intact WAL commits after a checksum break; for
+   ``session_meta``, updated in place, that newest copy comes first);
+2. rows from SQLite's own recovery extension (only when it is available), each re-validated;
+3. engine c's ``stray`` leaves (orphaned subtrees), then ``stale`` copies (older page versions,
+   freelist pages).
+
+Tiers 2 and 3 only fill gaps. ``session_meta`` is updated in place, so a copy from tier 2 or 3 is
+used only when no live copy survived, and the report says so.
+
+Then what can be derived is derived: a producer seen in a salvaged event but whose ``producers``
+row is lost gets one (first_seen_sequence = its earliest salvaged event; reported as derived).
+A lost ``session_meta`` is rebuilt from what is known, by one documented rule: session_id from the
+file name, profile ``"unknown"``, parent NULL, depth 0, status ``failed`` (terminal: a session whose
+summary was lost must not be resumed as if nothing happened), started_at from the id's ULID time,
+ended_at the newest salvaged event's timestamp (else started_at). The report says it was rebuilt.
+Salvaged ``cost_ledger``, ``plan_items`` and ``producers`` rows whose event is lost stay: they are
+history (money was spent).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import ulid
+
+from agentdb.salvage import tables
+from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
+from agentdb.salvage.rows import RowSalvage
+from agentdb.salvage.tables import Row
+from agentdb.schema import enums
+
+REBUILT_PROFILE = "unknown"
+REBUILT_STATUS = "failed"
+
+
+@dataclass
+class Merged:
+    """The rows a replacement will hold, and how they were found."""
+
+    rows: dict[str, dict[Any, Row]]  # table -> key -> row (revision-1 columns)
+    sources: dict[str, Counter[str]]  # table -> source -> rows taken from it
+    sequences: dict[str, int]  # AUTOINCREMENT counters to restore (at least)
+    lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
+    notes: list[str] = field(default_factory=list)
+    hashes: dict[int, bytes] = field(default_factory=dict)  # verified content_hash by sequence
+    rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
+    derived_producers: int = 0  # producers rows derived from events
+
+    def count(self) -> int:
+        return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
+
+
+def _ranges(missing: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for n in missing:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+def merge(
+    session_id: str,
+    page: PageSalvage | None,
+    rows: RowSalvage | None,
+    shell_rows: dict[str, list[tuple[Any, ...]]] | None,
+) -> Merged:
+    merged: dict[str, dict[Any, Row]] = {t: {} for t in tables.TABLES}
+    sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
+    notes: list[str] = []
+
+    def put(table: str, row: Row, source: str) -> None:
+        key = tables.key_of(table, row)
+        if key in merged[table]:
+            return
+        if table == "session_meta" and merged[table] and source not in ("live", "rows"):
+            return
+        merged[table][key] = row
+        sources[table][source] += 1
+
+    cands = page.candidates if page else []
+    # session_meta is updated in place: the page engine's live copy also sees intact WAL commits
+    # after a checksum break, so it is the newest; for append-only tables SQLite's read leads.
+    for c in cands:
+        if c.tier == LIVE and c.table == "session_meta":
+            put(c.table, c.row, "live")
+    if rows is not None:
+        for table, found in rows.rows.items():
+            for row in found.values():
+                put(table, row, "rows")
+    for c in cands:
+        if c.tier == LIVE:
+            put(c.table, c.row, "live")
+    live_meta = bool(merged["session_meta"])
+    if shell_rows:
+        hashes: dict[int, set[bytes]] = {}
+        if page:
+            for seq, hs in page.event_hashes.items():
+                hashes.setdefault(seq, set()).update(hs)
+        if rows:
+            for seq, h in rows.event_hashes.items():
+                hashes.setdefault(seq, set()).add(h)
+        rejected = 0
+        for table, found_rows in shell_rows.items():
+            if table not in merged:
+                continue
+            for raw in found_rows:
+                row = tables.normalise(table, raw)
+                why = tables.problem(table, row, session_id)
+                if why is None and table == "events" and row[0] in hashes:
+                    from agentdb.schema.hashing import event_hash
+
+                    if event_hash(*row) not in hashes[row[0]]:
+                        why = "content_hash does not match"
+                if why is not None:
+                    rejected += 1
+                    continue
+                put(table, row, "sqlite-recover")
+        if rejected:
+            notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
+    for tier, name in ((STRAY, "stray"), (STALE, "stale")):
+        for c in cands:
+            if c.tier == tier:
+                put(c.table, c.row, name)
+    if merged["session_meta"] and not live_meta:
+        if "stale" in sources["session_meta"]:
+            notes.append(
+                "session_meta: no live copy survived; an older copy was used, so its status "
+                "may be out of date"
+            )
+        else:
+            src = next(iter(sources["session_meta"]))
+            notes.append(f"session_meta: its b-tree was unreachable; found by {src}")
+
+    sequences: dict[str, int] = {}
+    for found_seqs in (page.sequences if page else {}, rows.sequences if rows else {}):
+        for name, seq in found_seqs.items():
+            if name in tables.AUTOINCREMENT_TABLES:
+                sequences[name] = max(seq, sequences.get(name, 0))
+
+    result = Merged(merged, sources, sequences, notes=notes)
+    for seq, row in merged["events"].items():
+        if page is not None and seq in page.verified and page.verified[seq][0] == row:
+            result.hashes[seq] = page.verified[seq][1]
+        elif rows is not None and seq in rows.event_hashes and rows.rows["events"].get(seq) == row:
+            result.hashes[seq] = rows.event_hashes[seq]
+    _derive_producers(result)
+    if not merged["session_meta"] and result.count():
+        result.rebuilt_meta = True
+        merged["session_meta"][session_id] = rebuilt_meta(session_id, merged["events"])
+        sources["session_meta"]["rebuilt"] += 1
+        result.lost["session_meta"] = "rebuilt from the file name (profile, status, depth unknown)"
+        notes.append(
+            f"session_meta lost: rebuilt with profile {REBUILT_PROFILE!r}, status "
+            f"{REBUILT_STATUS!r}, depth 0, no parent (unknown); session_id from the file name"
+        )
+    for table in tables.AUTOINCREMENT_TABLES:
+        keys = merged[table].keys()
+        highest = max([sequences.get(table, 0), *keys]) if keys or table in sequences else 0
+        missing = sorted(set(range(1, highest + 1)) - set(keys)) if highest < 10_000_000 else []
+        if missing:
+            name = "event_sequences" if table == "events" else f"{table}_sequences"
+            result.lost[name] = _ranges(missing)
+            result.lost[f"{table}_missing"] = len(missing)
+    return result
+
+
+def _derive_producers(m: Merged) -> None:
+    seen: dict[tuple[str, str, str], int] = {}
+    for row in m.rows["events"].values():
+        key = (row[4], row[5], row[6])
+        seen[key] = min(row[0], seen.get(key, row[0]))
+    for key, first in sorted(seen.items(), key=lambda kv: kv[1]):
+        if key not in m.rows["producers"]:
+            m.rows["producers"][key] = (*key, first)
+            m.sources["producers"]["derived"] += 1
+            m.derived_producers += 1
+    if m.derived_producers:
+        m.notes.append(
+            f"producers: {m.derived_producers} rows derived from salvaged events "
+            "(first_seen_sequence is the earliest salvaged event, perhaps not the first)"
+        )
+
+
+def rebuilt_meta(session_id: str, events: dict[Any, Row]) -> Row:
+    started = _iso(ulid.ULID.from_str(session_id).datetime)
+    ended = started
+    if events:
+        ended = str(events[max(events)][2])
+    return (session_id, None, REBUILT_PROFILE, REBUILT_STATUS, 0, started, ended)
+
+
+def _iso(t: dt.datetime) -> str:
+    t = t.astimezone(dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+assert REBUILT_STATUS in enums.TERMINAL_STATUSES

@@ -1,0 +1,327 @@
+"""Engine c: page-level salvage by SQLite's file format, with no SQLite call at all.
+
+Reads every page of the database file and every committed frame of its WAL (the newest committed
+copy of a page wins; torn or uncommitted frames are ignored; after a checksum break the chain is
+resumed, so intact later commits are kept), decodes table-leaf cells (varints, record headers,
+serial types, overflow chains), assigns each record to one of our tables by its shape, validates
+it and hands back *candidates* in three tiers:
+
+* tier 0, ``live``: reached by walking each table's b-tree from the root ``sqlite_schema`` names;
+* tier 1, ``stray``: table-leaf pages of the current image that no live walk reached (the
+  subtree under a damaged interior page, or every leaf when the schema page is lost);
+* tier 2, ``stale``: older copies of pages (the file's copy under a newer WAL frame, superseded
+  WAL frames) and freelist pages. These only ever fill gaps (see :mod:`.merge`).
+
+Rejected: cells that do not parse, keys out of order for their page (or outside the bounds the
+parent page gives), overflow chains that loop, leave the file or run through a live b-tree page,
+records of no known shape, rows that fail validation, revision-2 events whose content_hash does
+not match.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentdb.fileformat import (
+    FormatError,
+    PageKind,
+    PageSource,
+    TableLeafCell,
+    decode_record,
+    iter_freelist,
+    parse_page,
+    read_overflow,
+    scan_wal,
+)
+from agentdb.fileformat.btree import TableInteriorCell
+from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED
+from agentdb.salvage import tables
+from agentdb.salvage.tables import Row
+
+LIVE, STRAY, STALE = 0, 1, 2
+TIER_NAMES = {LIVE: "live", STRAY: "stray", STALE: "stale"}
+GetPage = Callable[[int], "bytes | None"]
+_MIN_KEY = -(1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One validated row found in the file."""
+
+    table: str  # one of our five tables
+    row: Row  # revision-1 columns
+    tier: int  # LIVE, STRAY or STALE
+    where: str  # "page 7" / "wal frame 12 (page 7)" / "file page 7 (older)"
+
+
+@dataclass
+class PageSalvage:
+    """What engine c found."""
+
+    candidates: list[Candidate] = field(default_factory=list)  # in tier order, then page order
+    sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters seen
+    event_hashes: dict[int, set[bytes]] = field(default_factory=dict)  # stored hashes by sequence
+    verified: dict[int, tuple[Row, bytes]] = field(default_factory=dict)  # row + matching hash
+    rejected: Counter[str] = field(default_factory=Counter)  # reason -> count
+    notes: list[str] = field(default_factory=list)
+    page_size: int | None = None
+    revision: int | None = None  # the header's user_version, when the header is readable
+    schema_found: bool = False  # sqlite_schema named our tables' roots
+
+
+class _Reader:
+    def __init__(self, src: PageSource, encoding: str, session_id: str, out: PageSalvage):
+        self.src = src
+        self.encoding = encoding
+        self.session_id = session_id
+        self.out = out
+        self.live_btree_pages: set[int] = set()
+
+    # -- records
+
+    def payload(self, cell: TableLeafCell, get_page: GetPage) -> bytes | None:
+        if cell.overflow_pgno is None:
+            return cell.local
+        needed = cell.payload_size - len(cell.local)
+        guarded = self._guard(get_page)
+        try:
+            return cell.local + read_overflow(
+                guarded, cell.overflow_pgno, needed, self.src.usable, self.src.page_count
+            )
+        except FormatError:
+            self.out.rejected["overflow chain broken"] += 1
+            return None
+
+    def _guard(self, get_page: GetPage) -> GetPage:
+        live = self.live_btree_pages
+
+        def get(pgno: int) -> bytes | None:
+            if pgno in live:
+                raise FormatError(f"overflow chain runs into b-tree page {pgno}")
+            return get_page(pgno)
+
+        return get
+
+    def record(self, cell: TableLeafCell, get_page: GetPage) -> list[Any] | None:
+        payload = self.payload(cell, get_page)
+        if payload is None:
+            return None
+        try:
+            return decode_record(payload, self.encoding)
+        except FormatError:
+            self.out.rejected["record does not decode"] += 1
+            return None
+
+    def accept(
+        self, rec: list[Any], rowid: int, tier: int, where: str, want: str | None = None
+    ) -> None:
+        """Assign ``rec`` to a table by shape, validate it and keep it as a candidate."""
+        got = classify(rec, rowid)
+        if got is None:
+            if want != "sqlite_schema":
+                self.out.rejected["record of no known shape"] += 1
+            return
+        table, row, stored = got
+        if want is not None and table != want:
+            self.out.rejected[f"record in {want}'s b-tree has another table's shape"] += 1
+            return
+        if table == "sqlite_sequence":
+            name, seq = row
+            if tier == LIVE or name not in self.out.sequences:
+                self.out.sequences[name] = max(seq, self.out.sequences.get(name, 0))
+            return
+        row = tables.normalise(table, row)
+        why = tables.problem(table, row, self.session_id)
+        if why is None and stored is not _NO_HASH:
+            if isinstance(stored, bytes):
+                self.out.event_hashes.setdefault(row[0], set()).add(stored)
+            why = tables.hash_problem(row, stored)
+            if why is None and isinstance(stored, bytes):
+                self.out.verified.setdefault(row[0], (row, stored))
+        if why is not None:
+            self.out.rejected[f"{table}: {why}"] += 1
+            return
+        self.out.candidates.append(Candidate(table, row, tier, where))
+
+    # -- pages
+
+    def leaf_cells(self, data: bytes, pgno: int) -> list[TableLeafCell] | None:
+        """The parseable cells of a table-leaf page in key order, or None if it is not one."""
+        try:
+            page = parse_page(data, pgno, self.src.usable)
+        except FormatError:
+            return None
+        if page.kind is not PageKind.LEAF_TABLE:
+            return None
+        cells: list[TableLeafCell] = []
+        prev = _MIN_KEY
+        for i in range(page.cell_count):
+            try:
+                cell = page.cell(i)
+            except FormatError:
+                self.out.rejected["cell does not parse"] += 1
+                continue
+            if not isinstance(cell, TableLeafCell):
+                continue
+            if cell.rowid <= prev:
+                self.out.rejected["key out of order for its page"] += 1
+                continue
+            prev = cell.rowid
+            cells.append(cell)
+        return cells
+
+    def walk(self, root: int, get_page: GetPage) -> Iterator[tuple[int, TableLeafCell]]:
+        """Leniently walk a table b-tree: damaged subtrees are skipped (and left to the scan)."""
+        count = self.src.page_count
+        stack: list[tuple[int, int, int, int]] = [(root, _MIN_KEY, tables.MAX_ROWID, 0)]
+        seen: set[int] = set()
+        while stack:
+            pgno, lo, hi, depth = stack.pop()
+            if not 1 <= pgno <= count or pgno in seen or depth > 64:
+                self.out.rejected["b-tree child page out of range or loops"] += 1
+                continue
+            seen.add(pgno)
+            data = get_page(pgno)
+            if data is None:
+                continue
+            try:
+                page = parse_page(data, pgno, self.src.usable)
+            except FormatError:
+                continue
+            if page.kind is PageKind.LEAF_TABLE:
+                self.live_btree_pages.add(pgno)
+                for cell in self.leaf_cells(data, pgno) or []:
+                    if lo < cell.rowid <= hi:
+                        yield pgno, cell
+                    else:
+                        self.out.rejected["key outside its parent's bounds"] += 1
+            elif page.kind is PageKind.INTERIOR_TABLE:
+                self.live_btree_pages.add(pgno)
+                kids: list[tuple[int, int, int, int]] = []
+                prev = lo
+                for i in range(page.cell_count):
+                    try:
+                        c = page.cell(i)
+                    except FormatError:
+                        continue
+                    if not isinstance(c, TableInteriorCell) or not prev <= c.key <= hi:
+                        continue
+                    kids.append((c.left_child, prev, c.key, depth + 1))
+                    prev = c.key
+                if page.right_child is not None:
+                    kids.append((page.right_child, prev, hi, depth + 1))
+                stack.extend(reversed(kids))
+
+
+_NO_HASH = object()
+
+
+def classify(rec: list[Any], rowid: int) -> tuple[str, Row, Any] | None:
+    """(table, revision-1 row, stored content_hash or _NO_HASH) for a record of a known shape."""
+    n = len(rec)
+    if n == 10 and rec[0] is None:
+        return "events", (rowid, *rec[1:9]), rec[9]
+    if n == 9 and rec[0] is None:
+        if isinstance(rec[1], str):
+            return "events", (rowid, *rec[1:9]), _NO_HASH
+        return "cost_ledger", (rowid, *rec[1:]), _NO_HASH
+    if n == 8 and rec[0] is None:
+        return "plan_items", (rowid, *rec[1:]), _NO_HASH
+    if n == 7 and isinstance(rec[0], str):
+        return "session_meta", tuple(rec), _NO_HASH
+    if n == 4 and isinstance(rec[0], str):
+        return "producers", tuple(rec), _NO_HASH
+    if n == 2 and isinstance(rec[0], str) and isinstance(rec[1], int):
+        return "sqlite_sequence", tuple(rec), _NO_HASH
+    return None
+
+
+def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> PageSalvage:
+    """Run engine c over the bytes of a database file and (optionally) its WAL."""
+    out = PageSalvage()
+    wal = scan_wal(wal_bytes) if wal_bytes else None
+    if wal is not None and wal.resumed_commits:
+        out.notes.append(
+            f"WAL: {len(wal.resumed_commits)} intact commits after a checksum break were read "
+            "(SQLite itself ignores them)"
+        )
+    try:
+        src = PageSource(db_bytes, wal, include_resumed=True)
+    except FormatError as e:
+        out.notes.append(f"page engine: {e}")
+        return out
+    out.page_size = src.page_size
+    if src.header is None:
+        out.notes.append(f"database header unreadable ({src.header_problem}); page size inferred")
+    else:
+        out.revision = src.header.user_version
+    encoding = src.header.encoding if src.header else "utf-8"
+    r = _Reader(src, encoding, session_id, out)
+    get = src.get_page
+
+    roots = _schema_roots(r, get)
+    out.schema_found = bool(roots)
+    if not roots:
+        out.notes.append("sqlite_schema unreadable: every table-leaf page was assigned by shape")
+    for name in ("sqlite_sequence", *tables.TABLES):
+        root = roots.get(name)
+        if root is None:
+            continue
+        for pgno, cell in r.walk(root, get):
+            rec = r.record(cell, get)
+            if rec is not None:
+                r.accept(rec, cell.rowid, LIVE, f"page {pgno}", want=name)
+
+    freelist: set[int] = set()
+    if src.header is not None:
+        freelist = iter_freelist(get, src.header, src.page_count)
+    for pgno in range(2, src.page_count + 1):
+        if pgno in r.live_btree_pages:
+            continue
+        data = get(pgno)
+        if data is None:
+            continue
+        tier = STALE if pgno in freelist else STRAY
+        _scan_leaf(r, data, pgno, tier, f"page {pgno}", get)
+
+    # Older copies: the file's own page under a newer WAL copy, and superseded WAL frames.
+    for pgno in sorted(src.overlay):
+        data = src.file_page(pgno)
+        if data is not None:
+            _scan_leaf(r, data, pgno, STALE, f"file page {pgno} (older than the WAL)", get)
+    if wal is not None and wal.header is not None:
+        newest: dict[int, int] = {}
+        usable = [f for f in wal.frames if f.chain in (CHAIN_COMMITTED, CHAIN_RESUMED)]
+        for f in usable:
+            newest[f.pgno] = f.index
+        for f in usable:
+            if newest[f.pgno] != f.index:
+                where = f"wal frame {f.index} (page {f.pgno}, older)"
+                _scan_leaf(r, wal.frame_page(f), f.pgno, STALE, where, get)
+    return out
+
+
+def _scan_leaf(r: _Reader, data: bytes, pgno: int, tier: int, where: str, get: GetPage) -> None:
+    if pgno == 1 or data[:1] != b"\x0d":
+        return
+    for cell in r.leaf_cells(data, pgno) or []:
+        rec = r.record(cell, get)
+        if rec is not None:
+            r.accept(rec, cell.rowid, tier, where)
+
+
+def _schema_roots(r: _Reader, get: GetPage) -> dict[str, int]:
+    """Root pages of our tables and sqlite_sequence, from the sqlite_schema b-tree on page 1."""
+    roots: dict[str, int] = {}
+    wanted = {*tables.TABLES, "sqlite_sequence"}
+    for _pgno, cell in r.walk(1, get):
+        rec = r.record(cell, get)
+        if rec is None or len(rec) != 5:
+            continue
+        typ, name, _tbl, root, _sql = rec
+        if typ == "table" and name in wanted and isinstance(root, int) and root > 1:
+            roots.setdefault(str(name), root)
+    return roots

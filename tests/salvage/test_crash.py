@@ -1,0 +1,139 @@
+"""kill -9 at every step boundary of a recovery and at random instants: the invariants hold at
+the moment of death, and a re-run finishes the job without losing or doubling anything."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentdb import recoverylog, salvage
+from agentdb.paths import JOB_FILE_RE, sidecar
+from agentdb.salvage import protocol
+from tests.salvage import corpus
+from tests.salvage.test_corpus import assert_passes_check, install
+from tests.support import SRC
+
+_JOB = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from agentdb import salvage
+point = sys.argv[4]
+def fault(p):
+    if p == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+print("start", flush=True)
+salvage.recover_session(Path(sys.argv[2]), sys.argv[3], fault=fault)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    root = tmp_path_factory.mktemp("crashbase")
+    (root / "s").mkdir()
+    (root / "w").mkdir()
+    sid, path = corpus.build_wal(root / "s", root / "w")
+    corpus.d_flipped_wal_frame(path)
+    return sid, path
+
+
+def start_job(sessions_dir: Path, sid: str, point: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _JOB, str(SRC), str(sessions_dir), sid, point],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def check_invariants(sessions_dir: Path, path: Path, original: bytes, original_wal: bytes) -> None:
+    """At any instant: the session file exists, the original bytes exist under some name, and
+    the old WAL never sits beside a file that is not the original."""
+    assert path.exists()
+    names = [path, *protocol.corrupt_names(path)]
+    holders = [p for p in names if p.read_bytes() == original]
+    assert holders, "the original bytes are gone"
+    wal_beside = sidecar(path, "-wal")
+    if path.read_bytes() != original:
+        assert not wal_beside.exists(), "the old WAL sits beside the replacement"
+    wal_copies = [sidecar(p, "-wal") for p in names]
+    assert any(w.exists() and w.read_bytes() == original_wal for w in wal_copies)
+
+
+def finish_and_check(sessions_dir: Path, sid: str, path: Path, original: bytes, wal: bytes) -> None:
+    out = salvage.recover_session(sessions_dir, sid)
+    # "healthy" only when the killed job had already finished (a random kill came too late).
+    assert out.outcome in ("recovered", "healthy"), (out.outcome, out.notes)
+    again = salvage.recover_session(sessions_dir, sid)
+    assert again.outcome == "healthy"
+    corrupt = path.with_name(path.name + ".corrupt")
+    assert corrupt.read_bytes() == original
+    assert sidecar(corrupt, "-wal").read_bytes() == wal
+    names = {p.name for p in sessions_dir.iterdir()}
+    assert names == {path.name, corrupt.name, corrupt.name + "-wal"}, names  # no .corrupt.1
+    assert not any(JOB_FILE_RE.fullmatch(n) for n in names)
+    assert_passes_check(path, sid)
+    got = corpus.read_rows(path)
+    assert len(got["events"]) == 97
+    log = recoverylog.entries_for(sessions_dir.parent / "recovery.log", sid)
+    assert log[-1]["event"] == "outcome" and log[-1]["outcome"] == "recovered"
+
+
+@pytest.mark.parametrize("point", protocol.POINTS)
+def test_kill_at_step(point: str, base: tuple[str, Path], sessions_dir: Path) -> None:
+    sid, path = install(base, sessions_dir)
+    original = path.read_bytes()
+    wal = sidecar(path, "-wal").read_bytes()
+    job = start_job(sessions_dir, sid, point)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == -signal.SIGKILL, (out, err)
+    check_invariants(sessions_dir, path, original, wal)
+    finish_and_check(sessions_dir, sid, path, original, wal)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_kill_at_random_instant(seed: int, base: tuple[str, Path], sessions_dir: Path) -> None:
+    sid, path = install(base, sessions_dir)
+    original = path.read_bytes()
+    wal = sidecar(path, "-wal").read_bytes()
+    job = start_job(sessions_dir, sid, "none")
+    assert job.stdout is not None
+    assert job.stdout.readline().strip() == "start"
+    time.sleep(random.Random(seed).uniform(0.0, 0.15))
+    job.kill()
+    job.communicate(timeout=60)
+    check_invariants(sessions_dir, path, original, wal)
+    finish_and_check(sessions_dir, sid, path, original, wal)
+
+
+def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
+    """Killed after the link: the re-run recognises its own .corrupt (same inode)."""
+    sid, path = install(base, sessions_dir)
+    original = path.read_bytes()
+    wal = sidecar(path, "-wal").read_bytes()
+    for point in ("after_link", "after_wal_link", "after_sidecars_removed"):
+        job = start_job(sessions_dir, sid, point)
+        job.communicate(timeout=120)
+        check_invariants(sessions_dir, path, original, wal)
+    finish_and_check(sessions_dir, sid, path, original, wal)
+
+
+def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
+    sid, path = install(base, sessions_dir)
+    assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
+    corpus.zero_page(path, corpus.pages_of(path, "events", "leaf")[1])
+    second = path.read_bytes()
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered"
+    assert out.corrupt_path == str(path) + ".corrupt.1"
+    assert Path(out.corrupt_path).read_bytes() == second
+    shutil.rmtree(sessions_dir)

@@ -1,0 +1,171 @@
+"""recover_session's decisions: healthy, dry run, live, unreadable, refused, revisions, rebuilt
+session_meta, stale copies; the kernel's automatic attempt; the CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+
+import apsw
+import pytest
+
+from agentdb import recoverylog, salvage
+from agentdb.cli.main import main
+from agentdb.kernel import open_session
+from agentdb.paths import sidecar
+from agentdb.salvage import merge
+from agentdb.store import Event, SessionReader
+from tests.salvage import corpus
+from tests.salvage.test_corpus import assert_passes_check
+from tests.support import held_open, make_session
+
+
+def snapshot(d: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mode) for p in sorted(d.iterdir())}
+
+
+def log_of(sessions_dir: Path) -> Path:
+    return sessions_dir.parent / "recovery.log"
+
+
+def test_healthy_is_left_alone(sessions_dir: Path) -> None:
+    sid, _ = make_session(sessions_dir, turns=3)
+    before = snapshot(sessions_dir)
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "healthy"
+    assert snapshot(sessions_dir) == before
+    assert not log_of(sessions_dir).exists()
+
+
+def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    before = snapshot(sessions_dir)
+    out = salvage.recover_session(sessions_dir, sid, dry_run=True)
+    assert out.outcome == "recovered" and out.dry_run
+    assert out.tables["events"]["salvaged"] > 0
+    assert snapshot(sessions_dir) == before
+    assert not log_of(sessions_dir).exists()
+
+
+def test_live_session_is_skipped(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    with held_open(path):
+        before = snapshot(sessions_dir)
+        out = salvage.recover_session(sessions_dir, sid)
+        assert out.outcome == "skipped_live"
+        assert snapshot(sessions_dir) == before
+
+
+def test_unsalvageable_file_is_unreadable_and_untouched(sessions_dir: Path) -> None:
+    sid = "01HZZZZZZZZZZZZZZZZZZZZZZZ"
+    path = sessions_dir / f"{sid}.sqlite"
+    path.write_bytes(random.Random(1).randbytes(40_000))
+    os.chmod(path, 0o600)
+    before = snapshot(sessions_dir)
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "unreadable"
+    assert snapshot(sessions_dir) == before
+    entry = recoverylog.entries_for(log_of(sessions_dir), sid)[-1]
+    assert entry["outcome"] == "unreadable" and entry["corrupt_path"] is None
+
+
+def test_symlink_and_foreign_are_refused(sessions_dir: Path, tmp_path: Path) -> None:
+    sid, path = make_session(tmp_path / "elsewhere", turns=1)
+    (sessions_dir / path.name).symlink_to(path)
+    assert salvage.recover_session(sessions_dir, sid).outcome == "refused"
+    fid = "01HYYYYYYYYYYYYYYYYYYYYYYY"
+    conn = apsw.Connection(str(sessions_dir / f"{fid}.sqlite"))
+    conn.execute("PRAGMA application_id=7; CREATE TABLE t(x)")
+    conn.close()
+    before = snapshot(sessions_dir)
+    assert salvage.recover_session(sessions_dir, fid).outcome == "refused"
+    assert snapshot(sessions_dir) == before
+
+
+def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=20, revision=1)
+    original = corpus.read_rows(path)
+    corpus.d_interior_page(path)
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered"
+    assert_passes_check(path, sid)
+    got = corpus.read_rows(path)
+    assert {r[:9] for r in got["events"]} == original["events"]
+
+
+def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=5)
+    corpus.zero_page(path, corpus.pages_of(path, "session_meta")[0])
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered"
+    assert "session_meta" in out.lost and "derived" in out.engines
+    info = SessionReader(path).info()
+    assert (info.session_id, info.profile, info.status) == (sid, merge.REBUILT_PROFILE, "failed")
+    assert any("rebuilt" in n for n in out.notes)
+
+
+def test_stale_session_meta_is_never_resurrected(sessions_dir: Path, tmp_path: Path) -> None:
+    """The status moves to 'completed' in a WAL commit after a broken frame: SQLite alone sees
+    the older 'running' row; the resumed live copy must win over it."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    sid, path = corpus.build_wal(scratch, sessions_dir)
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    conn.execute("UPDATE session_meta SET status='completed', ended_at='2026-01-01T00:00:00.000Z'")
+    shutil.copyfile(path, tmp_path / "db")
+    shutil.copyfile(sidecar(path, "-wal"), tmp_path / "wal")
+    conn.close()
+    shutil.copyfile(tmp_path / "db", path)
+    shutil.copyfile(tmp_path / "wal", sidecar(path, "-wal"))
+    corpus.d_flipped_wal_frame(path)
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered"
+    assert SessionReader(path).info().status == "completed"
+
+
+@pytest.mark.parametrize("damage", [corpus.d_zeroed_page, corpus.d_damaged_header])
+def test_kernel_open_recovers_automatically(
+    damage, sessions_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid, path = make_session(sessions_dir, turns=20)
+    damage(path)
+    damaged = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="agentdb.kernel"):
+        w = open_session(sessions_dir, sid)
+    try:
+        seq = w.emit(Event("tool_call", corpus.BIG, b"{}"))
+        assert seq > 120  # the counter was restored: no sequence is ever reused
+    finally:
+        w.close()
+    assert path.with_name(path.name + ".corrupt").read_bytes() == damaged
+    assert "recovered" in caplog.text
+    assert recoverylog.entries_for(log_of(sessions_dir), sid)[-1]["outcome"] == "recovered"
+
+
+def test_cli_json_and_exit_codes(sessions_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, _ = make_session(sessions_dir, turns=2)
+    bad, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    code = main(["--sessions-dir", str(sessions_dir), "recover", "--all", "--json"])
+    cap = capsys.readouterr()
+    assert code == 0
+    doc = json.loads(cap.out)
+    by_id = {s["session_id"]: s for s in doc["sessions"]}
+    assert by_id[good]["outcome"] == "healthy"
+    assert by_id[bad]["outcome"] == "recovered"
+    assert by_id[bad]["corrupt_path"].endswith(".sqlite.corrupt")
+    assert by_id[bad]["tables"]["events"]["salvaged"] > 0
+    assert "warning" in cap.err and bad in cap.err  # never silent, even with --json
+    junk = "01HXXXXXXXXXXXXXXXXXXXXXXX"
+    (sessions_dir / f"{junk}.sqlite").write_bytes(b"\x00" * 5000)
+    code = main(["--sessions-dir", str(sessions_dir), "recover", junk])
+    assert code == 1
+    assert main(["--sessions-dir", str(sessions_dir), "recover", "nope"]) == 2
+    assert main(["--sessions-dir", str(sessions_dir), "recover"]) == 2
