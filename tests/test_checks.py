@@ -156,10 +156,8 @@ def test_schema_and_meta_inconsistencies(sessions_dir: Path) -> None:
     raw(pd, "DELETE FROM session_meta")
     assert codes(check(sessions_dir, d)) == ["meta_missing"]
     e, pe = make_session(sessions_dir, revision=1)
-    raw(
-        pe,
-        "UPDATE session_meta SET status = 'paused'; UPDATE events SET kind = 'bogus' WHERE sequence = 1",
-    )
+    raw(pe, "UPDATE session_meta SET status = 'paused'")
+    raw(pe, "UPDATE events SET kind = 'bogus' WHERE sequence = 1")
     assert {"bad_status", "bad_kind", "needs_migration"} <= set(codes(check(sessions_dir, e)))
     assert check(sessions_dir, e).verdict == "inconsistent"
     for sid in (a, b, c, d):

@@ -12,6 +12,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -263,8 +264,9 @@ class _Run:
         if not rows:
             self.add("meta_missing", "no session_meta row", self.fix_recover)
             return
-        sid, parent, status, depth, depth_type, no_end, count = rows[0]
-        if count > 1:
+        row: tuple[Any, ...] = tuple(rows[0])
+        sid, parent, status, depth, depth_type, no_end, count = row
+        if int(count) > 1:
             self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
         if sid != self.session_id:
             self.add(
@@ -283,7 +285,7 @@ class _Run:
             not isinstance(parent, str) or not is_valid_id(parent) or parent == self.session_id
         ):
             self.add("bad_parent_id", f"parent_session_id {parent!r} is not another session's id")
-        if depth_type != "integer" or depth < 0:
+        if depth_type != "integer" or int(depth) < 0:
             self.add("bad_depth", f"depth {depth!r} is not a non-negative integer")
 
     def consistency(self, conn: apsw.Connection) -> None:
@@ -308,6 +310,7 @@ class _Run:
             " producer_version AS v FROM events) d WHERE NOT EXISTS (SELECT 1 FROM producers p"
             " WHERE p.category = d.c AND p.name = d.n AND p.version = d.v))"
         ).fetchone()
+        assert counts is not None
         bad_kind, bad_cat, bad_dec, ledger, plan, prod, unlisted = (int(x) for x in counts)
         if bad_kind:
             self.add("bad_kind", f"{bad_kind} events have a kind outside the spec's ten")
