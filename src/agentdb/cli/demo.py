@@ -11,7 +11,9 @@ from agentdb import demo
 from agentdb.cli import output
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
-WALKTHROUGH: list[tuple[str, list[str]]] = []
+WALKTHROUGH: list[tuple[str, list[str]]] = [
+    ("see every session's health", ["check", "--all"]),
+]
 
 
 @click.command("demo")
