@@ -30,7 +30,6 @@ CODES: dict[str, tuple[str, str | None]] = {
     "integrity": ("error", "corrupt"),  # integrity_check / quick_check lines
     "read_error": ("error", "corrupt"),  # SQLite reported corruption while reading
     "content_hash_mismatch": ("error", "corrupt"),  # stored hash does not match the row
-    "content_hash_skipped": ("info", None),  # --quick: payload hashes not verified
     "wal_bad_header": ("error", "corrupt"),
     "wal_checksum_break": ("error", "corrupt"),
     "wal_frames_after_break": ("error", "corrupt"),

@@ -65,7 +65,10 @@ def render(report: CheckReport, fmt: str) -> None:
     "--all", "all_", is_flag=True, help="Every session (the default when no ID is given)."
 )
 @click.option(
-    "--quick", is_flag=True, help="PRAGMA quick_check instead of integrity_check; skip hashes."
+    "--quick",
+    is_flag=True,
+    help="PRAGMA quick_check instead of integrity_check; skip cross-table references and "
+    "content hashes.",
 )
 @click.option(
     "--jobs",
