@@ -12,6 +12,7 @@ from agentdb.cli import output
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
 WALKTHROUGH: list[tuple[str, list[str]]] = [
+    ("see every session's health", ["check", "--all"]),
     ("salvage the damaged session", ["recover", "--all"]),
     ("what an operator could prune (dry run)", ["prune", "--older-than", "90d", "--dry-run"]),
     ("cached plugin versions retained sessions still use", ["plugins", "refs"]),

@@ -76,8 +76,13 @@ def all_pages() -> dict[str, str]:
     from agentdb.cli.main import cli
 
     pages = {}
+    # Contexts chained as a real invocation chains them, so every command sees the group's
+    # context settings (``-h`` as well as ``--help``) however click cached its help option.
+    contexts: dict[tuple[str, ...], click.Context] = {}
     for path, cmd in iter_commands(cli, ["agentdb"]):
-        ctx = click.Context(cmd, info_name=" ".join(path))
+        parent = contexts.get(tuple(path[:-1]))
+        ctx = cmd.make_context(" ".join(path), [], parent=parent, resilient_parsing=True)
+        contexts[tuple(path)] = ctx
         pages[page_name(path) + ".1"] = render(path, cmd, ctx)
     return pages
 

@@ -1,0 +1,133 @@
+"""Benchmark: ``agentdb check --all --quick`` and ``sessions list`` over many small sessions.
+
+Compared side by side in one run with (a) a shell loop calling ``sqlite3 FILE 'PRAGMA
+quick_check'`` per file and (b) a bare in-process APSW loop that only opens each file, runs the
+pragma and closes it. Run: ``.venv/bin/python bench/bench_check.py [N]`` (default 10,000;
+``AGENTDB_BENCH_N`` also sets it). Writes ``bench/results/bench_check.md``.
+
+Build: one real session written by the writer, copied under N new ULID names with the
+session id patched in place (it is stored twice: the session_meta row and its primary-key
+index, both as the same 26 bytes), so every copy is a healthy, consistent session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import apsw
+import ulid
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from agentdb import demo  # noqa: E402
+from agentdb.store import SessionWriter  # noqa: E402
+
+
+def build(sessions_dir: Path, n: int) -> None:
+    w = SessionWriter.create(sessions_dir, profile="bench")
+    demo._turns(w, demo.MODEL_CACHED, 1, seed=1)
+    w.set_status("completed")
+    w.close()
+    template = w.path.read_bytes()
+    old = w.session_id.encode()
+    assert template.count(old) == 2, template.count(old)
+    w.path.unlink()
+    base = int(time.time() * 1000) - n * 1000
+    for i in range(n):
+        sid = str(ulid.ULID.from_timestamp((base + i * 1000) / 1000))
+        p = sessions_dir / f"{sid}.sqlite"
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(template.replace(old, sid.encode()))
+
+
+def timed(argv: list[str] | str, *, shell: bool = False) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(
+        argv,
+        shell=shell,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")},
+    )
+    dt = time.perf_counter() - t
+    if r.returncode not in (0,):
+        raise SystemExit(f"{argv!r} exited {r.returncode}: {r.stderr.decode()[-500:]}")
+    return dt
+
+
+def bare_apsw(files: list[Path]) -> float:
+    t = time.perf_counter()
+    for f in files:
+        c = apsw.Connection(
+            f"file:{f}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
+        assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+        c.close()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("AGENTDB_BENCH_N", 10_000))
+    root = Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+    try:
+        sessions_dir = root / "sessions"
+        sessions_dir.mkdir(mode=0o700)
+        t0 = time.perf_counter()
+        build(sessions_dir, n)
+        build_s = time.perf_counter() - t0
+        files = sorted(sessions_dir.glob("*.sqlite"))
+        py = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir)]
+        cores = len(os.sched_getaffinity(0))
+        rows: list[tuple[str, float]] = []
+        rows.append(
+            ("agentdb check --all --quick --jobs 1", timed([*py, "check", "--quick", "-j1"]))
+        )
+        rows.append(
+            ("agentdb check --all --quick --jobs 2", timed([*py, "check", "--quick", "-j2"]))
+        )
+        rows.append(
+            (
+                "agentdb check --all --jobs 1 (full: integrity_check + hashes)",
+                timed([*py, "check", "-j1"]),
+            )
+        )
+        rows.append(("(b) bare APSW loop: open, PRAGMA quick_check, close", bare_apsw(files)))
+        sqlite3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
+        loop = f'for f in {sessions_dir}/*.sqlite; do {sqlite3} "$f" "PRAGMA quick_check"; done'
+        rows.append(("(a) shell loop: sqlite3 FILE 'PRAGMA quick_check'", timed(loop, shell=True)))
+        rows.append(("agentdb sessions list --json", timed([*py, "sessions", "list", "--json"])))
+        left = sorted(p.name for p in sessions_dir.iterdir() if not p.name.endswith(".sqlite"))
+        a = dict(rows)["(a) shell loop: sqlite3 FILE 'PRAGMA quick_check'"]
+        b = dict(rows)["(b) bare APSW loop: open, PRAGMA quick_check, close"]
+        lines = [
+            f"# bench_check: {n} small sessions ({files[0].stat().st_size // 1024} KiB each), "
+            f"{cores} cores",
+            "",
+            f"Built in {build_s:.1f} s. Times are wall-clock for the whole command, Python "
+            "start-up included for the agentdb rows.",
+            "",
+            "| what | seconds | ms per file | (a) ÷ this | this ÷ (b) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, s in rows:
+            lines.append(f"| {name} | {s:.2f} | {1000 * s / n:.3f} | {a / s:.1f}× | {s / b:.2f}× |")
+        lines += ["", f"Entries other than session files left in the directory: {left or 'none'}"]
+        text = "\n".join(lines) + "\n"
+        print(text)
+        (HERE / "results").mkdir(exist_ok=True)
+        (HERE / "results" / "bench_check.md").write_text(text)
+    finally:
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()

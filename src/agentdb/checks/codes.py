@@ -1,0 +1,79 @@
+"""Every finding code, the severity it carries and the verdict it implies, in one table.
+
+A code whose verdict is None is informational or a warning: it never makes a file non-ok.
+"""
+
+from __future__ import annotations
+
+from agentdb.results import OK, VERDICTS, Finding
+
+# code: (severity, verdict implied or None)
+CODES: dict[str, tuple[str, str | None]] = {
+    # the entry itself
+    "missing": ("error", "unreadable"),  # an id asked for has no file
+    "symlink": ("error", "insecure"),  # a symbolic link where a session file should be
+    "not_regular": ("error", "unreadable"),  # a directory, FIFO or device
+    "insecure_mode": ("error", "insecure"),  # group/other can write the db or a sidecar
+    "insecure_owner": ("error", "insecure"),  # another user owns the db or a sidecar
+    "insecure_sidecar": ("error", "insecure"),  # a sidecar that is not a regular file
+    "not_opened": ("info", None),  # the file was not opened (it is insecure), so not checked
+    # identity
+    "not_a_database": ("error", "unreadable"),  # SQLite cannot read it as a database
+    "empty_database": ("error", "unreadable"),  # a database with no tables at all
+    "unreadable": ("error", "unreadable"),  # an I/O or other SQLite error while opening
+    "foreign": ("error", "foreign"),  # another application id, or user_version 0 with tables
+    "too_new": ("error", "too_new"),  # user_version newer than this build knows
+    "needs_migration": ("warning", "needs_migration"),  # an older revision
+    "application_id_zero": ("info", None),  # written by another conforming writer
+    "unsafe_schema": ("error", "unsafe_schema"),  # triggers or views
+    # integrity
+    "integrity": ("error", "corrupt"),  # integrity_check / quick_check lines
+    "read_error": ("error", "corrupt"),  # SQLite reported corruption while reading
+    "content_hash_mismatch": ("error", "corrupt"),  # stored hash does not match the row
+    "wal_bad_header": ("error", "corrupt"),
+    "wal_checksum_break": ("error", "corrupt"),
+    "wal_frames_after_break": ("error", "corrupt"),
+    "wal_unreadable": ("error", "unreadable"),
+    "wal_torn_tail": ("info", None),  # normal after a crash: SQLite ignores the torn frames
+    "wal_stale_frames": ("info", None),  # left over from before a WAL restart
+    "wal_not_judged": ("info", None),  # the session is open: its WAL is being written
+    # schema and consistency
+    "schema_mismatch": ("error", "inconsistent"),
+    "meta_missing": ("error", "inconsistent"),
+    "meta_multiple": ("error", "inconsistent"),
+    "meta_id_mismatch": ("error", "inconsistent"),
+    "bad_status": ("error", "inconsistent"),
+    "ended_at_inconsistent": ("error", "inconsistent"),
+    "bad_parent_id": ("error", "inconsistent"),
+    "bad_depth": ("error", "inconsistent"),
+    "bad_kind": ("error", "inconsistent"),
+    "bad_producer_category": ("error", "inconsistent"),
+    "bad_decision": ("error", "inconsistent"),
+    "missing_event": ("error", "inconsistent"),  # a row points at an event that does not exist
+    "orphan_of_recovery": ("info", None),  # same, in a file the recovery log says was salvaged
+    "ledger_not_message": ("error", "inconsistent"),
+    "plan_item_not_plan": ("error", "inconsistent"),
+    "producer_mismatch": ("error", "inconsistent"),  # first-seen event has another producer
+    "producer_unlisted": ("error", "inconsistent"),  # events by a producer not in producers
+    # liveness and history
+    "live": ("info", None),  # another process has the file open
+    "interrupted": ("warning", None),  # status running, and no process has it open
+    "unstable": ("info", None),  # the file changed while it was checked; checked again
+    "recovered_earlier": ("info", None),  # a .corrupt sibling: recovered before
+    "job_leftover": ("warning", None),  # a file an interrupted agentdb job left
+    "orphan_sidecar": ("warning", None),  # a -wal/-shm/-journal with no database
+}
+
+_RANK = {v: i for i, v in enumerate(VERDICTS)}
+
+
+def finding(code: str, message: str, fix: str | None = None) -> Finding:
+    severity, _ = CODES[code]
+    return Finding(code, message, severity, fix)
+
+
+def verdict_of(findings: list[Finding]) -> str:
+    """The first verdict in the contract's order that any finding implies; "ok" if none."""
+    implied = [CODES[f.code][1] for f in findings if f.code in CODES]
+    ranked = sorted((_RANK[v], v) for v in implied if v is not None)
+    return ranked[0][1] if ranked else OK

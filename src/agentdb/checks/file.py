@@ -1,0 +1,445 @@
+"""Check one session file: pure, read-only, no printing.
+
+Order matters for safety: the liveness probe and the WAL scan run *before* SQLite opens the
+file in this process (a process never sees its own POSIX locks, and closing a descriptor drops
+them), and the connection is closed before anything else opens the file again.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from agentdb import db, errors, locks
+from agentdb.checks.codes import finding, verdict_of
+from agentdb.fileformat import scan_wal
+from agentdb.paths import is_valid_id, sidecar
+from agentdb.results import Finding, SessionCheck
+from agentdb.schema import enums
+from agentdb.schema.identity import identify, schema_differences
+from agentdb.schema.revisions import CURRENT_REVISION, DDL
+
+_WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
+_WAL_CODES |= {"wal_stale_frames"}
+
+
+class _Stop(Exception):
+    """Reading the file failed; the findings so far stand and the rest is skipped."""
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _snapshot(path: Path) -> tuple[object, ...]:
+    return (_stat_key(path), _stat_key(sidecar(path, "-wal")), _stat_key(sidecar(path, "-shm")))
+
+
+@functools.cache
+def _expected_schema_rows(revision: int) -> list[tuple[str, str, str, str | None]]:
+    conn = apsw.Connection(":memory:")
+    try:
+        db.exec_script(conn, DDL[revision])
+        return _schema_rows(conn)
+    finally:
+        conn.close()
+
+
+def _schema_rows(conn: apsw.Connection) -> list[tuple[str, str, str, str | None]]:
+    return [
+        (str(t), str(n), str(tb), s)
+        for t, n, tb, s in conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+            "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+        )
+    ]
+
+
+@dataclass
+class _Run:
+    path: Path
+    session_id: str
+    quick: bool
+    recovered: bool  # the recovery log has a "recovered" outcome for this session
+    findings: list[Finding] = field(default_factory=list)
+    status: str | None = None
+    revision: int | None = None
+    size: int | None = None
+    live: int | None = None
+    unstable: bool = False
+
+    @property
+    def fix_recover(self) -> str:
+        return f"agentdb recover {self.session_id}"
+
+    def add(self, code: str, message: str, fix: str | None = None) -> None:
+        self.findings.append(finding(code, f"{self.path.name}: {message}", fix))
+
+    def result(self) -> SessionCheck:
+        return SessionCheck(
+            self.session_id,
+            self.path,
+            verdict_of(self.findings),
+            self.status,
+            self.revision,
+            self.size,
+            self.live,
+            self.findings,
+        )
+
+    # ------------------------------------------------------------------ steps
+
+    def entry(self) -> bool:
+        """The entry is a regular file owned by us and not writable by others."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            self.add("missing", "no such session file; see `agentdb sessions list`")
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            self.add(
+                "symlink",
+                "is a symbolic link, never followed; replace it with the session file itself",
+            )
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            self.add("not_regular", "is not a regular file; move it out of the sessions directory")
+            return False
+        self.size = st.st_size
+        wal = _stat_key(sidecar(self.path, "-wal"))
+        if wal is not None:
+            self.size += wal[1]
+        problems = db.security_problems(self.path)
+        for code, message in problems:
+            self.add(code, message.split(": ", 1)[-1])
+        if problems:
+            self.add("not_opened", "not opened until its permissions are fixed")
+            return False
+        return True
+
+    def probe(self) -> None:
+        holder = locks.probe(self.path)
+        if holder is not None:
+            self.live = holder.pid or 0
+            who = f"pid {holder.pid}" if holder.pid else "another process"
+            self.add("live", f"open by {who} right now")
+
+    def wal(self) -> tuple[object, ...] | None:
+        """Judge the WAL of a session nobody has open. Returns the WAL's stat key."""
+        wal = sidecar(self.path, "-wal")
+        if self.live is not None:
+            if wal.exists():
+                self.add("wal_not_judged", "open right now, so its WAL is not judged")
+            return None
+        key = _stat_key(wal)
+        if key is None:
+            return None
+        try:
+            fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            self.add("wal_unreadable", f"cannot read its WAL ({e.strerror})")
+            return key
+        for a in scan_wal(data).anomalies:
+            if a.code not in _WAL_CODES:
+                continue
+            fix = self.fix_recover if a.severity == "error" else None
+            suffix = f"; run `{fix}`" if fix else ""
+            self.add(a.code, f"WAL: {a.message}{suffix}", fix)
+        return key
+
+    def open(self) -> apsw.Connection | None:
+        try:
+            conn = db.open_readonly(self.path, check_schema=False)
+        except errors.AgentdbError as e:
+            msg = str(e).split(": ", 1)[-1]
+            if isinstance(e, errors.Corrupt):
+                self.add("read_error", msg, self.fix_recover)
+            elif isinstance(e, errors.InsecureFile):
+                self.add("insecure_mode", msg)
+            elif isinstance(e, errors.NotRegularFile):
+                self.add("not_regular", msg)
+            elif isinstance(e, errors.SessionNotFound):
+                self.add("missing", msg)
+            else:
+                self.add("unreadable", msg)
+            return None
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        return conn
+
+    def read_failed(self, e: apsw.Error) -> _Stop:
+        err = db.translate(e, self.path)
+        msg = str(err).split(": ", 1)[-1]
+        if isinstance(err, errors.Corrupt):
+            if not any(f.code == "integrity" for f in self.findings):
+                self.add(
+                    "read_error",
+                    f"SQLite: {str(e).splitlines()[0]}; run `{self.fix_recover}`",
+                    self.fix_recover,
+                )
+        elif isinstance(e, apsw.NotADBError):
+            self.add("not_a_database", msg)
+        else:
+            self.add("unreadable", msg)
+        return _Stop()
+
+    def identity(self, conn: apsw.Connection) -> bool:
+        unsafe = db.unsafe_schema_objects(conn)
+        if unsafe:
+            listed = ", ".join(f"{t} {n!r}" for t, n in unsafe[:3])
+            more = f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
+            self.add(
+                "unsafe_schema",
+                f"has {listed}{more}; the kernel never creates these — inspect the file by hand, "
+                "agentdb will not run its SQL",
+            )
+        ident = identify(conn)
+        self.revision = ident.user_version
+        if ident.kind == "empty":
+            self.add("empty_database", "an empty database with no session in it")
+            return False
+        if ident.kind in ("foreign", "too_new"):
+            fix = "upgrade agentdb" if ident.kind == "too_new" else "move it out of the directory"
+            self.add(ident.kind, f"{ident.problem}; {fix}")
+            return False
+        if ident.application_id == 0:
+            self.add("application_id_zero", "application_id 0: written by another writer")
+        if ident.user_version < CURRENT_REVISION:
+            fix = f"agentdb migrate {self.session_id}"
+            self.add(
+                "needs_migration",
+                f"schema revision {ident.user_version}, current is {CURRENT_REVISION}; run `{fix}`",
+                fix,
+            )
+        return True
+
+    def integrity(self, conn: apsw.Connection) -> None:
+        what = "quick_check" if self.quick else "integrity_check"
+        try:
+            problems = db.integrity_problems(conn, quick=self.quick)
+        except apsw.CorruptError as e:
+            problems = [f"stopped: {str(e).splitlines()[0]}"]
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            self.add(
+                "integrity",
+                f"{what}: {problems[0][:200]}{more}; run `{self.fix_recover}`",
+                self.fix_recover,
+            )
+
+    def schema(self, conn: apsw.Connection, revision: int) -> bool:
+        if _schema_rows(conn) == _expected_schema_rows(revision):
+            return True
+        diffs = [
+            d
+            for d in schema_differences(conn, revision)
+            if not d.startswith(("unexpected trigger", "unexpected view"))
+        ]
+        if diffs:
+            self.add(
+                "schema_mismatch",
+                f"schema differs from revision {revision}: {'; '.join(diffs[:3])}"
+                + (f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""),
+            )
+            return False
+        return True
+
+    def session_meta(self, conn: apsw.Connection) -> None:
+        rows = conn.execute(
+            "SELECT substr(session_id, 1, 64), substr(parent_session_id, 1, 64), "
+            "substr(status, 1, 64), depth, typeof(depth), ended_at IS NULL, "
+            "(SELECT count(*) FROM session_meta) FROM session_meta LIMIT 1"
+        ).fetchall()
+        if not rows:
+            self.add("meta_missing", "no session_meta row", self.fix_recover)
+            return
+        row: tuple[Any, ...] = tuple(rows[0])
+        sid, parent, status, depth, depth_type, no_end, count = row
+        if int(count) > 1:
+            self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
+        if sid != self.session_id:
+            self.add(
+                "meta_id_mismatch",
+                f"session_meta.session_id is {sid!r}, not the file name's id",
+            )
+        self.status = status if isinstance(status, str) else None
+        if status not in enums.STATUSES:
+            self.add("bad_status", f"status {status!r} is not one of the spec's seven")
+        elif (status == enums.RUNNING) != bool(no_end):
+            self.add(
+                "ended_at_inconsistent",
+                f"status {status} with ended_at {'unset' if no_end else 'set'}",
+            )
+        if parent is not None and (
+            not isinstance(parent, str) or not is_valid_id(parent) or parent == self.session_id
+        ):
+            self.add("bad_parent_id", f"parent_session_id {parent!r} is not another session's id")
+        if depth_type != "integer" or int(depth) < 0:
+            self.add("bad_depth", f"depth {depth!r} is not a non-negative integer")
+
+    def consistency(self, conn: apsw.Connection) -> None:
+        kinds, cats, decisions = (
+            enums.sql_in(enums.KINDS),
+            enums.sql_in(enums.PRODUCER_CATEGORIES),
+            enums.sql_in(enums.DECISIONS),
+        )
+        counts = conn.execute(
+            f"SELECT (SELECT count(*) FROM events WHERE kind NOT IN ({kinds})), "
+            f"(SELECT count(*) FROM events WHERE producer_category NOT IN ({cats})) + "
+            f"(SELECT count(*) FROM producers WHERE category NOT IN ({cats})), "
+            f"(SELECT count(*) FROM plan_items WHERE decision NOT IN ({decisions})), "
+            "(SELECT count(*) FROM cost_ledger c JOIN events e ON e.sequence = c.event_sequence "
+            " WHERE e.kind IS NOT 'message'), "
+            "(SELECT count(*) FROM plan_items p JOIN events e ON e.sequence = p.event_sequence "
+            " WHERE e.kind IS NOT 'plan'), "
+            "(SELECT count(*) FROM producers p JOIN events e ON e.sequence = p.first_seen_sequence"
+            " WHERE e.producer_category IS NOT p.category OR e.producer_name IS NOT p.name"
+            " OR e.producer_version IS NOT p.version), "
+            "(SELECT count(*) FROM (SELECT DISTINCT producer_category AS c, producer_name AS n, "
+            " producer_version AS v FROM events) d WHERE NOT EXISTS (SELECT 1 FROM producers p"
+            " WHERE p.category = d.c AND p.name = d.n AND p.version = d.v))"
+        ).fetchone()
+        assert counts is not None
+        bad_kind, bad_cat, bad_dec, ledger, plan, prod, unlisted = (int(x) for x in counts)
+        if bad_kind:
+            self.add("bad_kind", f"{bad_kind} events have a kind outside the spec's ten")
+        if bad_cat:
+            self.add("bad_producer_category", f"{bad_cat} rows have an unknown producer category")
+        if bad_dec:
+            self.add("bad_decision", f"{bad_dec} plan_items have a decision not allow/ask/deny")
+        if ledger:
+            self.add("ledger_not_message", f"{ledger} cost_ledger rows point at non-message events")
+        if plan:
+            self.add("plan_item_not_plan", f"{plan} plan_items rows point at non-plan events")
+        if prod:
+            self.add(
+                "producer_mismatch",
+                f"{prod} producers rows name a first-seen event written by another producer",
+            )
+        if unlisted:
+            self.add("producer_unlisted", f"{unlisted} producers wrote events but are not listed")
+
+    def foreign_keys(self, conn: apsw.Connection) -> None:
+        missing: dict[str, list[int]] = {}
+        for table, rowid, _parent, _fkid in conn.execute("PRAGMA foreign_key_check"):
+            missing.setdefault(str(table), []).append(int(rowid) if rowid is not None else -1)
+        for table, rowids in sorted(missing.items()):
+            text = (
+                f"{len(rowids)} {table} rows point at events that do not exist "
+                f"(first rowid {min(rowids)})"
+            )
+            if self.recovered:
+                self.add(
+                    "orphan_of_recovery",
+                    f"{text}: expected after an earlier recovery lost those events",
+                )
+            else:
+                self.add("missing_event", f"{text}; run `{self.fix_recover}`", self.fix_recover)
+
+    def hashes(self, conn: apsw.Connection) -> None:
+        bad = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT sequence FROM events WHERE content_hash IS NOT agentdb_event_hash("
+                "sequence, id, timestamp, kind, producer_category, producer_name, "
+                "producer_version, schema_version, payload) ORDER BY sequence"
+            )
+        ]
+        if bad:
+            shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+            self.add(
+                "content_hash_mismatch",
+                f"{len(bad)} events do not match their content hash (sequence {shown}); "
+                f"run `{self.fix_recover}`",
+                self.fix_recover,
+            )
+
+    def tables(self, conn: apsw.Connection, *, immutable: bool) -> None:
+        """Everything that reads the file through SQLite, inside one read transaction."""
+        try:
+            if not immutable:  # one snapshot of a WAL database for every query below
+                conn.execute("BEGIN")
+            try:
+                if not self.identity(conn):
+                    return
+                revision = int(self.revision or 0)
+                self.integrity(conn)
+                if not self.schema(conn, revision):
+                    return
+                self.session_meta(conn)
+                if not self.quick:  # --quick: no cross-table references, no payload hashes
+                    self.foreign_keys(conn)
+                    self.consistency(conn)
+                    if revision >= 2:
+                        self.hashes(conn)
+            finally:
+                if not conn.get_autocommit():
+                    conn.execute("COMMIT")
+        except apsw.Error as e:
+            raise self.read_failed(e) from e
+
+
+def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) -> _Run:
+    run = _Run(path, session_id, quick, recovered)
+    if not run.entry():
+        return run
+    run.probe()
+    wal_key = run.wal()
+    before = _snapshot(path)
+    immutable = not db.wal_in_use(path)
+    conn = run.open()
+    if conn is not None:
+        try:
+            run.tables(conn, immutable=immutable)
+        except _Stop:
+            pass
+        finally:
+            conn.close()
+    if immutable and _snapshot(path) != before:
+        run.unstable = True  # a writer started while we read the file without locks
+    if run.live is None:
+        holder = locks.probe(path)
+        moved = wal_key is not None and _stat_key(sidecar(path, "-wal")) != wal_key
+        if holder is not None or moved:
+            # Someone opened it meanwhile: what we read of its WAL may be mid-write.
+            run.findings = [f for f in run.findings if f.code not in _WAL_CODES]
+            run.add("wal_not_judged", "opened by another process during the check")
+            if holder is not None:
+                run.live = holder.pid or 0
+        elif run.status == enums.RUNNING:
+            run.add(
+                "interrupted",
+                "status is running but no process has it open: the kernel stopped without "
+                "ending it; resume the session or leave it as a record",
+            )
+    return run
+
+
+def check_path(
+    path: Path, session_id: str, *, quick: bool = False, recovered: bool = False
+) -> SessionCheck:
+    """Check the session file at ``path`` (named ``session_id``) and return what was found.
+
+    ``recovered`` says the recovery log records a salvage of this session: rows whose event is
+    missing are then expected (``orphan_of_recovery``) rather than inconsistent. Never writes;
+    a file that changed while it was read, or a live file that looked damaged, is checked once
+    more and the second result stands.
+    """
+    run = _check_once(path, session_id, quick=quick, recovered=recovered)
+    serious = run.result().verdict in ("corrupt", "unreadable")
+    if run.unstable or (run.live is not None and serious):
+        why = "changed while it was read" if run.unstable else "is live and looked damaged"
+        run = _check_once(path, session_id, quick=quick, recovered=recovered)
+        run.add("unstable", f"{why}; checked a second time, and this is the second result")
+    return run.result()

@@ -1,0 +1,134 @@
+"""``agentdb check``: verify session files, safely beside a live kernel."""
+
+from __future__ import annotations
+
+import click
+
+from agentdb import checks
+from agentdb.cli import output
+from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, json_option
+from agentdb.cli.progress import ProgressBar
+from agentdb.results import CheckReport, SessionCheck
+
+
+def _first(s: SessionCheck) -> str:
+    ranked = sorted(s.findings, key=lambda f: ("error", "warning", "info").index(f.severity))
+    if not ranked:
+        return ""
+    text = ranked[0].message
+    prefix = s.path.name + ": "
+    text = text[len(prefix) :] if text.startswith(prefix) else text
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _size(n: int | None) -> str:
+    return "" if n is None else output.human_bytes(n)
+
+
+def render(report: CheckReport, fmt: str) -> None:
+    output.emit_table(
+        [
+            (
+                s.session_id,
+                s.status or "",
+                "" if s.revision is None else s.revision,
+                _size(s.size),
+                s.verdict + (" (live)" if s.live is not None else ""),
+                _first(s),
+            )
+            for s in report.sessions
+        ],
+        ["session", "status", "rev", "size", "verdict", "first finding"],
+        fmt,
+    )
+    if report.directory:
+        output.emit_text("")
+        output.emit_table(
+            [(d.path.name, d.finding.code, d.finding.message) for d in report.directory],
+            ["entry", "finding", "message"],
+            fmt,
+        )
+    s = report.summary
+    verdicts = ", ".join(f"{n} {v}" for v, n in s["verdicts"].items() if v != "ok")
+    output.emit_text(
+        f"\n{s['checked']} sessions checked{' (quick)' if report.quick else ''}: {s['ok']} ok"
+        + (f", {verdicts}" if verdicts else "")
+        + (f"; {s['live']} open right now" if s["live"] else "")
+        + (f"; {len(report.directory)} directory findings" if report.directory else "")
+        + ("; INTERRUPTED, partial report" if report.interrupted else "")
+    )
+
+
+@click.command("check")
+@click.argument("ids", nargs=-1, type=SESSION_ID)
+@click.option(
+    "--all", "all_", is_flag=True, help="Every session (the default when no ID is given)."
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="PRAGMA quick_check instead of integrity_check; skip cross-table references and "
+    "content hashes.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1, 256),
+    default=None,
+    metavar="N",
+    help="Check files in N parallel processes [default: the machine's cores].",
+)
+@json_option
+@fmt_option
+@click.pass_obj
+def check_cmd(
+    app: App,
+    ids: tuple[str, ...],
+    all_: bool,
+    quick: bool,
+    jobs: int | None,
+    as_json: bool,
+    fmt: str,
+) -> int:
+    """Verify session files: type, owner and mode, identity, integrity, schema, consistency,
+    content hashes and WAL, and report each session's verdict.
+
+    With no ID (or with --all) every <ULID>.sqlite entry is checked, including ones that cannot
+    be opened. Read-only: it never blocks or disturbs a live writer, never changes a byte or a
+    mode, and a session open right now is shown as live with its WAL left unjudged.
+
+    Verdicts, most serious first: insecure, foreign, too_new, unsafe_schema, unreadable,
+    corrupt, inconsistent, needs_migration; ok otherwise. Each finding names the fix. Exit 0
+    when every session is ok, 1 when any is not (or Ctrl-C cut the run short).
+    """
+    if ids and all_:
+        raise click.UsageError("give session ids or --all, not both")
+    sessions_dir = app.require_sessions_dir()
+    bar = ProgressBar("checking")
+    try:
+        report = checks.check_sessions(
+            sessions_dir,
+            ids or None,
+            quick=quick,
+            jobs=jobs or default_jobs(),
+            progress=bar,
+            recovery_log=app.recovery_log,
+        )
+    finally:
+        bar.close()
+    if as_json:
+        output.emit_json(
+            {
+                "sessions": report.sessions,
+                "directory": [
+                    {"path": d.path, "session_id": d.session_id, **output.jsonable(d.finding)}
+                    for d in report.directory
+                ],
+                "summary": report.summary,
+            }
+        )
+    else:
+        render(report, fmt)
+    if report.interrupted:
+        output.warn("interrupted: the report covers only the sessions checked before Ctrl-C")
+    return 0 if report.ok else 1

@@ -1,0 +1,132 @@
+"""``agentdb events ID``: a session's event log in sequence order."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import click
+
+from agentdb import sessions
+from agentdb.cli import output
+from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.schema import enums
+from agentdb.store import EventRow
+
+PREVIEW = 60  # characters of payload a table row shows
+
+
+def _decode(payload: bytes | str, truncated: bool) -> str | None:
+    """The payload as text when it is UTF-8 (a cut multi-byte character at a cap is dropped)."""
+    if isinstance(payload, str):
+        return payload
+    for cut in range(4 if truncated else 1):
+        try:
+            return payload[: len(payload) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return None
+
+
+def _json(e: EventRow) -> dict[str, Any]:
+    text = _decode(e.payload, e.truncated)
+    doc: dict[str, Any] = {
+        "sequence": e.sequence,
+        "id": e.id,
+        "timestamp": e.timestamp,
+        "kind": e.kind,
+        "producer": {
+            "category": e.producer_category,
+            "name": e.producer_name,
+            "version": e.producer_version,
+        },
+        "schema_version": e.schema_version,
+        "payload_length": e.payload_length,
+        "truncated": e.truncated,
+    }
+    if text is not None:
+        doc.update(payload_encoding="utf-8", payload=text)
+    else:
+        raw = e.payload if isinstance(e.payload, bytes) else e.payload.encode()
+        doc.update(payload_encoding="base64", payload=base64.b64encode(raw).decode())
+    return doc
+
+
+def _preview(e: EventRow) -> str:
+    """A safe one-line preview: control and non-printable characters escaped."""
+    text = _decode(e.payload, e.truncated)
+    if text is None:
+        raw = e.payload if isinstance(e.payload, bytes) else b""
+        return "0x" + raw[: PREVIEW // 2].hex() + ("..." if len(raw) > PREVIEW // 2 else "")
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: PREVIEW * 2])
+    return shown[:PREVIEW] + ("..." if len(shown) > PREVIEW or e.truncated else "")
+
+
+@click.command("events")
+@click.argument("session_id", type=SESSION_ID)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(enums.KINDS),
+    help="Only events of this kind (repeatable).",
+)
+@click.option(
+    "--after",
+    type=click.IntRange(0),
+    default=0,
+    metavar="SEQ",
+    help="Only events with a sequence greater than SEQ.",
+)
+@click.option(
+    "--max-payload",
+    type=click.IntRange(0, 16 * 1024 * 1024),
+    default=4096,
+    show_default=True,
+    metavar="BYTES",
+    help="Bytes of each payload read and shown (JSON marks longer ones truncated).",
+)
+@json_option
+@fmt_option
+@click.pass_obj
+def events_cmd(
+    app: App,
+    session_id: str,
+    kinds: tuple[str, ...],
+    after: int,
+    max_payload: int,
+    as_json: bool,
+    fmt: str,
+) -> int:
+    """Print a session's events in sequence order (the only ordering authority).
+
+    With --json, one JSON object per line: the envelope, payload_length, truncated, and the
+    payload as UTF-8 text or, when it is not UTF-8, base64 (payload_encoding says which).
+    """
+    it = sessions.iter_events(
+        app.require_sessions_dir(),
+        session_id,
+        kinds=kinds or None,
+        after=after,
+        payload_cap=max_payload,
+    )
+    if as_json:
+        for e in it:
+            output.emit_json_line(_json(e))
+        return 0
+    output.emit_table(
+        [
+            (
+                e.sequence,
+                e.timestamp[:23],
+                e.kind,
+                f"{e.producer_category}/{e.producer_name}@{e.producer_version}",
+                e.payload_length,
+                _preview(e),
+            )
+            for e in it
+        ],
+        ["seq", "timestamp", "kind", "producer", "bytes", "payload"],
+        fmt,
+    )
+    return 0

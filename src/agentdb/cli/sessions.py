@@ -1,0 +1,216 @@
+"""``agentdb sessions list | show ID | tree [ID]``: cross-session queries by scanning files."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from agentdb import sessions
+from agentdb.cli import output
+from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.cli.params import DURATION
+from agentdb.schema import enums
+
+
+def _cost(v: float | None) -> str:
+    return "" if v is None else f"${v:.4f}"
+
+
+def _ts(v: str | None) -> str:
+    return "" if v is None else v[:19].replace("T", " ")
+
+
+@click.group("sessions")
+def sessions_cmd() -> None:
+    """Cross-session queries: list sessions, show one, draw the parent/child tree.
+
+    There is no index: every command scans <ULID>.sqlite files and reads each one's single
+    session_meta row. A file that cannot be read is listed with status "unreadable".
+    """
+
+
+@sessions_cmd.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([*enums.STATUSES, sessions.UNREADABLE]),
+    help="Only sessions with this status (repeatable).",
+)
+@click.option(
+    "--older-than",
+    type=DURATION,
+    default=None,
+    help="Only sessions that ended (or, still open, started) at least this long ago: 90d, 12h.",
+)
+@click.option(
+    "--newer-than",
+    type=DURATION,
+    default=None,
+    help="Only sessions that ended (or started) less than this long ago.",
+)
+@json_option
+@fmt_option
+@click.pass_obj
+def list_cmd(
+    app: App,
+    statuses: tuple[str, ...],
+    older_than: dt.timedelta | None,
+    newer_than: dt.timedelta | None,
+    as_json: bool,
+    fmt: str,
+) -> int:
+    """List sessions in chronological order with status, profile, parent, depth, start and end,
+    cost and event count."""
+    rows = sessions.list_sessions(
+        app.require_sessions_dir(), statuses=statuses or None, older=older_than, newer=newer_than
+    )
+    if as_json:
+        output.emit_json({"sessions": rows})
+        return 0
+    output.emit_table(
+        [
+            (
+                r.session_id,
+                r.status,
+                r.profile or "",
+                r.parent_session_id or "",
+                "" if r.depth is None else r.depth,
+                _ts(r.started_at),
+                _ts(r.ended_at),
+                _cost(r.cost_usd),
+                "" if r.events is None else r.events,
+            )
+            for r in rows
+        ],
+        ["session", "status", "profile", "parent", "depth", "started", "ended", "cost", "events"],
+        fmt,
+    )
+    unreadable = sum(r.status == sessions.UNREADABLE for r in rows)
+    output.note(
+        f"{len(rows)} sessions"
+        + (f", {unreadable} unreadable (see `agentdb check`)" if unreadable else "")
+    )
+    return 0
+
+
+@sessions_cmd.command("show")
+@click.argument("session_id", type=SESSION_ID)
+@json_option
+@fmt_option
+@click.pass_obj
+def show_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
+    """Show one session: its row, cost by model, plan decisions by rule, and producers."""
+    d = sessions.show_session(app.require_sessions_dir(), session_id)
+    if as_json:
+        output.emit_json(d)
+        return 0
+    r = d.session
+    output.emit_table(
+        [
+            ("session", r.session_id),
+            ("status", r.status),
+            ("profile", r.profile),
+            ("parent", r.parent_session_id or "-"),
+            ("depth", r.depth),
+            ("started", r.started_at),
+            ("ended", r.ended_at or "-"),
+            ("cost", _cost(r.cost_usd)),
+            ("events", r.events),
+            ("revision", r.revision),
+        ],
+        ["field", "value"],
+        fmt,
+    )
+    if d.cost_by_model:
+        output.emit_text("\nCost by model")
+        output.emit_table(
+            [
+                (
+                    c["provider"],
+                    c["model"],
+                    c["turns"],
+                    c["input_tokens"],
+                    c["output_tokens"],
+                    c["cache_tokens"],
+                    _cost(c["cost_usd"]),  # type: ignore[arg-type]
+                )
+                for c in d.cost_by_model
+            ],
+            ["provider", "model", "turns", "input", "output", "cache", "cost"],
+            fmt,
+        )
+    if d.plan_decisions:
+        output.emit_text("\nPlan decisions by rule")
+        output.emit_table(
+            [(p["decided_by"], p["decision"], p["count"]) for p in d.plan_decisions],
+            ["rule", "decision", "count"],
+            fmt,
+        )
+    if d.producers:
+        output.emit_text("\nProducers")
+        output.emit_table(
+            [(p.category, p.name, p.version, p.first_seen_sequence) for p in d.producers],
+            ["category", "name", "version", "first seen"],
+            fmt,
+        )
+    return 0
+
+
+def _label(n: sessions.TreeNode) -> str:
+    r = n.row
+    bits = [r.session_id, r.status]
+    if r.profile:
+        bits.append(r.profile)
+    if r.cost_usd is not None:
+        bits.append(_cost(r.cost_usd))
+    if n.note:
+        bits.append(f"({n.note})")
+    return "  ".join(bits)
+
+
+def tree_lines(roots: list[sessions.TreeNode]) -> list[str]:
+    """The forest drawn with box characters, children in id order."""
+    lines: list[str] = []
+    # (node, prefix for its own line, prefix for its children's lines)
+    stack: list[tuple[sessions.TreeNode, str, str]] = [(n, "", "") for n in reversed(roots)]
+    while stack:
+        node, own, below = stack.pop()
+        lines.append(own + _label(node))
+        kids = node.children
+        for i in range(len(kids) - 1, -1, -1):
+            last = i == len(kids) - 1
+            stack.append(
+                (
+                    kids[i],
+                    below + ("└── " if last else "├── "),
+                    below + ("    " if last else "│   "),
+                )
+            )
+    return lines
+
+
+def _tree_json(n: sessions.TreeNode) -> dict[str, Any]:
+    return {
+        **output.jsonable(n.row),
+        "note": n.note,
+        "children": [_tree_json(c) for c in n.children],
+    }
+
+
+@sessions_cmd.command("tree")
+@click.argument("session_id", type=SESSION_ID, required=False)
+@json_option
+@click.pass_obj
+def tree_cmd(app: App, session_id: str | None, as_json: bool) -> int:
+    """Draw the parent/child tree of every session, or of the session ID and its descendants,
+    found by scanning every file's parent_session_id."""
+    roots = sessions.session_tree(app.require_sessions_dir(), session_id)
+    if as_json:
+        output.emit_json({"roots": [_tree_json(n) for n in roots]})
+    else:
+        for line in tree_lines(roots):
+            output.emit_text(line)
+    return 0

@@ -1,0 +1,300 @@
+"""Cross-session queries by scanning the files (the spec's "no separate index"), and one-session
+views: list, show, tree, events, preflight. Read-only; an unreadable file is listed as such.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ulid
+
+from agentdb import errors, paths
+from agentdb.durations import older_than, parse_timestamp
+from agentdb.schema import enums
+from agentdb.store import EventRow, ProducerRow, SessionInfo, SessionReader
+
+UNREADABLE = "unreadable"  # the status shown for a file whose session_meta cannot be read
+
+
+@dataclass
+class SessionRow:
+    """One line of ``sessions list``: the session_meta row plus what it costs to scan."""
+
+    session_id: str  # the ULID in the file name
+    path: Path
+    status: str  # session_meta.status, or "unreadable"
+    profile: str | None = None
+    parent_session_id: str | None = None
+    depth: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    cost_usd: float | None = None  # SUM(cost_ledger.cost_usd)
+    events: int | None = None  # number of events
+    revision: int | None = None  # schema revision (user_version)
+    error: str | None = None  # why the file could not be read, when status is "unreadable"
+    error_code: str | None = None  # that error's stable code
+
+    @property
+    def reference_time(self) -> dt.datetime:
+        """When the session ended, else when it started (the id's time if neither parses)."""
+        t = parse_timestamp(self.ended_at) or parse_timestamp(self.started_at)
+        return t or id_time(self.session_id)
+
+
+def id_time(session_id: str) -> dt.datetime:
+    """The creation time a ULID encodes."""
+    return ulid.ULID.from_str(session_id).datetime.astimezone(dt.timezone.utc)
+
+
+def read_row(entry: paths.Entry, *, count_events: bool = True) -> SessionRow:
+    """The session_meta row of one entry, or an "unreadable" row saying why. Never raises
+    for a bad file."""
+    try:
+        with SessionReader(entry.path, session_id=entry.session_id) as r:
+            info = r.info()
+            n = r.event_count() if count_events else None
+            rev = r.revision
+    except errors.AgentdbError as e:
+        return SessionRow(entry.session_id, entry.path, UNREADABLE, error=str(e), error_code=e.code)
+    return _row(entry, info, n, rev)
+
+
+def _row(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> SessionRow:
+    return SessionRow(
+        entry.session_id,
+        entry.path,
+        info.status,
+        info.profile,
+        info.parent_session_id,
+        info.depth,
+        info.started_at,
+        info.ended_at,
+        info.cost_usd,
+        n,
+        rev,
+    )
+
+
+def scan(sessions_dir: Path, *, count_events: bool = True) -> Iterator[SessionRow]:
+    """Every ``<ULID>.sqlite`` entry's row, in id (= chronological) order."""
+    for entry in paths.iter_session_entries(sessions_dir):
+        yield read_row(entry, count_events=count_events)
+
+
+def list_sessions(
+    sessions_dir: Path,
+    *,
+    statuses: Iterable[str] | None = None,
+    older: dt.timedelta | None = None,
+    newer: dt.timedelta | None = None,
+    now: dt.datetime | None = None,
+) -> list[SessionRow]:
+    """Sessions in chronological order, filtered by status and by age.
+
+    Age is measured from when a session ended, or started if it has not ended: ``older``
+    keeps sessions at least that old (``0s``: every session up to now), ``newer`` those
+    younger than that.
+    """
+    now = now or dt.datetime.now(dt.timezone.utc)
+    wanted = set(statuses) if statuses else None
+    out = []
+    for row in scan(sessions_dir):
+        if wanted is not None and row.status not in wanted:
+            continue
+        t = row.reference_time
+        if older is not None and not older_than(t, older, now):
+            continue
+        if newer is not None and older_than(t, newer, now):
+            continue
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------ show
+
+
+@dataclass
+class SessionDetail:
+    """``sessions show``: the row, spend by model, plan decisions by rule, producers."""
+
+    session: SessionRow
+    cost_by_model: list[dict[str, object]]
+    plan_decisions: list[dict[str, object]]
+    producers: list[ProducerRow]
+
+
+def show_session(sessions_dir: Path, session_id: str) -> SessionDetail:
+    path = paths.session_path(sessions_dir, session_id)
+    entry = paths.Entry(session_id, path)
+    with SessionReader(path, session_id=session_id) as r:
+        row = _row(entry, r.info(), r.event_count(), r.revision)
+        costs = [
+            {
+                "provider": p,
+                "model": m,
+                "turns": int(n),
+                "input_tokens": int(i),
+                "output_tokens": int(o),
+                "cache_tokens": int(c),
+                "cost_usd": float(u),
+            }
+            for p, m, n, i, o, c, u in r.cost_by_model()
+        ]
+        decisions = [
+            {"decided_by": rule, "decision": d, "count": n} for rule, d, n in r.plan_decisions()
+        ]
+        producers = r.producers(limit=100_000).rows
+    return SessionDetail(row, costs, decisions, producers)
+
+
+# ------------------------------------------------------------------------------ tree
+
+
+@dataclass
+class TreeNode:
+    """A session and its children, as found by scanning parent_session_id."""
+
+    row: SessionRow
+    children: list[TreeNode] = field(default_factory=list)
+    note: str | None = None  # e.g. "parent 01H... not found"
+
+
+def build_forest(rows: Sequence[SessionRow]) -> list[TreeNode]:
+    """Roots (sessions without a parent, or whose parent is missing), children by id order.
+
+    Parent links that form a cycle (a hostile or damaged file) are cut where the cycle is found.
+    """
+    nodes = {r.session_id: TreeNode(r) for r in rows}
+    roots: list[TreeNode] = []
+    for r in rows:
+        node = nodes[r.session_id]
+        parent = r.parent_session_id
+        if parent is None or r.status == UNREADABLE:
+            roots.append(node)
+        elif parent not in nodes:
+            node.note = f"parent {parent} not found"
+            roots.append(node)
+        else:
+            nodes[parent].children.append(node)
+    seen: set[str] = set()
+
+    def mark(n: TreeNode) -> None:
+        stack = [n]
+        while stack:
+            cur = stack.pop()
+            seen.add(cur.row.session_id)
+            stack.extend(c for c in cur.children if c.row.session_id not in seen)
+
+    for root in roots:
+        mark(root)
+    for r in rows:  # members of parent cycles: never reached from a root
+        if r.session_id not in seen:
+            node = nodes[r.session_id]
+            node.note = f"parent cycle through {r.parent_session_id}"
+            if node.row.parent_session_id in nodes:
+                siblings = nodes[str(node.row.parent_session_id)].children
+                siblings[:] = [c for c in siblings if c is not node]
+            roots.append(node)
+            mark(node)
+    roots.sort(key=lambda n: n.row.session_id)
+    return roots
+
+
+def session_tree(sessions_dir: Path, session_id: str | None = None) -> list[TreeNode]:
+    """The whole forest, or the subtree rooted at ``session_id``."""
+    rows = list(scan(sessions_dir, count_events=False))
+    forest = build_forest(rows)
+    if session_id is None:
+        return forest
+    stack = list(forest)
+    while stack:
+        n = stack.pop()
+        if n.row.session_id == session_id:
+            return [n]
+        stack.extend(n.children)
+    raise errors.SessionNotFound(
+        f"{paths.session_path(sessions_dir, session_id)}: no such session; "
+        "see `agentdb sessions list`"
+    )
+
+
+# ------------------------------------------------------------------------------ events
+
+
+def iter_events(
+    sessions_dir: Path,
+    session_id: str,
+    *,
+    kinds: Sequence[str] | None = None,
+    after: int = 0,
+    payload_cap: int = 4096,
+) -> Iterator[EventRow]:
+    """The event log in sequence order, read a bounded page at a time."""
+    with SessionReader.open(sessions_dir, session_id) as r:
+        yield from r.iter_events(after=after, kinds=kinds, payload_cap=payload_cap)
+
+
+# ------------------------------------------------------------------------------ preflight
+
+
+@dataclass(frozen=True)
+class PreflightItem:
+    """One producer the session used, and whether the plugin cache has it."""
+
+    category: str
+    name: str
+    version: str
+    first_seen_sequence: int
+    state: str  # "cached", "missing", "kernel" (never looked up) or "invalid" (unsafe name)
+
+
+@dataclass
+class PreflightReport:
+    session_id: str
+    plugin_cache: Path
+    items: list[PreflightItem]
+
+    @property
+    def missing(self) -> list[PreflightItem]:
+        """What you would need to install to replay the session."""
+        return [i for i in self.items if i.state in ("missing", "invalid")]
+
+
+def _safe_component(text: str) -> bool:
+    return (
+        isinstance(text, str)
+        and 0 < len(text) <= 255
+        and text not in (".", "..")
+        and "/" not in text
+        and "\0" not in text
+    )
+
+
+def preflight(sessions_dir: Path, session_id: str, plugin_cache: Path) -> PreflightReport:
+    """Producers the session used that ``plugin_cache`` lacks (the kernel is never looked up).
+
+    A version is cached iff ``<plugin_cache>/<category>/<name>/<version>/`` is a directory.
+    A name that could not be a directory name (``..``, a slash) is reported as ``invalid``.
+    """
+    with SessionReader.open(sessions_dir, session_id) as r:
+        producers = r.producers(limit=100_000).rows
+    items = []
+    for p in producers:
+        if p.category == enums.KERNEL:
+            state = "kernel"
+        elif p.category not in enums.PLUGIN_CATEGORIES or not all(
+            _safe_component(x) for x in (p.name, p.version)
+        ):
+            state = "invalid"
+        else:
+            state = (
+                "cached"
+                if os.path.isdir(plugin_cache / p.category / p.name / p.version)
+                else "missing"
+            )
+        items.append(PreflightItem(p.category, p.name, p.version, p.first_seen_sequence, state))
+    return PreflightReport(session_id, plugin_cache, items)

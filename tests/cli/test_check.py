@@ -1,0 +1,109 @@
+"""agentdb check through the CLI: exit codes, JSON shape, tables, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from agentdb import demo
+from agentdb.cli.main import main
+from tests.support import SRC, make_session
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_verdicts_and_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    state = demo.build(tmp_path / "demo")
+    g = ["--sessions-dir", str(state.sessions_dir)]
+    code, out, _ = run(capsys, *g, "check", "--all", "--json", "--jobs", "2")
+    assert code == 1
+    doc = json.loads(out)
+    verdicts = {s["session_id"]: s["verdict"] for s in doc["sessions"]}
+    assert verdicts[state.by_role("damaged").session_id] == "corrupt"
+    assert verdicts[state.by_role("old-revision").session_id] == "needs_migration"
+    assert verdicts[state.by_role("parent").session_id] == "ok"
+    for s in doc["sessions"]:
+        assert {"session_id", "path", "verdict", "findings", "status", "revision"} <= set(s)
+        for f in s["findings"]:
+            assert {"code", "message", "severity", "fix"} <= set(f)
+    assert doc["summary"]["checked"] == len(state.sessions)
+    assert list(verdicts) == sorted(verdicts)
+
+    ok_id = state.by_role("recent").session_id
+    code, out, _ = run(capsys, *g, "check", ok_id)
+    assert code == 0
+    assert ok_id in out and "1 sessions checked: 1 ok" in out
+
+    code, out, _ = run(capsys, *g, "check", state.by_role("damaged").session_id, "--quick")
+    assert code == 1 and "corrupt" in out
+
+
+def test_usage_errors(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert run(capsys, "--sessions-dir", str(tmp_path / "nope"), "check")[0] == 2
+    assert run(capsys, "--sessions-dir", str(tmp_path), "check", "../etc/passwd")[0] == 2
+    assert run(capsys, "--sessions-dir", str(tmp_path), "check", "--jobs", "0")[0] == 2
+
+
+def test_empty_directory_is_ok(sessions_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--json")
+    assert code == 0
+    assert json.loads(out)["sessions"] == []
+
+
+def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
+    """SIGINT while checking thousands of files: a clean partial report, exit 1."""
+    _, path = make_session(sessions_dir, turns=1)
+    for i in range(3000):
+        sid = f"01ARZ3NDEK{i:016d}"
+        shutil.copyfile(path, sessions_dir / f"{sid}.sqlite")
+        os.chmod(sessions_dir / f"{sid}.sqlite", 0o600)
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentdb.cli.main",
+            "--sessions-dir",
+            str(sessions_dir),
+            "check",
+            "--json",
+            "--jobs",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    os.close(slave)
+    seen = b""
+    while b"checking" not in seen:  # the progress bar: the run is under way
+        r, _, _ = select.select([master], [], [], 60)
+        assert r, "no progress shown"
+        seen += os.read(master, 4096)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    rest = b""
+    try:
+        while select.select([master], [], [], 0.2)[0]:
+            rest += os.read(master, 4096)
+    except OSError:
+        pass
+    os.close(master)
+    assert p.returncode == 1
+    doc = json.loads(out)
+    assert doc["summary"]["interrupted"] is True
+    assert 0 < doc["summary"]["checked"] < 3001
+    ids = [s["session_id"] for s in doc["sessions"]]
+    assert ids == sorted(ids)
+    assert b"interrupted" in rest

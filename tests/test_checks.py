@@ -1,0 +1,330 @@
+"""checks: every finding from a real defect in a real file (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import apsw
+import pytest
+
+from agentdb import checks, demo, recoverylog
+from agentdb.paths import job_file, recovery_log_path, sidecar
+from tests.support import WriterProcess, held_open, make_session
+
+
+def raw(path: Path, sql: str) -> None:
+    """Change a closed session file behind agentdb's back (as damage or a hostile edit would)."""
+    conn = apsw.Connection(str(path))
+    try:
+        for _ in conn.execute(sql):
+            pass
+    finally:
+        conn.close()
+
+
+def codes(result: checks.SessionCheck) -> list[str]:  # type: ignore[name-defined]
+    return [f.code for f in result.findings]
+
+
+def check(sessions_dir: Path, sid: str, **kw: object) -> checks.SessionCheck:  # type: ignore[name-defined]
+    return checks.check_file(sessions_dir, sid, **kw)  # type: ignore[arg-type]
+
+
+def listing(d: Path) -> dict[str, tuple[int, int, int]]:
+    return {
+        p.name: (p.stat().st_size, p.stat().st_mtime_ns, stat.S_IMODE(p.stat().st_mode))
+        for p in d.iterdir()
+    }
+
+
+def test_healthy_file_is_ok_and_left_as_found(sessions_dir: Path) -> None:
+    sid, _ = make_session(sessions_dir)
+    before = listing(sessions_dir)
+    r = check(sessions_dir, sid)
+    assert r.verdict == "ok", r.findings
+    assert r.findings == []
+    assert (r.status, r.revision, r.live) == ("completed", 2, None)
+    assert listing(sessions_dir) == before
+
+
+def test_corrupt_page(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=40)
+    demo.damage_page(path, table="events", nth_leaf=1)
+    r = check(sessions_dir, sid)
+    assert r.verdict == "corrupt"
+    assert "integrity" in codes(r)
+    assert f"agentdb recover {sid}" in r.findings[0].message
+    rq = check(sessions_dir, sid, quick=True)
+    assert rq.verdict == "corrupt"
+
+
+def test_flipped_payload_byte_caught_by_content_hash(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    raw(path, "UPDATE events SET payload = X'00' WHERE sequence = 3")
+    assert check(sessions_dir, sid).verdict == "corrupt"
+    assert "content_hash_mismatch" in codes(check(sessions_dir, sid))
+    quick = check(sessions_dir, sid, quick=True)
+    assert quick.verdict == "ok"  # --quick verifies no payload hashes (documented)
+    assert codes(quick) == []
+
+
+def test_trigger_is_unsafe_schema(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    raw(path, "CREATE TRIGGER t AFTER INSERT ON events BEGIN DELETE FROM cost_ledger; END")
+    r = check(sessions_dir, sid)
+    assert r.verdict == "unsafe_schema"
+    assert "unsafe_schema" in codes(r)
+    assert "schema_mismatch" not in codes(r)
+
+
+def test_view_is_unsafe_schema(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    raw(path, "CREATE VIEW v AS SELECT * FROM events")
+    assert check(sessions_dir, sid).verdict == "unsafe_schema"
+
+
+@pytest.mark.parametrize("target", ["", "-wal"])
+def test_group_writable_is_insecure(sessions_dir: Path, target: str) -> None:
+    sid, path = make_session(sessions_dir)
+    p = sidecar(path, target) if target else path
+    if target:
+        p.write_bytes(b"")
+        os.chmod(p, 0o600)
+    os.chmod(p, 0o664)
+    r = check(sessions_dir, sid)
+    assert r.verdict == "insecure"
+    assert {"insecure_mode", "not_opened"} <= set(codes(r))
+
+
+def test_symlink_directory_fifo_and_missing(sessions_dir: Path, tmp_path: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    link_id, dir_id, fifo_id, gone = (
+        "01ARZ3NDEKTSV4RRFFQ69G5FA1",
+        "01ARZ3NDEKTSV4RRFFQ69G5FA2",
+        "01ARZ3NDEKTSV4RRFFQ69G5FA3",
+        "01ARZ3NDEKTSV4RRFFQ69G5FA4",
+    )
+    (sessions_dir / f"{link_id}.sqlite").symlink_to(path)
+    (sessions_dir / f"{dir_id}.sqlite").mkdir()
+    os.mkfifo(sessions_dir / f"{fifo_id}.sqlite")
+    assert check(sessions_dir, link_id).verdict == "insecure"
+    assert codes(check(sessions_dir, link_id)) == ["symlink"]
+    assert codes(check(sessions_dir, dir_id)) == ["not_regular"]
+    assert codes(check(sessions_dir, fifo_id)) == ["not_regular"]
+    assert check(sessions_dir, gone).verdict == "unreadable"
+    report = checks.check_sessions(sessions_dir, None, jobs=1)
+    assert [s.session_id for s in report.sessions] == sorted([sid, link_id, dir_id, fifo_id])
+    assert sum(s.ok for s in report.sessions) == 1
+
+
+def test_identity_foreign_too_new_old_empty_garbage(sessions_dir: Path) -> None:
+    foreign, p1 = make_session(sessions_dir)
+    raw(p1, "PRAGMA application_id = 12345")
+    too_new, p2 = make_session(sessions_dir)
+    raw(p2, "PRAGMA user_version = 99")
+    old, _ = make_session(sessions_dir, revision=1)
+    empty = "01ARZ3NDEKTSV4RRFFQ69G5FB1"
+    (sessions_dir / f"{empty}.sqlite").write_bytes(b"")
+    os.chmod(sessions_dir / f"{empty}.sqlite", 0o600)
+    garbage = "01ARZ3NDEKTSV4RRFFQ69G5FB2"
+    (sessions_dir / f"{garbage}.sqlite").write_bytes(os.urandom(8192))
+    os.chmod(sessions_dir / f"{garbage}.sqlite", 0o600)
+    assert check(sessions_dir, foreign).verdict == "foreign"
+    r = check(sessions_dir, too_new)
+    assert r.verdict == "too_new" and "99" in r.findings[0].message
+    r = check(sessions_dir, old)
+    assert r.verdict == "needs_migration" and r.findings[0].fix == f"agentdb migrate {old}"
+    assert codes(check(sessions_dir, empty)) == ["empty_database"]
+    assert check(sessions_dir, garbage).verdict == "unreadable"
+
+
+def test_schema_and_meta_inconsistencies(sessions_dir: Path) -> None:
+    a, pa = make_session(sessions_dir)
+    raw(pa, "DROP INDEX idx_events_kind")
+    assert codes(check(sessions_dir, a)) == ["schema_mismatch"]
+    b, pb = make_session(sessions_dir)
+    raw(pb, "UPDATE session_meta SET session_id = '01ARZ3NDEKTSV4RRFFQ69G5FAV'")
+    assert "meta_id_mismatch" in codes(check(sessions_dir, b))
+    c, pc = make_session(sessions_dir)
+    raw(pc, "UPDATE session_meta SET ended_at = NULL")
+    assert codes(check(sessions_dir, c)) == ["ended_at_inconsistent"]
+    d, pd = make_session(sessions_dir)
+    raw(pd, "DELETE FROM session_meta")
+    assert codes(check(sessions_dir, d)) == ["meta_missing"]
+    e, pe = make_session(sessions_dir, revision=1)
+    raw(pe, "UPDATE session_meta SET status = 'paused'")
+    raw(pe, "UPDATE events SET kind = 'bogus' WHERE sequence = 1")
+    assert {"bad_status", "bad_kind", "needs_migration"} <= set(codes(check(sessions_dir, e)))
+    assert check(sessions_dir, e).verdict == "inconsistent"
+    for sid in (a, b, c, d):
+        assert check(sessions_dir, sid).verdict == "inconsistent"
+
+
+def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path) -> None:
+    a, pa = make_session(sessions_dir)
+    raw(pa, "UPDATE cost_ledger SET event_sequence = 1")  # a context_contribution event
+    assert "ledger_not_message" in codes(check(sessions_dir, a))
+    b, pb = make_session(sessions_dir)
+    raw(pb, "UPDATE plan_items SET event_sequence = 2")  # a message event
+    assert "plan_item_not_plan" in codes(check(sessions_dir, b))
+    c, pc = make_session(sessions_dir)
+    raw(pc, "UPDATE producers SET first_seen_sequence = 2 WHERE category = 'tool'")
+    assert "producer_mismatch" in codes(check(sessions_dir, c))
+    d, pd = make_session(sessions_dir)
+    raw(pd, "DELETE FROM producers WHERE category = 'context'")
+    assert "producer_unlisted" in codes(check(sessions_dir, d))
+    for sid in (a, b, c, d):
+        assert check(sessions_dir, sid).verdict == "inconsistent"
+
+
+def test_missing_event_unless_recovered(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    raw(path, "DELETE FROM events WHERE kind = 'plan'")
+    r = check(sessions_dir, sid)
+    assert r.verdict == "inconsistent" and "missing_event" in codes(r)
+    recoverylog.append(
+        recovery_log_path(sessions_dir),
+        {"session_id": sid, "event": "outcome", "outcome": "recovered"},
+    )
+    r = check(sessions_dir, sid)
+    assert r.verdict == "ok", r.findings
+    assert "orphan_of_recovery" in codes(r)
+
+
+def test_live_session_is_shown_and_its_wal_not_judged(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    with held_open(path) as pid:
+        r = check(sessions_dir, sid)
+    assert r.live == pid
+    assert r.verdict == "ok"
+    assert "live" in codes(r) and "wal_not_judged" in codes(r)
+
+
+def test_interrupted_session(sessions_dir: Path) -> None:
+    sid, _ = make_session(sessions_dir, status="running")
+    r = check(sessions_dir, sid)
+    assert r.verdict == "ok" and codes(r) == ["interrupted"]
+    with held_open(sessions_dir / f"{sid}.sqlite"):
+        assert "interrupted" not in codes(check(sessions_dir, sid))
+
+
+def _killed_writer(sessions_dir: Path) -> tuple[str, Path, list[int]]:
+    sid, path = make_session(sessions_dir, status="running")
+    w = WriterProcess(sessions_dir, sid)
+    time.sleep(0.3)
+    seqs, _ = w.stop()  # SIGKILL: the WAL and -shm stay behind
+    assert sidecar(path, "-wal").stat().st_size > 0
+    return sid, path, seqs
+
+
+def test_writer_killed_with_sigkill(sessions_dir: Path) -> None:
+    sid, _, seqs = _killed_writer(sessions_dir)
+    r = check(sessions_dir, sid)
+    assert r.verdict == "ok", r.findings
+    assert "interrupted" in codes(r)
+    assert seqs
+
+
+def test_damage_in_the_middle_of_the_wal(sessions_dir: Path) -> None:
+    sid, path, _ = _killed_writer(sessions_dir)
+    wal = sidecar(path, "-wal")
+    data = bytearray(wal.read_bytes())
+    page = int.from_bytes(data[8:12], "big")
+    frames = (len(data) - 32) // (24 + page)
+    assert frames > 4
+    off = 32 + 1 * (24 + page) + 24 + 100  # inside the second frame's page
+    data[off] ^= 0xFF
+    wal.write_bytes(bytes(data))
+    r = check(sessions_dir, sid)
+    assert r.verdict == "corrupt", r.findings
+    assert {"wal_checksum_break", "wal_frames_after_break"} <= set(codes(r))
+
+
+def test_torn_wal_tail_is_normal(sessions_dir: Path) -> None:
+    sid, path, _ = _killed_writer(sessions_dir)
+    wal = sidecar(path, "-wal")
+    with open(wal, "ab") as f:
+        f.write(b"\x01" * 1000)  # a partial frame, as a crash mid-write leaves
+    r = check(sessions_dir, sid)
+    assert r.verdict == "ok", r.findings
+    assert "wal_torn_tail" in codes(r)
+
+
+def test_directory_extras(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir)
+    log = recovery_log_path(sessions_dir)
+    recoverylog.append(
+        log,
+        {
+            "time": "2026-01-02T03:04:05.000Z",
+            "session_id": sid,
+            "event": "outcome",
+            "outcome": "recovered",
+            "corrupt_path": str(path) + ".corrupt",
+        },
+    )
+    (sessions_dir / f"{sid}.sqlite.corrupt").write_bytes(b"x")
+    job_file(path, "recover", "tmp").write_bytes(b"x")
+    orphan = "01ARZ3NDEKTSV4RRFFQ69G5FC0"
+    (sessions_dir / f"{orphan}.sqlite-wal").write_bytes(b"")
+    (sessions_dir / "notes.txt").write_text("not ours")
+    report = checks.check_sessions(sessions_dir, None, jobs=1)
+    (s,) = report.sessions
+    assert s.verdict == "ok"
+    rec = next(f for f in s.findings if f.code == "recovered_earlier")
+    assert "2026-01-02T03:04:05.000Z" in rec.message
+    assert "job_leftover" in codes(s)
+    assert [d.finding.code for d in report.directory] == ["orphan_sidecar"]
+    assert report.directory[0].session_id == orphan
+
+
+def test_parallel_matches_serial_and_is_in_id_order(sessions_dir: Path) -> None:
+    ids = [make_session(sessions_dir, turns=1)[0] for _ in range(60)]
+    demo.damage_page(sessions_dir / f"{ids[7]}.sqlite", table="events", nth_leaf=0, fill=b"\xff")
+    serial = checks.check_sessions(sessions_dir, None, jobs=1, quick=True)
+    seen: list[int] = []
+    parallel = checks.check_sessions(
+        sessions_dir, None, jobs=3, quick=True, progress=lambda d, t: seen.append(d)
+    )
+    assert [s.session_id for s in parallel.sessions] == sorted(ids)
+    assert [(s.session_id, s.verdict) for s in serial.sessions] == [
+        (s.session_id, s.verdict) for s in parallel.sessions
+    ]
+    assert seen[-1] == 60
+    assert parallel.summary["problems"] == 1
+
+
+def test_check_beside_a_live_writer(sessions_dir: Path) -> None:
+    """A writer appends continuously while check --all runs in a loop."""
+    sid, path = make_session(sessions_dir, status="running")
+    others = [make_session(sessions_dir, turns=1)[0] for _ in range(3)]
+    w = WriterProcess(sessions_dir, sid)
+    verdicts = []
+    try:
+        for i in range(25):
+            rep = checks.check_sessions(sessions_dir, None, jobs=1, quick=bool(i % 2))
+            verdicts += [(s.session_id, s.verdict, s.live) for s in rep.sessions]
+    finally:
+        seqs, err = w.stop()
+    assert "Error" not in err and "Traceback" not in err, err
+    assert all(v == "ok" for _, v, _ in verdicts), [x for x in verdicts if x[1] != "ok"]
+    assert any(s == sid and live for s, _, live in verdicts)
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    stored = {r[0] for r in conn.execute("SELECT sequence FROM events")}
+    conn.close()
+    assert set(seqs) <= stored, "the writer lost committed events"
+    assert len(seqs) > 10
+    assert set(others) < {s for s, _, _ in verdicts}
+
+
+def test_json_shape(sessions_dir: Path) -> None:
+    from agentdb.cli.output import jsonable
+
+    make_session(sessions_dir)
+    rep = checks.check_sessions(sessions_dir, None, jobs=1)
+    doc = json.loads(json.dumps(jsonable(rep.sessions[0])))
+    assert {"session_id", "path", "verdict", "findings"} <= set(doc)
