@@ -157,7 +157,7 @@ def backup_sessions(
     ids: Sequence[str] | None,
     dest_dir: Path,
     *,
-    progress: Callable[[BackupOutcome], None] | None = None,
+    progress: Callable[[BackupOutcome, int, int], None] | None = None,
 ) -> BackupReport:
     """Back up ``ids`` (None: every session) into ``dest_dir``, one after another."""
     if dest_dir.resolve() == sessions_dir.resolve():
@@ -167,11 +167,11 @@ def backup_sessions(
         targets = [e.path for e in paths.iter_session_entries(sessions_dir)]
     else:
         targets = [paths.session_path(sessions_dir, sid) for sid in dict.fromkeys(ids)]
-    for path in targets:
+    for i, path in enumerate(targets, 1):
         out = backup_session(path, dest_dir)
         report.sessions.append(out)
         if progress:
-            progress(out)
+            progress(out, i, len(targets))
     return report
 
 

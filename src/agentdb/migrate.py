@@ -111,7 +111,8 @@ class MigrationReport:
         }
 
 
-Progress = Callable[[MigrationOutcome], None]
+# Called after each file with its outcome, how many files are done, and how many there are.
+Progress = Callable[[MigrationOutcome, int, int], None]
 
 
 # ------------------------------------------------------------------------------------ plan
@@ -366,11 +367,12 @@ def execute(
 ) -> MigrationReport:
     """Migrate every item the plan marks; one file at a time (never two write locks held)."""
     report = MigrationReport(CURRENT_REVISION, dry_run=False)
-    for item in items:
+    items = list(items)
+    for i, item in enumerate(items, 1):
         out = migrate_one(item, wait=wait, keep_backups=keep_backups)
         report.sessions.append(out)
         if progress:
-            progress(out)
+            progress(out, i, len(items))
     return report
 
 
@@ -400,7 +402,8 @@ def migrate_sessions(
 ) -> MigrationReport:
     """Probe and (unless ``dry_run``) migrate each file in turn: ``ids``, or every session."""
     report = MigrationReport(CURRENT_REVISION, dry_run=dry_run)
-    for sid, path in _targets(sessions_dir, ids):
+    targets = _targets(sessions_dir, ids)
+    for i, (sid, path) in enumerate(targets, 1):
         item = probe(sid, path)
         out = (
             dry_run_outcome(item, wait=wait)
@@ -409,5 +412,5 @@ def migrate_sessions(
         )
         report.sessions.append(out)
         if progress:
-            progress(out)
+            progress(out, i, len(targets))
     return report
