@@ -81,8 +81,14 @@ class BackupReport:
         }
 
 
+def one_line(text: str) -> str:
+    """SQLite's multi-line messages (integrity_check) as one line."""
+    return " ".join(text.split())
+
+
 def _copy(src_path: Path, tmp: Path) -> int:
     """Snapshot ``src_path`` into the new file ``tmp`` and check the copy; returns its revision."""
+    sid = src_path.name.removesuffix(paths.SESSION_SUFFIX)
     src = db.open_readonly(src_path)
     try:
         with db.translated(src_path):
@@ -102,8 +108,8 @@ def _copy(src_path: Path, tmp: Path) -> int:
             problems = db.integrity_problems(copy, limit=3)
             if problems:
                 raise errors.Corrupt(
-                    f"{src_path}: the copy fails integrity_check ({problems[0]}); the session is "
-                    f"damaged — run `agentdb check {src_path.name[:-7]}`",
+                    f"{src_path}: the copy fails integrity_check ({one_line(problems[0])}); the "
+                    f"session is damaged — run `agentdb recover {sid}`",
                     path=src_path,
                 )
             return identify(copy).user_version
@@ -246,7 +252,7 @@ def _minimal_check(path: Path, session_id: str) -> VerifyResult:
                 return res
             problems = db.integrity_problems(conn, limit=3)
             if problems:
-                bad("corrupt", "integrity", f"{path}: integrity_check: {problems[0]}")
+                bad("corrupt", "integrity", f"{path}: integrity_check: {one_line(problems[0])}")
                 return res
             diffs = schema_differences(conn, ident.user_version)
             if diffs:

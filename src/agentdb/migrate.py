@@ -118,6 +118,11 @@ Progress = Callable[[MigrationOutcome, int, int], None]
 # ------------------------------------------------------------------------------------ plan
 
 
+def one_line(text: str) -> str:
+    """SQLite's multi-line messages (integrity_check) as one line."""
+    return " ".join(text.split())
+
+
 def backup_file(path: Path) -> Path:
     """Where a migration keeps its backup while it works (a job file: check reports leftovers)."""
     return paths.job_file(path, "migrate", "backup")
@@ -171,7 +176,7 @@ def probe(session_id: str, path: Path) -> MigrationPlanItem:
             if problems:
                 item.outcome = "corrupt"
                 item.message = (
-                    f"{path}: integrity_check failed ({problems[0]}); not migrated — "
+                    f"{path}: integrity_check failed ({one_line(problems[0])}); not migrated — "
                     f"run `agentdb recover {session_id}`"
                 )
                 return item
@@ -231,7 +236,9 @@ def _verify(conn: apsw.Connection, path: Path, before: dict[str, int]) -> None:
     """The committed file is a healthy current-revision session with every row it had."""
     problems = db.integrity_problems(conn, limit=3)
     if problems:
-        raise errors.MigrationFailed(f"{path}: integrity_check after migration: {problems[0]}")
+        raise errors.MigrationFailed(
+            f"{path}: integrity_check after migration: {one_line(problems[0])}"
+        )
     ident = identify(conn)
     if ident.kind != "session" or ident.user_version != CURRENT_REVISION:
         raise errors.MigrationFailed(f"{path}: after migration identifies as {ident}")

@@ -11,7 +11,11 @@ from agentdb import demo
 from agentdb.cli import output
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
-WALKTHROUGH: list[tuple[str, list[str]]] = []
+# "{root}" in an argument stands for the demo's root directory.
+WALKTHROUGH: list[tuple[str, list[str]]] = [
+    ("bring old sessions to the current revision", ["migrate", "--all"]),
+    ("take consistent copies", ["backup", "--all", "--to", "{root}/backups"]),
+]
 
 
 @click.command("demo")
@@ -43,7 +47,8 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
         str(state.plugin_cache),
     ]
     if not no_walkthrough:
-        for title, argv in WALKTHROUGH:
+        for title, template in WALKTHROUGH:
+            argv = [a.replace("{root}", str(root)) for a in template]
             shown = " ".join(["agentdb", *argv])
             output.emit_text(f"\n$ {shown}    # {title}")
             code = main([*globals_, *argv])
