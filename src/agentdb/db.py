@@ -318,12 +318,20 @@ def backup_to(src: apsw.Connection, dest: Path) -> None:
     switched to rollback-journal mode (a self-contained single file that opens without ``-wal``
     or ``-shm``) and fsynced; the caller fsyncs the directory and renames it into place.
     """
-    fsutil.create_exclusive(dest)
+    # Exclusive 0600 create under any umask; no fsync yet (the complete copy is fsynced below).
+    fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
     try:
         conn = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
         try:
             harden(conn)
             with translated(dest):
+                # The copy is a temporary file until the caller renames it: no journal, no
+                # syncs while it is written; it is fsynced once, below, when complete.
+                exec_script(conn, "PRAGMA synchronous=OFF; PRAGMA journal_mode=OFF")
                 with conn.backup("main", src, "main") as b:
                     b.step(-1)
                 pragma(conn, "journal_mode=DELETE")
