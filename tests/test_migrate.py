@@ -177,3 +177,32 @@ def test_leftover_backup_removed_only_when_file_is_healthy(sessions_dir: Path) -
 def test_missing_session_fails(sessions_dir: Path, ids: list[str]) -> None:
     out = migrate.migrate_sessions(sessions_dir, ids).sessions[0]
     assert out.outcome == "failed" and "no such session" in out.message
+
+
+_LOCKER = """
+import sys, time, apsw
+c = apsw.Connection(sys.argv[1])
+c.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_wait_is_bounded_by_a_writer_holding_the_lock(sessions_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    _sid, p = make_session(sessions_dir, revision=1)
+    before = rows(p)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(p)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        out = migrate.migrate_sessions(sessions_dir, wait=0.2).sessions[0]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.outcome == "skipped_live" and "still locked" in out.message
+    assert user_version(p) == 1 and rows(p) == before
+    assert job_files(sessions_dir) == []

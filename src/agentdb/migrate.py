@@ -334,7 +334,8 @@ def migrate_one(
         fsutil.fsync_dir(path.parent)
         before = _backup_counts(bak)
         faults.point("after_backup")
-        start, to = apply_steps(conn, path, before_commit=lambda: faults.point("before_commit"))
+        with db.translated(path):  # BEGIN IMMEDIATE's BusyError comes out untranslated
+            start, to = apply_steps(conn, path, before_commit=lambda: faults.point("before_commit"))
         committed = start != to
         faults.point("after_commit")
         with db.translated(path):
@@ -346,7 +347,7 @@ def migrate_one(
             kept = _dispose(bak, path, rev or 0, keep=True)
             return done("failed", CURRENT_REVISION, f"{e}; backup kept at {kept}", kept)
         _dispose(bak, path, rev or 0, keep=False)  # rolled back: the file is its own backup
-        if isinstance(e.__cause__, apsw.BusyError):
+        if isinstance(e, errors.Busy) or isinstance(e.__cause__, apsw.BusyError):
             waited = wait if wait is not None else db.BUSY_TIMEOUT_MS / 1000
             return done(
                 "skipped_live",
