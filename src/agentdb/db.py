@@ -330,3 +330,39 @@ def allow_only(
         return apsw.SQLITE_OK if allowed(code, a1, a2) else apsw.SQLITE_DENY
 
     conn.authorizer = authorizer
+
+
+def backup_to(src: apsw.Connection, dest: Path) -> None:
+    """Copy ``src``'s main database into the new file ``dest`` (created 0600; must not exist).
+
+    SQLite's online backup API in one pass (``step(-1)``): the copy is made inside one read
+    transaction on ``src``, so it is a transaction-consistent snapshot even while another
+    connection keeps committing (WAL lets the writer go on). A stepped backup would restart at
+    every commit of another connection and might never finish under a busy writer. The copy is
+    switched to rollback-journal mode (a self-contained single file that opens without ``-wal``
+    or ``-shm``) and fsynced; the caller fsyncs the directory and renames it into place.
+    """
+    # Exclusive 0600 create under any umask; no fsync yet (the complete copy is fsynced below).
+    fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    try:
+        conn = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            harden(conn)
+            with translated(dest):
+                # The copy is a temporary file until the caller renames it: no journal, no
+                # syncs while it is written; it is fsynced once, below, when complete.
+                exec_script(conn, "PRAGMA synchronous=OFF; PRAGMA journal_mode=OFF")
+                with conn.backup("main", src, "main") as b:
+                    b.step(-1)
+                pragma(conn, "journal_mode=DELETE")
+        finally:
+            conn.close()
+        fsutil.fsync_file(dest)
+    except BaseException:
+        for p in (dest, sidecar(dest, "-wal"), sidecar(dest, "-shm"), sidecar(dest, "-journal")):
+            p.unlink(missing_ok=True)
+        raise

@@ -11,9 +11,13 @@ from agentdb import demo
 from agentdb.cli import output
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
+# "{root}" in an argument stands for the demo's root directory.
 WALKTHROUGH: list[tuple[str, list[str]]] = [
     ("see every session's health", ["check", "--all"]),
     ("salvage the damaged session", ["recover", "--all"]),
+    ("bring old sessions to the current revision", ["migrate", "--all"]),
+    ("take consistent copies", ["backup", "--all", "--to", "{root}/backups"]),
+    ("healthy again: only the interrupted session is flagged", ["check", "--all"]),
     ("what an operator could prune (dry run)", ["prune", "--older-than", "90d", "--dry-run"]),
     ("cached plugin versions retained sessions still use", ["plugins", "refs"]),
 ]
@@ -48,7 +52,8 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
         str(state.plugin_cache),
     ]
     if not no_walkthrough:
-        for title, argv in WALKTHROUGH:
+        for title, template in WALKTHROUGH:
+            argv = [a.replace("{root}", str(root)) for a in template]
             shown = " ".join(["agentdb", *argv])
             output.emit_text(f"\n$ {shown}    # {title}")
             code = main([*globals_, *argv])

@@ -72,3 +72,26 @@ def human_bytes(n: int | float) -> str:
             return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
         v /= 1024
     return f"{v:.1f} TiB"
+
+
+class ProgressLine:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str, *, enabled: bool | None = None, width: int = 30):
+        self.label = label
+        self.enabled = is_terminal() if enabled is None else enabled
+        self.width = width
+        self.drawn = False
+
+    def update(self, done: int, total: int, what: str = "") -> None:
+        if not self.enabled or total <= 0:
+            return
+        filled = self.width * done // total
+        bar = "#" * filled + "-" * (self.width - filled)
+        click.echo(f"\r{self.label} [{bar}] {done}/{total} {what}\x1b[K", err=True, nl=False)
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            click.echo("", err=True)
+            self.drawn = False

@@ -1,0 +1,424 @@
+"""``agentdb migrate``: bring session files to the current schema revision ahead of time.
+
+The kernel migrates a file when it opens it; this job does the same for the whole history at
+once. Plan, then execute:
+
+* :func:`plan` is read-only. Per file it checks liveness (:func:`agentdb.locks.probe`, takes
+  nothing), then opens the file read-only: identity, revision, ``integrity_check``. A corrupt
+  file is not migrated (``agentdb recover`` is the way for it), a newer or foreign one is left
+  untouched.
+* :func:`execute` migrates what the plan says needs it. Per file: an online backup through the
+  SQLite backup API beside the file (``<id>.sqlite.agentdb-migrate-backup``, 0600, fsynced),
+  then every step in one ``BEGIN IMMEDIATE`` transaction (:func:`~agentdb.schema.migrations.
+  apply_steps`: ``user_version`` and ``application_id`` set in it, ``foreign_key_check`` and
+  ``integrity_check`` before ``COMMIT``, ``ROLLBACK`` otherwise), then a verification of the
+  committed file (integrity, identity, schema, no table lost a row). The backup is removed once
+  the file is verified, or kept as ``<id>.sqlite.rev<N>.bak`` with ``keep_backups`` or when the
+  verification fails. The backup is the operator's safety net, never the undo: a failed
+  migration is rolled back by SQLite, and nothing is ever copied over a WAL-mode file.
+
+Killed at any instant, a file is at the old revision or the new one (one transaction), and a
+re-run finishes: it redoes the migration, or finds the file current and removes the backup an
+interrupted run left (only once the file has passed ``integrity_check``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from agentdb import db, errors, faults, fsutil, locks, paths
+from agentdb.schema.identity import identify, schema_differences
+from agentdb.schema.migrations import apply_steps
+from agentdb.schema.revisions import CURRENT_REVISION, TABLES
+
+OUTCOMES = ("migrated", "current", "too_new", "corrupt", "skipped_live", "failed", "foreign")
+# Outcomes that mean nothing is wrong; any other makes the command exit 1.
+OK_OUTCOMES = ("migrated", "current")
+MIGRATE = "migrate"  # plan action: this file needs the migration
+NONE = "none"  # plan action: nothing to do (the item's outcome says why)
+
+
+@dataclass
+class MigrationPlanItem:
+    """What :func:`plan` found for one session file, before anything is changed."""
+
+    session_id: str  # the ULID in the file name
+    path: Path  # <sessions_dir>/<id>.sqlite
+    revision: int | None  # the file's user_version; None when it could not be read
+    action: str  # "migrate" or "none"
+    outcome: str | None  # for action "none": current, too_new, corrupt, foreign or failed
+    live_pid: int | None = None  # who had the file open at plan time (None: nobody, or unknown)
+    live: bool = False  # another process had the file open at plan time
+    leftover: Path | None = None  # a backup an interrupted migration left beside the file
+    message: str = ""  # why, in one line (empty when there is nothing to say)
+
+
+@dataclass
+class MigrationOutcome:
+    """What happened to one session file."""
+
+    session_id: str  # the ULID in the file name
+    from_: int | None  # revision before (None when unreadable); JSON key "from"
+    to: int | None  # revision after (equal to from_ when nothing changed)
+    outcome: str  # one of OUTCOMES
+    backup_path: Path | None = None  # a backup kept for the operator (--keep-backups, failures)
+    message: str = ""  # one line: what was done or why not, and what to do
+    seconds: float = 0.0  # wall time spent on this file
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "from": self.from_,
+            "to": self.to,
+            "outcome": self.outcome,
+            "backup_path": str(self.backup_path) if self.backup_path else None,
+            "message": self.message,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass
+class MigrationReport:
+    """Every file's outcome, in id order."""
+
+    target: int  # the revision files were brought to
+    dry_run: bool  # True: nothing was changed; "migrated" means "would be migrated"
+    sessions: list[MigrationOutcome] = field(default_factory=list)
+
+    def summary(self) -> dict[str, int]:
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for s in self.sessions:
+            counts[s.outcome] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return all(s.outcome in OK_OUTCOMES for s in self.sessions)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "target": self.target,
+            "sessions": [s.as_json() for s in self.sessions],
+            "summary": self.summary(),
+        }
+
+
+# Called after each file with its outcome, how many files are done, and how many there are.
+Progress = Callable[[MigrationOutcome, int, int], None]
+
+
+# ------------------------------------------------------------------------------------ plan
+
+
+def one_line(text: str) -> str:
+    """SQLite's multi-line messages (integrity_check) as one line."""
+    return " ".join(text.split())
+
+
+def backup_file(path: Path) -> Path:
+    """Where a migration keeps its backup while it works (a job file: check reports leftovers)."""
+    return paths.job_file(path, "migrate", "backup")
+
+
+def kept_backup_name(path: Path, revision: int) -> Path:
+    """The first free ``<id>.sqlite.rev<N>.bak[.k]`` beside ``path``: a backup kept for good."""
+    base = path.with_name(f"{path.name}.rev{revision}.bak")
+    candidate, k = base, 0
+    while os.path.lexists(candidate):
+        k += 1
+        candidate = base.with_name(f"{base.name}.{k}")
+    return candidate
+
+
+def _targets(sessions_dir: Path, ids: Sequence[str] | None) -> list[tuple[str, Path]]:
+    if ids is None:
+        return [(e.session_id, e.path) for e in paths.iter_session_entries(sessions_dir)]
+    return [(sid, paths.session_path(sessions_dir, sid)) for sid in dict.fromkeys(ids)]
+
+
+def probe(session_id: str, path: Path) -> MigrationPlanItem:
+    """Look at one file read-only and say what migrating it means. Changes nothing."""
+    leftover = backup_file(path)
+    item = MigrationPlanItem(
+        session_id, path, None, NONE, None, leftover=leftover if leftover.exists() else None
+    )
+    # Liveness first, with no SQLite connection to the file open in this process: POSIX locks
+    # are per process, and closing any descriptor of a file drops all of them.
+    holder = locks.probe(path) if path.exists() else None
+    item.live = holder is not None
+    item.live_pid = holder.pid if holder else None
+    try:
+        conn = db.open_readonly(path)
+    except errors.AgentdbError as e:
+        return _refused(item, e)
+    try:
+        with db.translated(path):
+            ident = identify(conn)
+            item.revision = ident.user_version
+            if ident.kind in ("foreign", "empty"):
+                item.outcome = "foreign"
+                why = ident.problem or "an empty file"
+                item.message = f"{path}: {why}; not a session file, left untouched"
+                return item
+            if ident.kind == "too_new":
+                item.outcome = "too_new"
+                item.message = f"{path}: {ident.problem}; left untouched — upgrade agentdb"
+                return item
+            problems = db.integrity_problems(conn, limit=3)
+            if problems:
+                item.outcome = "corrupt"
+                item.message = (
+                    f"{path}: integrity_check failed ({one_line(problems[0])}); not migrated — "
+                    f"run `agentdb recover {session_id}`"
+                )
+                return item
+            if ident.user_version >= CURRENT_REVISION:
+                item.outcome = "current"
+                return item
+            diffs = schema_differences(conn, ident.user_version)
+            if diffs:
+                item.outcome = "failed"
+                item.message = (
+                    f"{path}: tables do not match revision {ident.user_version} ({diffs[0]}); "
+                    "not migrated — inspect it with `agentdb check`"
+                )
+                return item
+            item.action = MIGRATE
+            if item.live:
+                who = f" by pid {item.live_pid}" if item.live_pid else ""
+                item.message = f"{path}: open{who}"
+            return item
+    except errors.AgentdbError as e:
+        return _refused(item, e)
+    finally:
+        conn.close()
+
+
+def _refused(item: MigrationPlanItem, e: errors.AgentdbError) -> MigrationPlanItem:
+    item.action = NONE
+    if isinstance(e, errors.Corrupt | errors.Unreadable):
+        item.outcome = "corrupt"
+        item.message = f"{e}; not migrated — run `agentdb recover {item.session_id}`"
+    elif isinstance(e, errors.ForeignFile):
+        item.outcome = "foreign"
+        item.message = str(e)
+    else:
+        item.outcome = "failed"
+        item.message = str(e)
+    return item
+
+
+def plan(sessions_dir: Path, ids: Sequence[str] | None = None) -> list[MigrationPlanItem]:
+    """What migrating ``ids`` (None: every session) would do. Read-only."""
+    return [probe(sid, path) for sid, path in _targets(sessions_dir, ids)]
+
+
+# ------------------------------------------------------------------------------------ execute
+
+
+def _counts(conn: apsw.Connection) -> dict[str, int]:
+    out = {}
+    for t in TABLES:
+        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+        out[t] = int(row[0]) if row else 0
+    return out
+
+
+def _verify(conn: apsw.Connection, path: Path, before: dict[str, int]) -> None:
+    """The committed file is a healthy current-revision session with every row it had."""
+    problems = db.integrity_problems(conn, limit=3)
+    if problems:
+        raise errors.MigrationFailed(
+            f"{path}: integrity_check after migration: {one_line(problems[0])}"
+        )
+    ident = identify(conn)
+    if ident.kind != "session" or ident.user_version != CURRENT_REVISION:
+        raise errors.MigrationFailed(f"{path}: after migration identifies as {ident}")
+    diffs = schema_differences(conn, CURRENT_REVISION)
+    if diffs:
+        raise errors.MigrationFailed(f"{path}: after migration: {diffs[0]}")
+    after = _counts(conn)
+    for t in TABLES:
+        if after[t] < before[t]:  # a live writer may add rows; nothing may lose one
+            raise errors.MigrationFailed(
+                f"{path}: {t} has {after[t]} rows after migration, {before[t]} before"
+            )
+
+
+def _backup_counts(bak: Path) -> dict[str, int]:
+    conn = db.open_readonly(bak)
+    try:
+        with db.translated(bak):
+            return _counts(conn)
+    finally:
+        conn.close()
+
+
+def _dispose(bak: Path, path: Path, revision: int, keep: bool) -> Path | None:
+    """Remove the working backup, or keep it under its documented name; returns that name."""
+    if not bak.exists():
+        return None
+    kept = None
+    if keep:
+        kept = kept_backup_name(path, revision)
+        os.link(bak, kept)  # never overwrites: kept_backup_name found a free name
+    bak.unlink()
+    fsutil.fsync_dir(path.parent)
+    return kept
+
+
+def _remove_leftover(item: MigrationPlanItem) -> str:
+    if item.leftover is None or not item.leftover.exists():
+        return ""
+    item.leftover.unlink()
+    fsutil.fsync_dir(item.path.parent)
+    return f"removed {item.leftover.name} left by an interrupted migration"
+
+
+def migrate_one(
+    item: MigrationPlanItem, *, wait: float | None = None, keep_backups: bool = False
+) -> MigrationOutcome:
+    """Execute one plan item. With ``wait`` (seconds), a file another process has open is
+    migrated too, waiting at most that long for the write lock; without it, it is skipped."""
+    started = time.monotonic()
+    path, sid, rev = item.path, item.session_id, item.revision
+
+    def done(
+        outcome: str, to: int | None, message: str = "", kept: Path | None = None
+    ) -> MigrationOutcome:
+        return MigrationOutcome(sid, rev, to, outcome, kept, message, time.monotonic() - started)
+
+    if item.action != MIGRATE:
+        message = item.message
+        if item.outcome == "current":
+            message = _remove_leftover(item)
+        return done(item.outcome or "failed", rev, message)
+    holder = locks.probe(path)  # again: the plan may be old
+    if holder is not None and wait is None:
+        who = f" by pid {holder.pid}" if holder.pid else ""
+        return done(
+            "skipped_live",
+            rev,
+            f"{path}: open{who}; not migrated — retry when it is closed, or pass --wait",
+        )
+    faults.point("after_probe")
+    bak = backup_file(path)
+    try:
+        conn = db.open_writer(path)
+    except errors.AgentdbError as e:
+        return done(_refused(item, e).outcome or "failed", rev, item.message)
+    committed = False
+    try:
+        if wait is not None:
+            conn.set_busy_timeout(int(wait * 1000))
+        with db.translated(path):
+            ident = identify(conn)
+            if ident.kind == "too_new":
+                return done("too_new", rev, f"{path}: {ident.problem}; left untouched")
+            if ident.kind != "session":
+                return done("foreign", rev, f"{path}: {ident.problem}; left untouched")
+            if ident.user_version >= CURRENT_REVISION:  # a kernel migrated it meanwhile
+                return done("current", ident.user_version, _remove_leftover(item))
+            db.exec_script(conn, "PRAGMA synchronous=FULL")
+            if bak.exists():
+                bak.unlink()  # an interrupted run's copy of this same, still unmigrated file
+            db.backup_to(conn, bak)
+        fsutil.fsync_dir(path.parent)
+        before = _backup_counts(bak)
+        faults.point("after_backup")
+        with db.translated(path):  # BEGIN IMMEDIATE's BusyError comes out untranslated
+            start, to = apply_steps(conn, path, before_commit=lambda: faults.point("before_commit"))
+        committed = start != to
+        faults.point("after_commit")
+        with db.translated(path):
+            _verify(conn, path, before)
+        faults.point("after_verify")
+    except errors.AgentdbError as e:
+        conn.close()
+        if committed:  # committed but not verified: keep the backup for the operator
+            kept = _dispose(bak, path, rev or 0, keep=True)
+            return done("failed", CURRENT_REVISION, f"{e}; backup kept at {kept}", kept)
+        _dispose(bak, path, rev or 0, keep=False)  # rolled back: the file is its own backup
+        if isinstance(e, errors.Busy) or isinstance(e.__cause__, apsw.BusyError):
+            waited = wait if wait is not None else db.BUSY_TIMEOUT_MS / 1000
+            return done(
+                "skipped_live",
+                rev,
+                f"{path}: still locked by its writer after {waited:g}s; not migrated — "
+                "retry when it is idle",
+            )
+        outcome = "too_new" if isinstance(e, errors.TooNew) else "failed"
+        return done(outcome, rev, str(e))
+    finally:
+        conn.close()
+    if not committed:  # a kernel migrated it between our probe and our transaction
+        _dispose(bak, path, rev or 0, keep=False)
+        return done("current", to, "already migrated by another process")
+    kept = _dispose(bak, path, rev or 0, keep=keep_backups)
+    return done("migrated", to, f"backup kept at {kept}" if kept else "", kept)
+
+
+def execute(
+    items: Iterable[MigrationPlanItem],
+    *,
+    wait: float | None = None,
+    keep_backups: bool = False,
+    progress: Progress | None = None,
+) -> MigrationReport:
+    """Migrate every item the plan marks; one file at a time (never two write locks held)."""
+    report = MigrationReport(CURRENT_REVISION, dry_run=False)
+    items = list(items)
+    for i, item in enumerate(items, 1):
+        out = migrate_one(item, wait=wait, keep_backups=keep_backups)
+        report.sessions.append(out)
+        if progress:
+            progress(out, i, len(items))
+    return report
+
+
+def dry_run_outcome(item: MigrationPlanItem, *, wait: float | None = None) -> MigrationOutcome:
+    """The outcome a plan item would have; "migrated" reads "would be migrated"."""
+    if item.action == MIGRATE:
+        if item.live and wait is None:
+            return MigrationOutcome(
+                item.session_id, item.revision, item.revision, "skipped_live", None, item.message
+            )
+        return MigrationOutcome(
+            item.session_id, item.revision, CURRENT_REVISION, "migrated", None, "would migrate"
+        )
+    return MigrationOutcome(
+        item.session_id, item.revision, item.revision, item.outcome or "failed", None, item.message
+    )
+
+
+def migrate_sessions(
+    sessions_dir: Path,
+    ids: Sequence[str] | None = None,
+    *,
+    dry_run: bool = False,
+    wait: float | None = None,
+    keep_backups: bool = False,
+    progress: Progress | None = None,
+) -> MigrationReport:
+    """Probe and (unless ``dry_run``) migrate each file in turn: ``ids``, or every session."""
+    report = MigrationReport(CURRENT_REVISION, dry_run=dry_run)
+    targets = _targets(sessions_dir, ids)
+    for i, (sid, path) in enumerate(targets, 1):
+        item = probe(sid, path)
+        out = (
+            dry_run_outcome(item, wait=wait)
+            if dry_run
+            else migrate_one(item, wait=wait, keep_backups=keep_backups)
+        )
+        report.sessions.append(out)
+        if progress:
+            progress(out, i, len(targets))
+    return report

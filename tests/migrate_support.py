@@ -1,0 +1,144 @@
+"""Fixtures for migrate and backup tests: session files at every revision, in every shape."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import apsw
+
+from agentdb import paths
+from agentdb.schema.hashing import event_hash
+from agentdb.schema.revisions import DDL
+from agentdb.store import Event, Producer, SessionWriter
+from tests.support import make_session
+
+REVISIONS = sorted(DDL)  # every released revision
+TOOL = Producer("tool", "shell", "2.0.0")
+BIG = 100 * 1024  # a payload this size spills onto overflow pages
+
+
+def rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every table, committed WAL frames included, read from a copy of the file
+    and its -wal (so that reading neither checkpoints nor removes the original's WAL)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "copy.sqlite"
+        shutil.copyfile(path, copy)
+        if paths.sidecar(path, "-wal").exists():
+            shutil.copyfile(paths.sidecar(path, "-wal"), paths.sidecar(copy, "-wal"))
+        conn = apsw.Connection(str(copy))
+        try:
+            return {
+                t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
+                for t in ("events", "session_meta", "cost_ledger", "plan_items", "producers")
+            }
+        finally:
+            conn.close()
+
+
+def user_version(path: Path) -> int:
+    conn = apsw.Connection(str(path))
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def assert_same_rows(before: dict, after: dict) -> None:  # type: ignore[type-arg]
+    """Every row survived: equal tables; events equal on the revision-1 columns, and the
+    content_hash a revision-2 file adds is the hash of those columns."""
+    assert before.keys() == after.keys()
+    for table in before:
+        if table != "events":
+            assert after[table] == before[table], table
+    b, a = before["events"], after["events"]
+    assert len(a) == len(b)
+    for old, new in zip(b, a, strict=True):
+        assert new[:9] == old[:9]
+        if len(new) > 9:
+            assert new[9] == event_hash(*new[:9])
+            if len(old) > 9:
+                assert old[9] == new[9]
+
+
+def large_session(sessions_dir: Path, revision: int) -> tuple[str, Path]:
+    """A session whose events carry 100 KB payloads (overflow chains)."""
+    sid, path = make_session(sessions_dir, turns=2, revision=revision, status=None)
+    w = SessionWriter.open(sessions_dir, sid, migrate=False)
+    try:
+        for i in range(4):
+            w.emit(Event("tool_result", TOOL, bytes([65 + i]) * BIG))
+        w.set_status("completed")
+    finally:
+        w.close()
+    return sid, path
+
+
+def wal_only_session(sessions_dir: Path, scratch: Path, revision: int) -> tuple[str, Path]:
+    """A session whose committed rows are still only in its -wal (as after a kernel crash).
+
+    Written with checkpoints off, then the file and its WAL are copied while the writer still
+    has them open, the way a crash leaves them.
+    """
+    fsdir = scratch / "wal-src"
+    fsdir.mkdir(mode=0o700, exist_ok=True)
+    w = SessionWriter.create(fsdir, profile="coder", revision=revision)
+    try:
+        w.conn.execute("PRAGMA wal_autocheckpoint=0")
+        for i in range(30):
+            w.emit(Event("tool_result", TOOL, f"result {i} ".encode() * (50 + 40 * i)))
+        w.emit(Event("tool_result", TOOL, b"Z" * BIG))
+        for suffix in ("", "-wal"):
+            src = paths.sidecar(w.path, suffix)
+            dst = paths.sidecar(sessions_dir / w.path.name, suffix)
+            shutil.copyfile(src, dst)
+            os.chmod(dst, 0o600)
+    finally:
+        w.close()
+    return w.session_id, sessions_dir / w.path.name
+
+
+def all_shapes(sessions_dir: Path, scratch: Path) -> dict[str, tuple[str, Path, int]]:
+    """name -> (id, path, revision) for small, large and WAL-only files at every revision."""
+    out = {}
+    for rev in REVISIONS:
+        sid, p = make_session(sessions_dir, turns=4, revision=rev)
+        out[f"small-r{rev}"] = (sid, p, rev)
+        sid, p = large_session(sessions_dir, rev)
+        out[f"large-r{rev}"] = (sid, p, rev)
+        sid, p = wal_only_session(sessions_dir, scratch, rev)
+        out[f"wal-r{rev}"] = (sid, p, rev)
+    return out
+
+
+def set_pragma(path: Path, name: str, value: int) -> None:
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute(f"PRAGMA {name}={int(value)}")
+    finally:
+        conn.close()
+
+
+def foreign_file(sessions_dir: Path, session_id: str) -> Path:
+    path = sessions_dir / f"{session_id}.sqlite"
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("PRAGMA application_id=305419896")
+        conn.execute("PRAGMA user_version=1")
+        conn.execute("CREATE TABLE notes(x)")
+        conn.execute("INSERT INTO notes VALUES ('not a session')")
+    finally:
+        conn.close()
+    os.chmod(path, 0o600)
+    return path
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Bytes and mode of every file in a directory."""
+    return {p.name: (p.read_bytes(), os.stat(p).st_mode) for p in sorted(directory.iterdir())}
+
+
+def job_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if paths.JOB_FILE_RE.fullmatch(p.name))
