@@ -82,7 +82,8 @@ def find_capable_shell() -> Path | None:
     """The first sqlite3 shell whose ``.recover`` passes the self-test, or None.
 
     Order: ``$AGENTDB_SQLITE3`` (``none`` disables engine 2), ``sqlite3`` on ``PATH``, the
-    test-built tool. Memoised per process for a given environment.
+    test-built tool. Each candidate's self-test result is memoised per process (keyed by the
+    file's path, mtime and size), so repeated calls cost a few ``stat`` calls.
     """
     env_value = os.environ.get(ENV_SHELL)
     if env_value is not None and env_value.strip().lower() in _OFF:
@@ -91,7 +92,6 @@ def find_capable_shell() -> Path | None:
     return _find(env_value, os.environ.get("PATH", os.defpath), str(tools) if tools else None)
 
 
-@functools.lru_cache(maxsize=16)
 def _find(env_value: str | None, path_env: str, tools_dir: str | None) -> Path | None:
     for cand in _candidates(env_value, path_env, tools_dir):
         if is_capable(cand):
@@ -101,13 +101,14 @@ def _find(env_value: str | None, path_env: str, tools_dir: str | None) -> Path |
 
 def is_capable(shell: Path) -> bool:
     """Whether ``shell`` runs and its ``.recover`` salvages a damaged file (memoised)."""
+    shell = shell.absolute()
     try:
         st = os.stat(shell)
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode) or not os.access(shell, os.X_OK):
         return False
-    return _selftest(str(shell), st.st_mtime_ns, st.st_size)
+    return _selftest(str(shell), st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def selftest_problem(shell: Path) -> str | None:
@@ -117,7 +118,7 @@ def selftest_problem(shell: Path) -> str | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _selftest(shell: str, _mtime_ns: int, _size: int) -> bool:
+def _selftest(shell: str, _ino: int, _mtime_ns: int, _size: int) -> bool:
     return selftest_problem(Path(shell)) is None
 
 
@@ -151,7 +152,7 @@ def _build_selftest_db(path: Path) -> int:
         ]
         lost = conn.execute(
             "SELECT ncell FROM dbstat WHERE name='events' AND pageno=?", (leaves[0],)
-        ).fetchone()[0]
+        ).get
     finally:
         conn.close()
     with open(path, "r+b") as f:
@@ -175,7 +176,7 @@ def _run_selftest(shell: Path, tmp: Path) -> str | None:
     conn = shell_load.open_scratch(tmp / "scratch.sqlite")
     try:
         shell_load.load(conn, out_path.read_text("utf-8", "surrogateescape"))
-        got = conn.execute("SELECT count(*) FROM events WHERE id LIKE 'selftest-%'").fetchone()[0]
+        got = conn.execute("SELECT count(*) FROM events WHERE id LIKE 'selftest-%'").get
     finally:
         conn.close()
     if got != expected:
@@ -214,7 +215,7 @@ def _run_recover(
             while True:
                 try:
                     rc = proc.wait(timeout=step)
-                    return rc, False, False
+                    return rc, False, os.fstat(out.fileno()).st_size > cap
                 except subprocess.TimeoutExpired:
                     pass
                 step = min(step * 2, 0.2)

@@ -167,11 +167,14 @@ def load(
     laf: dict[str, int] = res.laf_tables
     allowed_tables = _allowed_tables(laf)
 
+    refused: list[int] = []
+
     def allowed(code: int, a1: str | None, a2: str | None) -> bool:
-        if code == apsw.SQLITE_INSERT:
-            return a1 in allowed_tables
-        if code == apsw.SQLITE_FUNCTION:
-            return (a2 or "").lower() in ALLOWED_FUNCTIONS
+        if code == apsw.SQLITE_INSERT and a1 in allowed_tables:
+            return True
+        if code == apsw.SQLITE_FUNCTION and (a2 or "").lower() in ALLOWED_FUNCTIONS:
+            return True
+        refused.append(code)
         return False
 
     db.exec_script(conn, "BEGIN")
@@ -190,23 +193,22 @@ def load(
                 res.failed += 1  # text that was not UTF-8 in the file
                 continue
             db.allow_only(conn, allowed)
+            refused.clear()
             try:
                 before = conn.total_changes()
                 for _ in conn.cursor().execute(stmt, can_cache=False):
                     pass
                 res.inserted += conn.total_changes() - before
-            except apsw.AuthError:
-                res.denied += 1
-                if len(res.denied_examples) < 5:
-                    res.denied_examples.append(stmt[:80])
-            except apsw.SQLError as e:
+            except apsw.Error as e:
                 m = _NO_SUCH_TABLE.match(str(e))
-                if m:
+                if refused:
+                    res.denied += 1
+                    if len(res.denied_examples) < 5:
+                        res.denied_examples.append(stmt[:80])
+                elif m:
                     res.other_tables[m.group(1)[:60]] += 1
                 else:
                     res.failed += 1
-            except apsw.Error:
-                res.failed += 1
             finally:
                 conn.authorizer = None
     finally:
@@ -230,9 +232,7 @@ def _note_other(
         if cols == expected and 0 < nfields <= _MAX_LAF_FIELDS and name not in res.laf_tables:
             # Our own DDL text, built from the count: nothing of the file's text is executed.
             fields = ", ".join(f"c{i}" for i in range(nfields))
-            db.exec_script(
-                conn, f"CREATE TABLE {name}(rootpgno, pgno, nfield, id, {fields})"
-            )
+            db.exec_script(conn, f"CREATE TABLE {name}(rootpgno, pgno, nfield, id, {fields})")
             res.laf_tables[name] = nfields
             allowed_tables.add(name)
             return
