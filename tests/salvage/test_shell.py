@@ -14,7 +14,7 @@ from agentdb import demo
 from agentdb.salvage import shell as sh
 from agentdb.salvage import shell_load
 from agentdb.schema.revisions import TABLES
-from tests.support import WriterProcess, all_rows, make_session
+from tests.support import WriterProcess, all_rows, make_session, wait_for
 
 DEBIAN_SQLITE3 = Path("/usr/bin/sqlite3")
 
@@ -179,9 +179,10 @@ def test_wal_is_read_from_a_copy_and_left_alone(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path
 ) -> None:
     sid, path = make_session(sessions_dir, turns=2)
-    writer = WriterProcess(sessions_dir, sid)
-    committed, _ = writer.stop()  # killed: its last commits live only in the -wal
     wal = path.with_name(path.name + "-wal")
+    writer = WriterProcess(sessions_dir, sid)
+    assert wait_for(lambda: wal.exists() and wal.stat().st_size > 100_000, timeout=60)
+    committed, _ = writer.stop()  # killed: its last commits live only in the -wal
     assert wal.exists() and wal.stat().st_size > 0
     before = (path.read_bytes(), wal.read_bytes())
     work = tmp_path / "work"
@@ -199,7 +200,9 @@ def rev1_rows_with_wal(path: Path, tmp: Path) -> dict[str, set[tuple[object, ...
     shutil.copy(path, d / path.name)
     shutil.copy(path.with_name(path.name + "-wal"), d / (path.name + "-wal"))
     conn = apsw.Connection(str(d / path.name))
-    conn.close()  # checkpoints the copy's WAL into it
+    assert conn.execute("SELECT count(*) FROM events").get > 0
+    conn.close()  # the last connection checkpoints the copy's WAL into it
+    assert not (d / (path.name + "-wal")).exists()
     return rev1_rows(d / path.name)
 
 
@@ -402,3 +405,36 @@ def test_timeout_kills_the_shell_and_keeps_what_it_printed(
     assert any("did not finish within 1s" in n for n in res.notes)
     assert res.rows["events"] == [ev]
     assert list(work.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- shape mapping
+
+SID = "01HZZZZZZZZZZZZZZZZZZZZZZZ"
+EVENT = ("ev-1", "t", "message", "model", "anthropic", "1.0", "1", b"payload")
+
+
+def test_mapping_by_shape() -> None:
+    from agentdb.salvage.shell_rows import map_lost_and_found as m
+    from agentdb.schema.hashing import event_hash
+
+    h = event_hash(7, *EVENT)
+    assert m(10, 7, (None, *EVENT, h), revision=2, session_id=SID).table == "events"
+    assert m(10, 7, (None, *EVENT, b"x" * 16), revision=2, session_id=SID).reason == "invalid"
+    assert m(9, 7, (None, *EVENT), revision=1, session_id=SID).row == (7, *EVENT)
+    assert m(9, 7, (None, *EVENT), revision=2, session_id=SID).table is None  # hash missing
+    cost = (None, 3, "anthropic", "sonnet", 10, 5, 0, 800, 0)
+    assert m(9, 1, cost, revision=2, session_id=SID).row == (1, *cost[1:8], 0.0)
+    plan = (None, 3, "turn", "call", "anthropic", "shell", "deny", "policy")
+    assert m(8, 2, plan, revision=2, session_id=SID).table == "plan_items"
+    meta = (SID, None, "coder", "completed", 0, "t0", "t1")
+    assert m(7, 1, meta, revision=2, session_id=SID).table == "session_meta"
+    other = ("01HYYYYYYYYYYYYYYYYYYYYYYY", *meta[1:])
+    assert m(7, 1, other, revision=2, session_id=SID).reason == "invalid"  # another session
+    prod = ("model", "anthropic", "1.0", 2)
+    assert m(4, 1, prod, revision=2, session_id=SID).table == "producers"
+    # idx_events_producer / sqlite_autoindex_producers_1 records: same shape, no rowid
+    assert m(4, None, prod, revision=2, session_id=SID).reason == "index_record"
+    assert m(2, None, ("message", 7), revision=2, session_id=SID).reason == "index_record"
+    assert m(2, 1, ("events", 7), revision=2, session_id=SID).reason == "shape"  # sqlite_sequence
+    bad_enum = (None, *EVENT[:2], "KIND_UNSPECIFIED", *EVENT[3:])
+    assert m(9, 7, bad_enum, revision=1, session_id=SID).reason == "invalid"
