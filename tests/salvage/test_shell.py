@@ -355,6 +355,7 @@ def test_splitter_keeps_trigger_bodies_whole() -> None:
         ".dbconfig defensive off\nBEGIN;\nINSERT INTO t VALUES('a;b', \"c;\", [d;], `e;`);\n"
         "CREATE TEMP TRIGGER x AFTER INSERT ON t BEGIN INSERT INTO t VALUES(1); END;\n"
         "-- a comment; with a semicolon\n/* and; another */ INSERT INTO t VALUES(2);;\n"
+        "INSERT INTO t VALUES(3) -- comment; here\n;\n"
         "INSERT INTO t VALUES('unterminated"
     )
     got = list(shell_load.split_statements(text))
@@ -362,7 +363,8 @@ def test_splitter_keeps_trigger_bodies_whole() -> None:
         "BEGIN;",
         "INSERT INTO t VALUES('a;b', \"c;\", [d;], `e;`);",
         "CREATE TEMP TRIGGER x AFTER INSERT ON t BEGIN INSERT INTO t VALUES(1); END;",
-        "-- a comment; with a semicolon\n/* and; another */ INSERT INTO t VALUES(2);",
+        "INSERT INTO t VALUES(2);",  # comments before a statement are white space
+        "INSERT INTO t VALUES(3) -- comment; here\n;",
     ]
     for stmt in got:
         assert apsw.complete(stmt)
