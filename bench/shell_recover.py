@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import apsw  # noqa: E402
+from tests.support import make_session  # noqa: E402
 
 from agentdb import demo  # noqa: E402
 from agentdb.salvage.shell import (  # noqa: E402
@@ -31,7 +32,6 @@ from agentdb.salvage.shell import (  # noqa: E402
     find_capable_shell,
     shell_salvage,
 )
-from tests.support import make_session  # noqa: E402
 
 TURNS = (50, 200, 800)  # 6 events per turn
 RESULTS = REPO / "bench" / "results" / "shell_recover.md"
@@ -107,7 +107,8 @@ def main() -> int:
     lines = [
         f"Engine 2 with `{shell.name}`; times in ms (best of 3).",
         "",
-        "| events | file KiB | APSW read all | `.recover` alone | shell_salvage | ratio salvage/read"
+        "| events | file KiB | APSW read all | `.recover` alone | shell_salvage"
+        " | ratio salvage/read"
         " | leaf zeroed: events kept | root zeroed: mapped from lost_and_found | root zeroed ms |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
