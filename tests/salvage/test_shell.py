@@ -399,7 +399,7 @@ def test_timeout_kills_the_shell_and_keeps_what_it_printed(
         f"'producer_name','producer_version','schema_version','payload')"
         f" VALUES (1, {values}, X'{hex_payload}');"
     )
-    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{stmt}\nEOF\nexec sleep 60\n")
+    script.write_text(f"#!/bin/sh\n/bin/cat <<'EOF'\n{stmt}\nEOF\nexec /bin/sleep 60\n")
     script.chmod(0o700)
     work = tmp_path / "work"
     work.mkdir()
