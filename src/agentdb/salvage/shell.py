@@ -1,0 +1,378 @@
+"""Salvage engine 2: SQLite's own recovery extension (``.recover``), where the machine has it.
+
+APSW's SQLite has no ``sqlite_dbpage``, and Debian bookworm's ``sqlite3`` 3.40.1 has a
+``.recover`` that fails on damaged files for the same reason. So a shell is used only when it
+proves itself: :func:`find_capable_shell` tries ``$AGENTDB_SQLITE3``, then ``sqlite3`` on
+``PATH``, then the shell the test suite builds (``$AGENTDB_TOOLS_DIR`` or ``<repo>/.tools``), and
+keeps the first that passes a self-test: a tiny events table with one leaf page zeroed must come
+back with the other leaf's rows.
+
+:func:`shell_salvage` runs ``.recover`` on a private copy of the file and its WAL (run on the
+original it would checkpoint the WAL into it and delete the ``-wal``), with a time limit and a
+cap on the output, loads the output into a scratch database under an authorizer
+(:mod:`.shell_load`), and keeps only the rows that pass validation (:mod:`.shell_rows`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from agentdb.salvage import shell_load, shell_rows
+from agentdb.schema.revisions import TABLES
+
+ENGINE = "sqlite-recover"
+ENV_SHELL = "AGENTDB_SQLITE3"  # path of a capable sqlite3 shell; "none" turns engine 2 off
+ENV_TOOLS = "AGENTDB_TOOLS_DIR"  # where the test suite builds its shell
+TOOL_NAME = "sqlite3-dbpage"  # the built shell's file name inside the tools dir
+RECOVER_COMMAND = ".recover --ignore-freelist"
+_OFF = {"none", "off", "0", "no"}
+_SELFTEST_TIMEOUT = 30.0
+
+
+@dataclass
+class ShellSalvage:
+    """What SQLite's ``.recover`` salvaged from one session file."""
+
+    engine: str  # "sqlite-recover"
+    rows: dict[str, list[tuple[object, ...]]]  # per table, revision-1 column order, validated
+    lost_and_found_mapped: int  # rows taken from lost_and_found and mapped to a table by shape
+    rejected: int  # rows that failed validation (not returned), index records included
+    notes: list[str] = field(default_factory=list)  # what happened, one line each
+    seconds: float = 0.0  # wall time of the whole salvage
+
+
+# ---------------------------------------------------------------------------- detection
+
+
+def default_tools_dir() -> Path | None:
+    """``$AGENTDB_TOOLS_DIR``, else ``<repo>/.tools`` when running from a source checkout."""
+    env = os.environ.get(ENV_TOOLS)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3]
+    if (repo / "pyproject.toml").is_file() and (repo / "src" / "agentdb").is_dir():
+        return repo / ".tools"
+    return None
+
+
+def _candidates(env_value: str | None, path_env: str, tools_dir: str | None) -> list[Path]:
+    out: list[Path] = []
+    if env_value:
+        out.append(Path(env_value))
+    found = shutil.which("sqlite3", path=path_env)
+    if found:
+        out.append(Path(found))
+    if tools_dir:
+        out.append(Path(tools_dir) / TOOL_NAME)
+    return out
+
+
+def find_capable_shell() -> Path | None:
+    """The first sqlite3 shell whose ``.recover`` passes the self-test, or None.
+
+    Order: ``$AGENTDB_SQLITE3`` (``none`` disables engine 2), ``sqlite3`` on ``PATH``, the
+    test-built tool. Each candidate's self-test result is memoised per process (keyed by the
+    file's path, mtime and size), so repeated calls cost a few ``stat`` calls.
+    """
+    env_value = os.environ.get(ENV_SHELL)
+    if env_value is not None and env_value.strip().lower() in _OFF:
+        return None
+    tools = default_tools_dir()
+    return _find(env_value, os.environ.get("PATH", os.defpath), str(tools) if tools else None)
+
+
+def _find(env_value: str | None, path_env: str, tools_dir: str | None) -> Path | None:
+    for cand in _candidates(env_value, path_env, tools_dir):
+        if is_capable(cand):
+            return cand
+    return None
+
+
+def is_capable(shell: Path) -> bool:
+    """Whether ``shell`` runs and its ``.recover`` salvages a damaged file (memoised)."""
+    shell = shell.absolute()
+    try:
+        st = os.stat(shell)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or not os.access(shell, os.X_OK):
+        return False
+    return _selftest(str(shell), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def selftest_problem(shell: Path) -> str | None:
+    """Why ``shell`` fails the self-test, or None when it passes (not memoised)."""
+    with tempfile.TemporaryDirectory(prefix="agentdb-selftest-") as tmp:
+        return _run_selftest(shell.absolute(), Path(tmp))
+
+
+@functools.lru_cache(maxsize=32)
+def _selftest(shell: str, _ino: int, _mtime_ns: int, _size: int) -> bool:
+    return selftest_problem(Path(shell)) is None
+
+
+_SELFTEST_ROWS = 40
+_SELFTEST_DDL = (
+    "CREATE TABLE events (sequence INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
+    " timestamp TEXT NOT NULL, kind TEXT NOT NULL, producer_category TEXT NOT NULL,"
+    " producer_name TEXT NOT NULL, producer_version TEXT NOT NULL,"
+    " schema_version TEXT NOT NULL, payload BLOB NOT NULL)"
+)
+
+
+def _build_selftest_db(path: Path) -> int:
+    """A small events table over several leaf pages; zero one leaf; return rows left intact."""
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("PRAGMA page_size=1024")
+        conn.execute(_SELFTEST_DDL)
+        with conn:
+            for i in range(1, _SELFTEST_ROWS + 1):
+                conn.execute(
+                    "INSERT INTO events VALUES (?, ?, '2024-01-01T00:00:00.000Z', 'message',"
+                    " 'model', 'selftest', '1.0.0', '1', ?)",
+                    (i, f"selftest-{i:04d}", bytes([i % 256]) * 100),
+                )
+        leaves = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name='events' AND pagetype='leaf' ORDER BY pageno"
+            )
+        ]
+        lost = conn.execute(
+            "SELECT ncell FROM dbstat WHERE name='events' AND pageno=?", (leaves[0],)
+        ).get
+    finally:
+        conn.close()
+    with open(path, "r+b") as f:
+        f.seek((leaves[0] - 1) * 1024)
+        f.write(b"\0" * 1024)
+    return _SELFTEST_ROWS - int(lost)
+
+
+def _run_selftest(shell: Path, tmp: Path) -> str | None:
+    db_path = tmp / "selftest.sqlite"
+    expected = _build_selftest_db(db_path)
+    out_path = tmp / "out.sql"
+    try:
+        rc, timed_out, _ = _run_recover(shell, db_path, out_path, tmp, _SELFTEST_TIMEOUT, 1 << 24)
+    except OSError as e:
+        return f"cannot run {shell}: {e}"
+    if timed_out:
+        return f"{shell}: .recover did not finish within {_SELFTEST_TIMEOUT:.0f}s"
+    if rc != 0:
+        return f"{shell}: .recover exited with status {rc} on a damaged file"
+    conn = shell_load.open_scratch(tmp / "scratch.sqlite")
+    try:
+        shell_load.load(conn, out_path.read_text("utf-8", "surrogateescape"))
+        got = conn.execute("SELECT count(*) FROM events WHERE id LIKE 'selftest-%'").get
+    finally:
+        conn.close()
+    if got != expected:
+        return f"{shell}: .recover returned {got} of the {expected} intact rows"
+    return None
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def _run_recover(
+    shell: Path, db_path: Path, out_path: Path, home: Path, timeout: float, cap: int
+) -> tuple[int | None, bool, bool]:
+    """Run ``.recover`` on ``db_path`` writing to ``out_path``: (exit status, timed out, capped).
+
+    The shell runs in ``-safe`` mode with no init file, with ``HOME`` pointing at our private
+    directory (so no ``~/.sqliterc``), in its own process group, killed on timeout or when its
+    output passes ``cap`` bytes.
+    """
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LC_ALL": "C"}
+    cmd = [str(shell), "-safe", "-batch", "-init", os.devnull, str(db_path), RECOVER_COMMAND]
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=str(home),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        step = 0.005
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=step)
+                    return rc, False, os.fstat(out.fileno()).st_size > cap
+                except subprocess.TimeoutExpired:
+                    pass
+                step = min(step * 2, 0.2)
+                if os.fstat(out.fileno()).st_size > cap:
+                    _kill(proc)
+                    return None, False, True
+                if time.monotonic() > deadline:
+                    _kill(proc)
+                    return None, True, False
+        except BaseException:
+            _kill(proc)
+            raise
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, 9)  # the group we started (start_new_session), by its id
+    proc.wait()
+
+
+def _copy(src: Path, dst: Path) -> int:
+    """Copy without following a symlink at ``src``; the copy is 0600. Returns bytes copied."""
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    n = 0
+    with os.fdopen(fd, "rb") as fin:
+        out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(out_fd, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+                n += len(chunk)
+    return n
+
+
+def _header_user_version(path: Path) -> int | None:
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
+        return None
+    return int.from_bytes(head[60:64], "big")
+
+
+def default_output_cap(input_bytes: int) -> int:
+    """Bytes of ``.recover`` output read at most: blobs print as hex, index records repeat."""
+    return 8 * input_bytes + (16 << 20)
+
+
+def shell_salvage(
+    db_path: Path,
+    wal_path: Path | None,
+    session_id: str,
+    workdir: Path,
+    *,
+    shell: Path | None = None,
+    timeout: float = 600,
+    output_cap: int | None = None,
+) -> ShellSalvage:
+    """Run SQLite's ``.recover`` on a copy of ``db_path`` (and its WAL) and validate its rows.
+
+    Never touches ``db_path`` or ``wal_path``; everything it writes goes into a private
+    directory under ``workdir``, removed before returning. A timeout or the output cap gives a
+    note and whatever complete statements were printed until then.
+    """
+    t0 = time.monotonic()
+    notes: list[str] = []
+    empty: dict[str, list[tuple[object, ...]]] = {t: [] for t in TABLES}
+    if shell is None:
+        shell = find_capable_shell()
+    if shell is None:
+        notes.append("no sqlite3 shell with a working .recover (set $AGENTDB_SQLITE3)")
+        return ShellSalvage(ENGINE, empty, 0, 0, notes, time.monotonic() - t0)
+    shell = shell.absolute()
+    priv = Path(tempfile.mkdtemp(prefix="agentdb-shell-", dir=workdir))  # 0700
+    try:
+        copy = priv / "copy.sqlite"
+        size = _copy(db_path, copy)
+        if wal_path is not None and os.path.lexists(wal_path):
+            size += _copy(wal_path, priv / "copy.sqlite-wal")
+        header_version = _header_user_version(copy)
+        out_path = priv / "recover.sql"
+        cap = output_cap if output_cap is not None else default_output_cap(size)
+        rc, timed_out, capped = _run_recover(shell, copy, out_path, priv, timeout, cap)
+        if timed_out:
+            notes.append(f".recover did not finish within {timeout:g}s; partial output used")
+        elif capped:
+            notes.append(f".recover printed more than {cap} bytes; stopped, partial output used")
+        elif rc != 0:
+            notes.append(f".recover exited with status {rc}; its complete statements used")
+        with open(out_path, "rb") as f:
+            text = f.read(cap).decode("utf-8", "surrogateescape")
+        conn = shell_load.open_scratch(priv / "scratch.sqlite")
+        try:
+            loaded = shell_load.load(conn, text)
+            del text
+            result = _collect(conn, loaded, header_version, session_id, notes)
+        finally:
+            conn.close()
+    finally:
+        shutil.rmtree(priv, ignore_errors=True)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _collect(
+    conn: apsw.Connection,
+    loaded: shell_load.LoadResult,
+    header_version: int | None,
+    session_id: str,
+    notes: list[str],
+) -> ShellSalvage:
+    """Validate the scratch tables' rows, map lost_and_found, merge by primary key."""
+    revision = loaded.user_version if loaded.user_version in (1, 2) else header_version
+    if revision not in (1, 2):
+        revision = None
+        notes.append("revision unknown (header unreadable): events accepted with or without hash")
+    merged = shell_rows.Merged()
+    rejected = loaded.failed + loaded.denied
+    for table in TABLES:
+        for rowid, *values in shell_load.read_scratch(conn, table):
+            if table == "events":
+                row = shell_rows.event_from_scratch(
+                    rowid, values, revision=revision, session_id=session_id
+                )
+            else:
+                row = shell_rows.validate(table, values, session_id=session_id)
+            if row is None:
+                rejected += 1
+            else:
+                merged.add(table, row)
+    mapped = 0
+    reasons: dict[str, int] = {}
+    for name in loaded.laf_tables:
+        for _rowid, _root, _pgno, nfield, rid, *fields in shell_load.read_scratch(conn, name):
+            m = shell_rows.map_lost_and_found(
+                nfield, rid, fields, revision=revision, session_id=session_id
+            )
+            if m.table is None or m.row is None:
+                rejected += 1
+                reasons[m.reason] = reasons.get(m.reason, 0) + 1
+            elif merged.add(m.table, m.row):
+                mapped += 1
+    rows = merged.as_lists()
+    found = ", ".join(f"{t} {len(r)}" for t, r in rows.items())
+    notes.append(f"rows found: {found}")
+    if loaded.laf_tables:
+        extra = "".join(f", {k} {v}" for k, v in sorted(reasons.items()))
+        notes.append(f"lost_and_found: {mapped} rows mapped by shape{extra}")
+    if loaded.denied:
+        notes.append(f"{loaded.denied} statements refused by the authorizer (never executed)")
+    if loaded.failed:
+        notes.append(f"{loaded.failed} INSERT statements failed (unknown columns or bad text)")
+    if merged.conflicts:
+        notes.append(f"{merged.conflicts} rows disagreed with another row of the same key")
+    skipped_ddl = {k: v for k, v in loaded.skipped.items() if not k.startswith("PRAGMA")}
+    if loaded.other_tables:
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(loaded.other_tables.items()))
+        notes.append(f"rows of tables that are not ours, ignored: {listed}")
+    if skipped_ddl:
+        listed = ", ".join(f"{k} x{v}" for k, v in sorted(skipped_ddl.items()))
+        notes.append(f"not executed from the file: {listed}")
+    return ShellSalvage(ENGINE, rows, mapped, rejected, notes)

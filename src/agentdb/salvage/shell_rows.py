@@ -1,0 +1,224 @@
+"""Validate the rows ``.recover`` brought back, and map ``lost_and_found`` rows to our tables.
+
+``.recover`` is generic: it files rows under whatever a damaged schema says, fills a short
+record's missing columns with NULL, reads broken overflow chains into rows of the right length
+and the wrong bytes, and mixes index records into ``lost_and_found``. So every row is checked
+against what our writer can have stored — column count, types, enums, the session's own id — and,
+for revision-2 events, against ``content_hash``. A row that fails is dropped and counted.
+
+Rows are returned in revision-1 column order (:data:`agentdb.schema.revisions.COLUMNS` ``[1]``);
+an event's verified ``content_hash`` is not returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentdb.paths import is_valid_id
+from agentdb.schema.enums import DECISIONS, KINDS, PRODUCER_CATEGORIES, STATUSES
+from agentdb.schema.hashing import HASH_SIZE, event_hash
+from agentdb.schema.revisions import COLUMNS, TABLES
+
+Row = tuple[object, ...]
+
+
+def _text(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _opt_text(v: object) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _pos_int(v: object) -> bool:
+    return _int(v) and v > 0  # type: ignore[operator]
+
+
+def _count(v: object) -> bool:
+    return _int(v) and v >= 0  # type: ignore[operator]
+
+
+def validate(table: str, row: Sequence[object], *, session_id: str) -> Row | None:
+    """``row`` (revision-1 order) if our writer could have stored it, else None.
+
+    ``cost_usd`` stored as an integer (SQLite writes integral REALs as integers on disk) comes
+    back as a float, as SQLite itself would return it.
+    """
+    if len(row) != len(COLUMNS[1][table]):
+        return None
+    r = list(row)
+    if table == "events":
+        seq, eid, ts, kind, cat, name, ver, sv, payload = r
+        ok = (
+            _pos_int(seq)
+            and _text(eid)
+            and eid != ""
+            and _text(ts)
+            and kind in KINDS
+            and cat in PRODUCER_CATEGORIES
+            and _text(name)
+            and _text(ver)
+            and _text(sv)
+            and isinstance(payload, bytes | str)
+        )
+    elif table == "session_meta":
+        sid, parent, profile, status, depth, started, ended = r
+        ok = (
+            sid == session_id
+            and (parent is None or (isinstance(parent, str) and is_valid_id(parent)))
+            and _text(profile)
+            and status in STATUSES
+            and _count(depth)
+            and _text(started)
+            and _opt_text(ended)
+        )
+    elif table == "cost_ledger":
+        seq, evseq, provider, model, tin, tout, tcw, tcr, cost = r
+        if _int(cost):
+            cost = r[8] = float(cost)  # type: ignore[arg-type]
+        ok = (
+            _pos_int(seq)
+            and _pos_int(evseq)
+            and _text(provider)
+            and _text(model)
+            and all(_count(t) for t in (tin, tout, tcw, tcr))
+            and isinstance(cost, float)
+            and math.isfinite(cost)
+            and cost >= 0
+        )
+    elif table == "plan_items":
+        seq, evseq, turn, call, provider, tool, decision, by = r
+        ok = (
+            _pos_int(seq)
+            and _pos_int(evseq)
+            and all(_text(v) for v in (turn, call, provider, tool, by))
+            and decision in DECISIONS
+        )
+    elif table == "producers":
+        cat, name, ver, first = r
+        ok = cat in PRODUCER_CATEGORIES and _text(name) and _text(ver) and _pos_int(first)
+    else:
+        return None
+    return tuple(r) if ok else None
+
+
+def check_event_hash(row: Row, content_hash: object) -> bool:
+    """True when ``content_hash`` is the revision-2 hash of the event ``row`` (rev-1 order)."""
+    if not isinstance(content_hash, bytes) or len(content_hash) != HASH_SIZE:
+        return False
+    return event_hash(*row) == content_hash  # type: ignore[arg-type]
+
+
+def event_from_scratch(
+    rowid: object, values: Sequence[object], *, revision: int | None, session_id: str
+) -> Row | None:
+    """A validated event from the scratch ``events`` table (revision-2 columns)."""
+    seq = values[0] if values[0] is not None else rowid
+    row = validate("events", (seq, *values[1:9]), session_id=session_id)
+    if row is None:
+        return None
+    content_hash = values[9]
+    if content_hash is None:
+        return row if revision != 2 else None
+    return row if check_event_hash(row, content_hash) else None
+
+
+def key_of(table: str, row: Row) -> object:
+    """The primary key a merge matches rows on."""
+    if table == "session_meta":
+        return row[0]
+    if table == "producers":
+        return row[:3]
+    return row[0]  # events, cost_ledger, plan_items: sequence
+
+
+@dataclass
+class Mapped:
+    """Where one ``lost_and_found`` row went."""
+
+    table: str | None  # our table, or None when it was rejected
+    row: Row | None  # the validated row (revision-1 order)
+    reason: str = ""  # why it was rejected: index_record, shape, invalid
+
+
+def map_lost_and_found(
+    nfield: object,
+    rowid: object,
+    fields: Sequence[object],
+    *,
+    revision: int | None,
+    session_id: str,
+) -> Mapped:
+    """Map one ``lost_and_found`` row (``c0..``) to our table by its shape, or reject it.
+
+    Index records have no rowid (``id`` is NULL) and are rejected: ``idx_events_producer`` and
+    ``producers`` records have the same four columns. A table whose key is an ``INTEGER
+    PRIMARY KEY`` stores NULL in the record's first column; its value is the rowid.
+    """
+    if not _int(rowid):
+        return Mapped(None, None, "index_record")
+    if not _int(nfield) or not 0 < nfield <= len(fields):  # type: ignore[operator]
+        return Mapped(None, None, "shape")
+    c = list(fields[: int(nfield)])  # type: ignore[call-overload]
+    table: str | None = None
+    content_hash: object = None
+    if nfield in (9, 10) and c[0] in (None, rowid) and _text(c[1]):
+        table = "events"
+        if nfield == 10:
+            content_hash = c[9]
+        elif revision == 2:
+            return Mapped(None, None, "shape")
+        row: Sequence[object] = (rowid, *c[1:9])
+    elif nfield == 9 and c[0] in (None, rowid) and _int(c[1]):
+        table, row = "cost_ledger", (rowid, *c[1:9])
+    elif nfield == 8 and c[0] in (None, rowid):
+        table, row = "plan_items", (rowid, *c[1:8])
+    elif nfield == 7:
+        table, row = "session_meta", c
+    elif nfield == 4:
+        table, row = "producers", c
+    else:
+        return Mapped(None, None, "shape")
+    valid = validate(table, row, session_id=session_id)
+    if valid is None:
+        return Mapped(None, None, "invalid")
+    if table == "events" and nfield == 10 and not check_event_hash(valid, content_hash):
+        return Mapped(None, None, "invalid")
+    return Mapped(table, valid)
+
+
+@dataclass
+class Merged:
+    """Rows per table keyed by primary key; the first valid row for a key wins."""
+
+    rows: dict[str, dict[object, Row]] = field(default_factory=lambda: {t: {} for t in TABLES})
+    conflicts: int = 0  # a second, different row for a key already taken
+
+    def add(self, table: str, row: Row) -> bool:
+        """Add ``row`` unless its key is taken; True when it was added."""
+        k = key_of(table, row)
+        have = self.rows[table].get(k)
+        if have is None:
+            self.rows[table][k] = row
+            return True
+        if have != row:
+            self.conflicts += 1
+        return False
+
+    def as_lists(self) -> dict[str, list[Row]]:
+        return {t: [r for _, r in sorted(d.items(), key=_sort_key)] for t, d in self.rows.items()}
+
+
+def _sort_key(item: tuple[object, Row]) -> tuple[str, ...] | tuple[int]:
+    k = item[0]
+    if isinstance(k, tuple):
+        return tuple(str(x) for x in k)
+    if isinstance(k, int):
+        return (k,)
+    return (str(k),)
