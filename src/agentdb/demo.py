@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import apsw
@@ -57,51 +57,64 @@ def _sid(t: dt.datetime) -> str:
     return str(ulid.ULID.from_datetime(t))
 
 
-def _turns(w: SessionWriter, model: Producer, n: int, *, seed: int, deny_every: int = 3) -> None:
-    """n model turns, each: context, message (with cost), plan (with items), tool call/result."""
+def _turns(
+    w: SessionWriter,
+    model: Producer,
+    n: int,
+    *,
+    seed: int,
+    deny_every: int = 3,
+    at: dt.datetime | None = None,
+) -> None:
+    """n model turns, each: context, message (with cost), plan (with items), tool call/result.
+
+    ``at`` backdates the events' wall-clock timestamps (display only) to start there.
+    """
     for i in range(n):
+        stamp = None if at is None else _iso(at + dt.timedelta(seconds=40 * i))
         turn = f"turn-{seed}-{i}"
         call = f"call-{seed}-{i}"
         decision = "deny" if i % deny_every == deny_every - 1 else "allow"
         text = json.dumps({"role": "assistant", "content": f"step {i}: " + "lorem ipsum " * 20})
-        w.emit_batch(
-            [
-                Event("context_contribution", CONTEXT, json.dumps({"files": i + 3}).encode()),
-                Event(
-                    "message",
-                    model,
-                    text.encode(),
-                    usage=Usage(
-                        model.name,
-                        "claude-sonnet",
-                        1200 + 37 * i,
-                        300 + 11 * i,
-                        round(0.0042 + 0.0007 * i, 6),
-                        cache_read_tokens=800,
-                    ),
+        events = [
+            Event(
+                "context_contribution",
+                CONTEXT,
+                json.dumps({"files": i + 3}).encode(),
+            ),
+            Event(
+                "message",
+                model,
+                text.encode(),
+                usage=Usage(
+                    model.name,
+                    "claude-sonnet",
+                    1200 + 37 * i,
+                    300 + 11 * i,
+                    round(0.0042 + 0.0007 * i, 6),
+                    cache_read_tokens=800,
                 ),
-                Event(
-                    "plan",
-                    KERNEL,
-                    json.dumps({"turn": turn, "calls": [call]}).encode(),
-                    plan_items=[
-                        PlanItem(
-                            turn,
-                            call,
-                            "shell",
-                            "bash",
-                            decision,
-                            "deny-network" if decision == "deny" else "allow-read-only",
-                        )
-                    ],
-                ),
-                Event("tool_call", SHELL, json.dumps({"cmd": f"ls -la dir{i}"}).encode()),
-                Event("tool_result", SHELL, (f"total {i}\n" + "x" * (40 * i)).encode()),
-                Event(
-                    "apply", KERNEL, json.dumps({"turn": turn, "ok": decision == "allow"}).encode()
-                ),
-            ]
-        )
+            ),
+            Event(
+                "plan",
+                KERNEL,
+                json.dumps({"turn": turn, "calls": [call]}).encode(),
+                plan_items=[
+                    PlanItem(
+                        turn,
+                        call,
+                        "shell",
+                        "bash",
+                        decision,
+                        "deny-network" if decision == "deny" else "allow-read-only",
+                    )
+                ],
+            ),
+            Event("tool_call", SHELL, json.dumps({"cmd": f"ls -la dir{i}"}).encode()),
+            Event("tool_result", SHELL, (f"total {i}\n" + "x" * (40 * i)).encode()),
+            Event("apply", KERNEL, json.dumps({"turn": turn, "ok": decision == "allow"}).encode()),
+        ]
+        w.emit_batch([replace(e, timestamp=stamp) for e in events])
 
 
 def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
@@ -113,6 +126,8 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
     )
     for cat, name, ver in CACHED_PLUGINS:
         (state.plugin_cache / cat / name / ver).mkdir(parents=True, exist_ok=True)
+
+    started: dict[str, dt.datetime] = {}
 
     def make(
         role: str,
@@ -134,45 +149,49 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
             revision=revision,
         )
         state.sessions.append(DemoSession(w.session_id, role, w.path))
+        started[w.session_id] = t
         return w
+
+    def turns(w: SessionWriter, model: Producer, n: int, seed: int) -> None:
+        _turns(w, model, n, seed=seed, at=started[w.session_id] + dt.timedelta(seconds=5))
 
     def end(w: SessionWriter, status: str, days_ago: float) -> None:
         w.set_status(status, at=_iso(now - dt.timedelta(days=days_ago)))
         w.close()
 
     parent = make("parent", 200, "coder")
-    _turns(parent, MODEL_OLD, 6, seed=1)
+    turns(parent, MODEL_OLD, 6, 1)
     child_a = make("child", 199.9, "researcher", parent=parent.session_id, depth=1)
-    _turns(child_a, MODEL_OLD, 3, seed=2)
+    turns(child_a, MODEL_OLD, 3, 2)
     end(child_a, "completed", 199.8)
     child_b = make("child", 199.7, "tester", parent=parent.session_id, depth=1)
-    _turns(child_b, MODEL_OLD, 2, seed=3)
+    turns(child_b, MODEL_OLD, 2, 3)
     end(child_b, "cancelled", 199.6)
     end(parent, "completed", 199.5)
 
     old = make("old-revision", 150, "coder", revision=1)
-    _turns(old, MODEL_OLD, 4, seed=4)
+    turns(old, MODEL_OLD, 4, 4)
     end(old, "completed", 149.9)
 
     failed = make("failed", 120, "coder")
-    _turns(failed, MODEL_OLD, 2, seed=5)
+    turns(failed, MODEL_OLD, 2, 5)
     end(failed, "error_max_turns", 119.9)
 
     pinned = make("pinned", 100, "coder")
-    _turns(pinned, MODEL_CACHED, 3, seed=6)
+    turns(pinned, MODEL_CACHED, 3, 6)
     end(pinned, "completed", 99.9)
 
     damaged = make("damaged", 30, "coder")
-    _turns(damaged, MODEL_CACHED, 40, seed=7)
+    turns(damaged, MODEL_CACHED, 40, 7)
     end(damaged, "completed", 29.9)
     damage_page(state.by_role("damaged").path, table="events", nth_leaf=1)
 
     recent = make("recent", 1, "coder")
-    _turns(recent, MODEL_CACHED, 2, seed=8)
+    turns(recent, MODEL_CACHED, 2, 8)
     end(recent, "completed", 0.9)
 
     running = make("running", 0.01, "coder")
-    _turns(running, MODEL_CACHED, 1, seed=9)
+    turns(running, MODEL_CACHED, 1, 9)
     running.close()  # left "running" with no process: an interrupted session
     return state
 

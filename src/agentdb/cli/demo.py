@@ -11,8 +11,14 @@ from agentdb import demo
 from agentdb.cli import output
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
-# "{root}" in an argument stands for the demo's root directory.
+# "{root}" in an argument stands for the demo's root directory, "{id:ROLE}" for the id of the
+# sample session with that role.
 WALKTHROUGH: list[tuple[str, list[str]]] = [
+    ("every session, in chronological order, read from the files", ["sessions", "list"]),
+    ("the parent/child tree, found by scanning the files", ["sessions", "tree"]),
+    ("one session: costs by model, plan decisions by rule", ["sessions", "show", "{id:parent}"]),
+    ("the event log in sequence order", ["events", "{id:child}", "--kind", "plan"]),
+    ("what replaying the pinned session needs from the plugin cache", ["preflight", "{id:pinned}"]),
     ("see every session's health", ["check", "--all"]),
     ("salvage the damaged session", ["recover", "--all"]),
     ("bring old sessions to the current revision", ["migrate", "--all"]),
@@ -53,7 +59,7 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
     ]
     if not no_walkthrough:
         for title, template in WALKTHROUGH:
-            argv = [a.replace("{root}", str(root)) for a in template]
+            argv = [_fill(a, root, state) for a in template]
             shown = " ".join(["agentdb", *argv])
             output.emit_text(f"\n$ {shown}    # {title}")
             code = main([*globals_, *argv])
@@ -61,6 +67,15 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
     output.emit_text(
         "\nTry it yourself:\n"
         f"  export XDG_STATE_HOME={root / 'state'} XDG_CACHE_HOME={root / 'cache'}\n"
-        "  agentdb sessions list\n  agentdb check --all\n"
+        "  agentdb sessions list\n  agentdb check --all --json\n"
+        "  agentdb prune --older-than 90d          # asks before removing anything\n"
+        "  man -l man/agentdb-check.1               # from a checkout: every command has a page\n"
     )
     return 0
+
+
+def _fill(arg: str, root: Path, state: demo.DemoState) -> str:
+    arg = arg.replace("{root}", str(root))
+    if arg.startswith("{id:") and arg.endswith("}"):
+        return state.by_role(arg[4:-1]).session_id
+    return arg
