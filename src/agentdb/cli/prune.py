@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from typing import Any
 
 import click
 
 from agentdb import errors, prune
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
-from agentdb.durations import parse_duration
-
-
-class DurationType(click.ParamType):
-    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
-
-    name = "DURATION"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> dt.timedelta:
-        if isinstance(value, dt.timedelta):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
+from agentdb.cli.params import DURATION
 
 
 def _statuses(
@@ -40,7 +23,7 @@ def _statuses(
 @click.argument("ids", nargs=-1, type=SESSION_ID)
 @click.option(
     "--older-than",
-    type=DurationType(),
+    type=DURATION,
     help="Ended (or, never ended, started) at least this long ago: 90d, 12h, 2w, 0s.",
 )
 @click.option(
