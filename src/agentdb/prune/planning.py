@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdb import errors, paths, plugins
+from agentdb.durations import parse_timestamp
 from agentdb.prune.scan import (
     INTENT,
     Facts,
     Files,
     Stamp,
     group_names,
-    parse_time,
     quick_check,
     read_facts,
     read_intent,
@@ -113,7 +113,7 @@ def _age_time(f: Facts, notes: list[str]) -> dt.datetime:
     """When a session ended, or started if it never ended: from its own data, never mtimes."""
     if f.info is None or f.info.ended_at is None:
         return f.started
-    t = parse_time(f.info.ended_at)
+    t = parse_timestamp(f.info.ended_at)
     if t is None:
         notes.append(
             f"{f.session_id}: ended_at {f.info.ended_at[:40]!r} is not an ISO 8601 time; "

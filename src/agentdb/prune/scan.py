@@ -130,17 +130,6 @@ def ulid_time(session_id: str) -> dt.datetime:
     return ulid.ULID.from_str(session_id).datetime
 
 
-def parse_time(text: str | None) -> dt.datetime | None:
-    """An ISO 8601 timestamp as UTC; None when missing or unparseable (naive means UTC)."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        t = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
-
-
 def _entry_kind(path: Path) -> tuple[str, int]:
     try:
         st = os.lstat(path)
