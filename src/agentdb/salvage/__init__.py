@@ -257,6 +257,8 @@ def _recover_held(
         try:
             replacement.write(target, merged)
             check = replacement.verify(target, session_id, merged)
+            if check.ok:
+                _check_rules(target, session_id, check)
         except BaseException:
             if not dry_run:
                 protocol.remove_job_files(path)
@@ -288,6 +290,20 @@ def _recover_held(
         protocol.swap(path, target, corrupt, fault)
         recoverylog.append(log, out.log_entry("outcome"))
         return out
+
+
+def _check_rules(target: Path, session_id: str, check: replacement.ReplacementCheck) -> None:
+    """Judge the replacement by ``agentdb check``'s own rules, as a recovered file: its verdict
+    must be ok (informational findings such as ``orphan_of_recovery`` are allowed)."""
+    from agentdb.checks import check_path
+
+    result = check_path(target, session_id, recovered=True)
+    if result.verdict != "ok":
+        check.ok = False
+        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+        check.problems += [f"check: {result.verdict}: {f.code}: {f.message}" for f in bad[:3]]
+        if not bad:
+            check.problems.append(f"check: verdict {result.verdict}")
 
 
 def _fault(fault: Fault | None, point: str) -> None:
