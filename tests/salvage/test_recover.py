@@ -169,3 +169,37 @@ def test_cli_json_and_exit_codes(sessions_dir: Path, capsys: pytest.CaptureFixtu
     assert code == 1
     assert main(["--sessions-dir", str(sessions_dir), "recover", "nope"]) == 2
     assert main(["--sessions-dir", str(sessions_dir), "recover"]) == 2
+
+
+def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
+    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = "01HYYYYYYYYYYYYYYYYYYYYYYY"
+    path = sessions_dir / f"{sid}.sqlite"
+    path.write_bytes(random.Random(7).randbytes(64_000))
+    os.chmod(path, 0o600)
+    before = snapshot(sessions_dir)
+    code = main(["--sessions-dir", str(sessions_dir), "recover", sid, "--json"])
+    cap = capsys.readouterr()
+    assert code == 1
+    [s] = json.loads(cap.out)["sessions"]
+    assert s["outcome"] == "unreadable" and s["corrupt_path"] is None
+    assert sid in cap.err and "unreadable" in cap.err
+    assert snapshot(sessions_dir) == before  # the original is untouched, byte for byte
+    [entry] = recoverylog.entries_for(log_of(sessions_dir), sid)
+    assert (entry["event"], entry["outcome"]) == ("outcome", "unreadable")
+
+    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
+    cap = capsys.readouterr()
+    assert code == 1
+    [c] = json.loads(cap.out)["sessions"]
+    assert c["verdict"] == "unreadable"
+    [f] = [f for f in c["findings"] if f["code"] == "recovery_unreadable"]
+    assert entry["time"] in f["message"] and "unreadable" in f["message"]
+    assert snapshot(sessions_dir) == before
+
+    # A later successful recovery of the same id replaces that finding.
+    recoverylog.append(log_of(sessions_dir), {**entry, "outcome": "recovered"})
+    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
+    [c] = json.loads(capsys.readouterr().out)["sessions"]
+    assert "recovery_unreadable" not in {f["code"] for f in c["findings"]}
