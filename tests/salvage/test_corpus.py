@@ -126,6 +126,12 @@ def test_corpus_case(case: corpus.Case, bases: dict, sessions_dir: Path) -> None
         extra = got[table] - original[table]
         assert not extra, (table, list(extra)[:2])
     assert out.tables["events"]["salvaged"] == len(got["events"])
+    # Damage confined to indexes is recognised (tables read in full, indexes rebuilt); never
+    # when table rows were lost. (A broken freelist also leaves every table intact.)
+    if case.index_only:
+        assert out.engines == ["index-rebuild"], out.engines
+    if not case.lossless:
+        assert "index-rebuild" not in out.engines
     if case.lossless:
         assert got == original, {t: len(original[t] - got[t]) for t in corpus.TABLES}
     else:

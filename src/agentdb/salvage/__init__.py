@@ -35,6 +35,7 @@ from agentdb.paths import sidecar
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
 from agentdb.salvage import protocol, replacement, rows
+from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
 
 OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused")
@@ -222,6 +223,7 @@ def _recover_held(
                 if "wal_frames_after_break" in scan.codes:
                     diag.damaged = True
                     diag.index_only = False
+                    diag.integrity_only = False
                     diag.reasons.append("WAL: intact commits after a checksum break")
             if diag.refused is not None and interrupted is None:
                 out.outcome = "refused"
@@ -239,14 +241,21 @@ def _recover_held(
         finally:
             if conn is not None:
                 conn.close()
-        merged = merge_mod.merge(session_id, page, found, None)
+        rebuild = tables_intact(diag, found, page)
+        merged = merge_mod.merge(session_id, None if rebuild else page, found, None)
         shell_notes: list[str] = []
-        if merged.lost or not merged.rows["session_meta"]:
+        if rebuild:
+            shell_notes.append(
+                "index-rebuild: every table read in full through SQLite and agreeing with the "
+                "page-level walk; the damage lies outside the tables (indexes, free space), "
+                "which the replacement rebuilds"
+            )
+        elif merged.lost or not merged.rows["session_meta"]:
             # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
             shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
             if shell_rows:
                 merged = merge_mod.merge(session_id, page, found, shell_rows)
-        _describe(out, diag, found, page, merged, shell_notes)
+        _describe(out, diag, found, page, merged, shell_notes, rebuild)
         if merged.count() == 0 and not merged.rows["session_meta"]:
             out.outcome = "unreadable"
             out.notes.append("nothing could be salvaged; the original is left untouched")
@@ -306,6 +315,27 @@ def _check_rules(target: Path, session_id: str, check: replacement.ReplacementCh
             check.problems.append(f"check: verdict {result.verdict}")
 
 
+def tables_intact(
+    diag: rows.Diagnosis, found: rows.RowSalvage | None, page: pages_mod.PageSalvage
+) -> bool:
+    """True when only integrity_check complains and every table b-tree is intact: SQLite read
+    every table start to end with no error and no rejected row (content hashes included), and
+    the page engine's walk of the same b-trees found exactly the same rows, with no orphaned
+    leaf holding a row SQLite did not see. The damage is then confined to indexes."""
+    if not diag.integrity_only or found is None or not page.schema_found:
+        return False
+    if not found.complete or found.damaged_regions or found.rejected:
+        return False
+    live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
+    for c in page.candidates:
+        key = tables_mod.key_of(c.table, c.row)
+        if c.tier == pages_mod.LIVE:
+            live[c.table][key] = c.row
+        elif c.tier == pages_mod.STRAY and key not in found.rows[c.table]:
+            return False  # a row in a leaf no b-tree reaches
+    return all(live[t] == found.rows[t] for t in TABLES)
+
+
 def _fault(fault: Fault | None, point: str) -> None:
     if fault is not None:
         fault(point)
@@ -355,6 +385,7 @@ def _describe(
     page: pages_mod.PageSalvage,
     merged: merge_mod.Merged,
     shell_notes: list[str],
+    rebuild: bool = False,
 ) -> None:
     out.tables = {
         t: {"salvaged": len(merged.rows[t]), "sources": dict(merged.sources[t])} for t in TABLES
@@ -363,9 +394,9 @@ def _describe(
     for t in TABLES:
         used.update(merged.sources[t])
     engines = []
-    if diag.index_only and found is not None and found.complete:
+    if rebuild:
         engines.append("index-rebuild")
-    if used["rows"]:
+    if used["rows"] and not rebuild:
         engines.append("rows")
     if used["live"] or used["stray"] or used["stale"]:
         engines.append("pages")
