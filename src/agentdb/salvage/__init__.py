@@ -56,6 +56,8 @@ class RecoveryOutcome:
     replacement_check: list[str] = field(default_factory=list)  # verification problems
     dry_run: bool = False  # True: nothing was changed
     corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
+    # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
+    found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
 
     def log_entry(self, event: str) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class RecoveryOutcome:
             "corrupt_path": self.corrupt_path,
             "corrupt_wal": self.corrupt_wal,
             "engines": self.engines,
+            "found_by": self.found_by,
             "tables": self.tables,
             "lost": self.lost,
             "notes": self.notes,
@@ -244,6 +247,7 @@ def _recover_held(
         rebuild = tables_intact(diag, found, page)
         merged = merge_mod.merge(session_id, None if rebuild else page, found, None)
         shell_notes: list[str] = []
+        shell_rows: dict[str, list[tuple[Any, ...]]] | None = None
         if rebuild:
             shell_notes.append(
                 "index-rebuild: every table read in full through SQLite and agreeing with the "
@@ -256,6 +260,7 @@ def _recover_held(
             if shell_rows:
                 merged = merge_mod.merge(session_id, page, found, shell_rows)
         _describe(out, diag, found, page, merged, shell_notes, rebuild)
+        out.found_by = _found_by(found, page, shell_rows, merged, rebuild)
         if merged.count() == 0 and not merged.rows["session_meta"]:
             out.outcome = "unreadable"
             out.notes.append("nothing could be salvaged; the original is left untouched")
@@ -354,6 +359,7 @@ def _healthy(path: Path, out: RecoveryOutcome, log: Path) -> RecoveryOutcome:
             out.corrupt_wal = last.get("corrupt_wal")
             out.tables = last.get("tables") or {}
             out.engines = last.get("engines") or []
+            out.found_by = last.get("found_by") or {}
             out.lost = last.get("lost") or {}
             out.notes = [*list(last.get("notes") or []), "finished an interrupted recovery"]
             recoverylog.append(log, out.log_entry("outcome"))
@@ -376,6 +382,43 @@ def _run_shell(
     except Exception as e:  # the optional engine must never sink the others
         return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
     return dict(got.rows), list(got.notes)
+
+
+def _found_by(
+    found: rows.RowSalvage | None,
+    page: pages_mod.PageSalvage,
+    shell_rows: dict[str, list[tuple[Any, ...]]] | None,
+    merged: merge_mod.Merged,
+    rebuild: bool,
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Per engine that ran: how many rows of each table it found, and how many it gave."""
+
+    def used(*sources: str) -> dict[str, int]:
+        return {t: n for t in TABLES if (n := sum(merged.sources[t][s] for s in sources))}
+
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    if found is not None:
+        name = "index-rebuild" if rebuild else "rows"
+        out[name] = {
+            "found": {t: len(v) for t, v in found.rows.items() if v},
+            "used": used("rows"),
+        }
+    tiers: dict[str, Counter[str]] = {}
+    for c in page.candidates:
+        tiers.setdefault(c.table, Counter())[pages_mod.TIER_NAMES[c.tier]] += 1
+    out["pages"] = {
+        "found": {t: sum(tiers[t].values()) for t in TABLES if t in tiers},
+        "used": {} if rebuild else used("live", "stray", "stale"),
+    }
+    if shell_rows is not None:
+        out["sqlite-recover"] = {
+            "found": {t: len(v) for t, v in shell_rows.items() if v},
+            "used": used("sqlite-recover"),
+        }
+    derived = used("derived", "rebuilt")
+    if derived:
+        out["derived"] = {"found": derived, "used": derived}
+    return out
 
 
 def _describe(
