@@ -410,6 +410,13 @@ def _found_by(
         "found": {t: sum(tiers[t].values()) for t in TABLES if t in tiers},
         "used": {} if rebuild else used("live", "stray", "stale"),
     }
+    if page.free and not rebuild:
+        shapes: Counter[str] = Counter()
+        for fr in page.free:
+            got = pages_mod.classify(list(fr.rec), fr.rowid or 0)
+            if got is not None and got[0] in TABLES:
+                shapes[got[0]] += 1
+        out["free-space"] = {"found": dict(shapes), "used": used("free-space")}
     if shell_rows is not None:
         out["sqlite-recover"] = {
             "found": {t: len(v) for t, v in shell_rows.items() if v},
@@ -445,6 +452,8 @@ def _describe(
         engines.append("pages")
     if used["sqlite-recover"]:
         engines.append("sqlite-recover")
+    if used["free-space"]:
+        engines.append("free-space")
     if used["derived"] or used["rebuilt"]:
         engines.append("derived")
     out.engines = engines
