@@ -92,7 +92,7 @@ Fault = Callable[[str], None]
 
 def _shell() -> Any:
     try:
-        from agentdb.salvage import shell  # type: ignore[attr-defined]
+        from agentdb.salvage import shell
     except ImportError:
         return None
     return shell
