@@ -174,6 +174,10 @@ def d_index_only(p: Path) -> None:
         zero_page(p, pg)
 
 
+def d_autoindex_only(p: Path) -> None:
+    zero_page(p, pages_of(p, "sqlite_autoindex_events_1", "leaf")[0])
+
+
 def d_interior_page(p: Path) -> None:
     pgs = pages_of(p, "events", "internal")
     assert pgs, "the fixture has an interior page"
@@ -210,6 +214,7 @@ class Case:
     # frames by design, so the file is healthy and must be left alone (recovering it after every
     # kernel crash would be wrong); its committed WAL-only data stays readable.
     healthy: bool = False
+    index_only: bool = False  # damage confined to indexes: engine index-rebuild, zero rows lost
 
 
 CASES = [
@@ -221,7 +226,8 @@ CASES = [
     Case("damaged_schema_page", d_damaged_schema, lossless=True),
     Case("broken_freelist", d_broken_freelist, lossless=True),
     Case("broken_overflow_chain", d_broken_overflow),
-    Case("index_only", d_index_only, lossless=True),
+    Case("index_only", d_index_only, lossless=True, index_only=True),
+    Case("autoindex_only", d_autoindex_only, lossless=True, index_only=True),
     Case("damaged_interior_page", d_interior_page, lossless=True),
     Case("torn_wal", d_torn_wal, wal=True, healthy=True),
     Case("flipped_wal_frame", d_flipped_wal_frame, wal=True),

@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import db, recoverylog, salvage
+from agentdb import checks, db, recoverylog, salvage
 from agentdb.paths import sidecar
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import CURRENT_REVISION
@@ -63,6 +63,21 @@ def assert_passes_check(path: Path, session_id: str) -> None:
             assert parent == "events"
     finally:
         conn.close()
+    # check's own rules, as a recovered file: ok (informational findings allowed).
+    result = checks.check_path(path, session_id, recovered=True)
+    assert result.verdict == "ok", [(f.code, f.message) for f in result.findings]
+
+
+def assert_check_cli_ok(sessions_dir: Path, session_id: str) -> None:
+    """`agentdb check <id>` with the real recovery log: ok, the orphans of the recovery and the
+    kept original only informational."""
+    log = sessions_dir.parent / "recovery.log"
+    report = checks.check_sessions(sessions_dir, [session_id], recovery_log=log)
+    [result] = report.sessions
+    assert result.verdict == "ok", [(f.code, f.message) for f in result.findings]
+    codes = {f.code for f in result.findings}
+    assert "recovered_earlier" in codes
+    assert codes <= {"recovered_earlier", "orphan_of_recovery", "interrupted"}
 
 
 def sqlite_alone(path: Path) -> int:
@@ -104,12 +119,19 @@ def test_corpus_case(case: corpus.Case, bases: dict, sessions_dir: Path) -> None
         expected.add(sidecar(corrupt, "-wal").name)
     assert {p.name for p in sessions_dir.iterdir()} == expected  # no temp or lock files
     assert_passes_check(path, sid)
+    assert_check_cli_ok(sessions_dir, sid)
     got = corpus.read_rows(path)
     # Nothing invented: every salvaged row is one of the original rows.
     for table in corpus.TABLES:
         extra = got[table] - original[table]
         assert not extra, (table, list(extra)[:2])
     assert out.tables["events"]["salvaged"] == len(got["events"])
+    # Damage confined to indexes is recognised (tables read in full, indexes rebuilt); never
+    # when table rows were lost. (A broken freelist also leaves every table intact.)
+    if case.index_only:
+        assert out.engines == ["index-rebuild"], out.engines
+    if not case.lossless:
+        assert "index-rebuild" not in out.engines
     if case.lossless:
         assert got == original, {t: len(original[t] - got[t]) for t in corpus.TABLES}
     else:

@@ -169,3 +169,60 @@ def test_cli_json_and_exit_codes(sessions_dir: Path, capsys: pytest.CaptureFixtu
     assert code == 1
     assert main(["--sessions-dir", str(sessions_dir), "recover", "nope"]) == 2
     assert main(["--sessions-dir", str(sessions_dir), "recover"]) == 2
+
+
+def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
+    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = "01HYYYYYYYYYYYYYYYYYYYYYYY"
+    path = sessions_dir / f"{sid}.sqlite"
+    path.write_bytes(random.Random(7).randbytes(64_000))
+    os.chmod(path, 0o600)
+    before = snapshot(sessions_dir)
+    code = main(["--sessions-dir", str(sessions_dir), "recover", sid, "--json"])
+    cap = capsys.readouterr()
+    assert code == 1
+    [s] = json.loads(cap.out)["sessions"]
+    assert s["outcome"] == "unreadable" and s["corrupt_path"] is None
+    assert sid in cap.err and "unreadable" in cap.err
+    assert snapshot(sessions_dir) == before  # the original is untouched, byte for byte
+    [entry] = recoverylog.entries_for(log_of(sessions_dir), sid)
+    assert (entry["event"], entry["outcome"]) == ("outcome", "unreadable")
+
+    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
+    cap = capsys.readouterr()
+    assert code == 1
+    [c] = json.loads(cap.out)["sessions"]
+    assert c["verdict"] == "unreadable"
+    [f] = [f for f in c["findings"] if f["code"] == "recovery_unreadable"]
+    assert entry["time"] in f["message"] and "unreadable" in f["message"]
+    assert snapshot(sessions_dir) == before
+
+    # A later successful recovery of the same id replaces that finding.
+    recoverylog.append(log_of(sessions_dir), {**entry, "outcome": "recovered"})
+    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
+    [c] = json.loads(capsys.readouterr().out)["sessions"]
+    assert "recovery_unreadable" not in {f["code"] for f in c["findings"]}
+
+
+def test_report_names_engines_and_what_each_found(
+    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    code = main(["--sessions-dir", str(sessions_dir), "recover", sid, "--json", "--dry-run"])
+    [s] = json.loads(capsys.readouterr().out)["sessions"]
+    assert code == 0 and s["outcome"] == "recovered"
+    by = s["found_by"]
+    assert {"rows", "pages"} <= set(by) and set(s["engines"]) <= set(by) | {"derived"}
+    # what each engine gave adds up to what the replacement holds, table by table
+    for table, t in s["tables"].items():
+        assert sum(e["used"].get(table, 0) for e in by.values()) == t["salvaged"], table
+    assert 0 < by["rows"]["used"]["events"] <= by["rows"]["found"]["events"]
+    assert by["pages"]["found"]["events"] >= by["rows"]["found"]["events"]
+    # the human table names every engine that ran, with rows found/used
+    assert main(["--sessions-dir", str(sessions_dir), "recover", sid]) == 0
+    out = capsys.readouterr().out
+    assert f"rows {sum(by['rows']['found'].values())}/" in out and "pages " in out
+    [entry] = [e for e in recoverylog.entries_for(log_of(sessions_dir), sid)][-1:]
+    assert entry["found_by"]["rows"]["found"]["events"] == by["rows"]["found"]["events"]

@@ -60,6 +60,7 @@ CODES: dict[str, tuple[str, str | None]] = {
     "interrupted": ("warning", None),  # status running, and no process has it open
     "unstable": ("info", None),  # the file changed while it was checked; checked again
     "recovered_earlier": ("info", None),  # a .corrupt sibling: recovered before
+    "recovery_unreadable": ("warning", None),  # the last recovery attempt salvaged nothing
     "job_leftover": ("warning", None),  # a file an interrupted agentdb job left
     "orphan_sidecar": ("warning", None),  # a -wal/-shm/-journal with no database
 }

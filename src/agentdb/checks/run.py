@@ -118,6 +118,24 @@ def check_directory_extras(
                         "this session's history may be incomplete",
                     ),
                 )
+    for sid in sorted(present):
+        if wanted is not None and sid not in wanted:
+            continue
+        outcomes = [e for e in recovery.get(sid, []) if e.get("event") == "outcome"]
+        if outcomes and outcomes[-1].get("outcome") == "unreadable":
+            last = outcomes[-1]
+            why = [str(n) for n in (last.get("notes") or [])][:1]
+            put(
+                sid,
+                sid + paths.SESSION_SUFFIX,
+                finding(
+                    "recovery_unreadable",
+                    f"{sid}{paths.SESSION_SUFFIX}: recovery on {last.get('time')} salvaged "
+                    f"nothing (outcome unreadable in the recovery log"
+                    f"{': ' + why[0] if why else ''}); the file was left untouched: restore it "
+                    "from a backup or move it aside",
+                ),
+            )
     return per_session, directory
 
 

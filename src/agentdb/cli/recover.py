@@ -61,6 +61,7 @@ def recover_cmd(
                         "corrupt_wal": s.corrupt_wal,
                         "tables": s.tables,
                         "engines": s.engines,
+                        "found_by": s.found_by,
                         "lost": s.lost,
                         "notes": s.notes,
                     }
@@ -77,12 +78,28 @@ def recover_cmd(
                     " ".join(
                         f"{t}={v['salvaged']}" for t, v in s.tables.items() if v.get("salvaged")
                     ),
-                    ",".join(s.engines),
+                    _engines(s),
                     s.corrupt_path or "",
                 )
                 for s in report.sessions
             ],
-            ["session", "outcome", "rows salvaged", "engines", "original kept as"],
+            [
+                "session",
+                "outcome",
+                "rows salvaged",
+                "engines (rows found/used)",
+                "original kept as",
+            ],
             fmt,
         )
     return 0 if report.ok else 1
+
+
+def _engines(s: salvage.RecoveryOutcome) -> str:
+    """Each engine that ran, with the rows it found and the rows the replacement took from it."""
+    parts = []
+    for name, got in s.found_by.items():
+        found = sum(got.get("found", {}).values())
+        used = sum(got.get("used", {}).values())
+        parts.append(f"{name} {found}/{used}")
+    return ", ".join(parts) or ",".join(s.engines)

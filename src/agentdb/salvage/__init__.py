@@ -35,6 +35,7 @@ from agentdb.paths import sidecar
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
 from agentdb.salvage import protocol, replacement, rows
+from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
 
 OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused")
@@ -55,6 +56,8 @@ class RecoveryOutcome:
     replacement_check: list[str] = field(default_factory=list)  # verification problems
     dry_run: bool = False  # True: nothing was changed
     corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
+    # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
+    found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
 
     def log_entry(self, event: str) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class RecoveryOutcome:
             "corrupt_path": self.corrupt_path,
             "corrupt_wal": self.corrupt_wal,
             "engines": self.engines,
+            "found_by": self.found_by,
             "tables": self.tables,
             "lost": self.lost,
             "notes": self.notes,
@@ -222,6 +226,7 @@ def _recover_held(
                 if "wal_frames_after_break" in scan.codes:
                     diag.damaged = True
                     diag.index_only = False
+                    diag.integrity_only = False
                     diag.reasons.append("WAL: intact commits after a checksum break")
             if diag.refused is not None and interrupted is None:
                 out.outcome = "refused"
@@ -239,14 +244,23 @@ def _recover_held(
         finally:
             if conn is not None:
                 conn.close()
-        merged = merge_mod.merge(session_id, page, found, None)
+        rebuild = tables_intact(diag, found, page)
+        merged = merge_mod.merge(session_id, None if rebuild else page, found, None)
         shell_notes: list[str] = []
-        if merged.lost or not merged.rows["session_meta"]:
+        shell_rows: dict[str, list[tuple[Any, ...]]] | None = None
+        if rebuild:
+            shell_notes.append(
+                "index-rebuild: every table read in full through SQLite and agreeing with the "
+                "page-level walk; the damage lies outside the tables (indexes, free space), "
+                "which the replacement rebuilds"
+            )
+        elif merged.lost or not merged.rows["session_meta"]:
             # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
             shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
             if shell_rows:
                 merged = merge_mod.merge(session_id, page, found, shell_rows)
-        _describe(out, diag, found, page, merged, shell_notes)
+        _describe(out, diag, found, page, merged, shell_notes, rebuild)
+        out.found_by = _found_by(found, page, shell_rows, merged, rebuild)
         if merged.count() == 0 and not merged.rows["session_meta"]:
             out.outcome = "unreadable"
             out.notes.append("nothing could be salvaged; the original is left untouched")
@@ -257,6 +271,8 @@ def _recover_held(
         try:
             replacement.write(target, merged)
             check = replacement.verify(target, session_id, merged)
+            if check.ok:
+                _check_rules(target, session_id, check)
         except BaseException:
             if not dry_run:
                 protocol.remove_job_files(path)
@@ -290,6 +306,41 @@ def _recover_held(
         return out
 
 
+def _check_rules(target: Path, session_id: str, check: replacement.ReplacementCheck) -> None:
+    """Judge the replacement by ``agentdb check``'s own rules, as a recovered file: its verdict
+    must be ok (informational findings such as ``orphan_of_recovery`` are allowed)."""
+    from agentdb.checks import check_path
+
+    result = check_path(target, session_id, recovered=True)
+    if result.verdict != "ok":
+        check.ok = False
+        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+        check.problems += [f"check: {result.verdict}: {f.code}: {f.message}" for f in bad[:3]]
+        if not bad:
+            check.problems.append(f"check: verdict {result.verdict}")
+
+
+def tables_intact(
+    diag: rows.Diagnosis, found: rows.RowSalvage | None, page: pages_mod.PageSalvage
+) -> bool:
+    """True when only integrity_check complains and every table b-tree is intact: SQLite read
+    every table start to end with no error and no rejected row (content hashes included), and
+    the page engine's walk of the same b-trees found exactly the same rows, with no orphaned
+    leaf holding a row SQLite did not see. The damage is then confined to indexes."""
+    if not diag.integrity_only or found is None or not page.schema_found:
+        return False
+    if not found.complete or found.damaged_regions or found.rejected:
+        return False
+    live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
+    for c in page.candidates:
+        key = tables_mod.key_of(c.table, c.row)
+        if c.tier == pages_mod.LIVE:
+            live[c.table][key] = c.row
+        elif c.tier == pages_mod.STRAY and key not in found.rows[c.table]:
+            return False  # a row in a leaf no b-tree reaches
+    return all(live[t] == found.rows[t] for t in TABLES)
+
+
 def _fault(fault: Fault | None, point: str) -> None:
     if fault is not None:
         fault(point)
@@ -308,6 +359,7 @@ def _healthy(path: Path, out: RecoveryOutcome, log: Path) -> RecoveryOutcome:
             out.corrupt_wal = last.get("corrupt_wal")
             out.tables = last.get("tables") or {}
             out.engines = last.get("engines") or []
+            out.found_by = last.get("found_by") or {}
             out.lost = last.get("lost") or {}
             out.notes = [*list(last.get("notes") or []), "finished an interrupted recovery"]
             recoverylog.append(log, out.log_entry("outcome"))
@@ -332,6 +384,50 @@ def _run_shell(
     return dict(got.rows), list(got.notes)
 
 
+def _found_by(
+    found: rows.RowSalvage | None,
+    page: pages_mod.PageSalvage,
+    shell_rows: dict[str, list[tuple[Any, ...]]] | None,
+    merged: merge_mod.Merged,
+    rebuild: bool,
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Per engine that ran: how many rows of each table it found, and how many it gave."""
+
+    def used(*sources: str) -> dict[str, int]:
+        return {t: n for t in TABLES if (n := sum(merged.sources[t][s] for s in sources))}
+
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    if found is not None:
+        name = "index-rebuild" if rebuild else "rows"
+        out[name] = {
+            "found": {t: len(v) for t, v in found.rows.items() if v},
+            "used": used("rows"),
+        }
+    tiers: dict[str, Counter[str]] = {}
+    for c in page.candidates:
+        tiers.setdefault(c.table, Counter())[pages_mod.TIER_NAMES[c.tier]] += 1
+    out["pages"] = {
+        "found": {t: sum(tiers[t].values()) for t in TABLES if t in tiers},
+        "used": {} if rebuild else used("live", "stray", "stale"),
+    }
+    if page.free and not rebuild:
+        shapes: Counter[str] = Counter()
+        for fr in page.free:
+            got = pages_mod.classify(list(fr.rec), fr.rowid or 0)
+            if got is not None and got[0] in TABLES:
+                shapes[got[0]] += 1
+        out["free-space"] = {"found": dict(shapes), "used": used("free-space")}
+    if shell_rows is not None:
+        out["sqlite-recover"] = {
+            "found": {t: len(v) for t, v in shell_rows.items() if v},
+            "used": used("sqlite-recover"),
+        }
+    derived = used("derived", "rebuilt")
+    if derived:
+        out["derived"] = {"found": derived, "used": derived}
+    return out
+
+
 def _describe(
     out: RecoveryOutcome,
     diag: rows.Diagnosis,
@@ -339,6 +435,7 @@ def _describe(
     page: pages_mod.PageSalvage,
     merged: merge_mod.Merged,
     shell_notes: list[str],
+    rebuild: bool = False,
 ) -> None:
     out.tables = {
         t: {"salvaged": len(merged.rows[t]), "sources": dict(merged.sources[t])} for t in TABLES
@@ -347,14 +444,16 @@ def _describe(
     for t in TABLES:
         used.update(merged.sources[t])
     engines = []
-    if diag.index_only and found is not None and found.complete:
+    if rebuild:
         engines.append("index-rebuild")
-    if used["rows"]:
+    if used["rows"] and not rebuild:
         engines.append("rows")
     if used["live"] or used["stray"] or used["stale"]:
         engines.append("pages")
     if used["sqlite-recover"]:
         engines.append("sqlite-recover")
+    if used["free-space"]:
+        engines.append("free-space")
     if used["derived"] or used["rebuilt"]:
         engines.append("derived")
     out.engines = engines

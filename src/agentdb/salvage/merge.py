@@ -31,8 +31,9 @@ from typing import Any
 
 import ulid
 
-from agentdb.salvage import tables
-from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
+from agentdb.salvage import freespace, tables
+from agentdb.salvage.pages import _NO_HASH as NO_HASH
+from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage, classify
 from agentdb.salvage.rows import RowSalvage
 from agentdb.salvage.tables import Row
 from agentdb.schema import enums
@@ -131,8 +132,18 @@ def merge(
         for c in cands:
             if c.tier == tier:
                 put(c.table, c.row, name)
+    if page is not None and page.free:
+        # Lowest tier: stale records in free space inside pages; they only fill gaps.
+        for table, row in freespace.iter_rows(
+            page.free,
+            session_id,
+            classify,
+            NO_HASH,
+            lambda: _missing(merged["events"], page.sequences.get("events", 0)),
+        ):
+            put(table, row, "free-space")
     if merged["session_meta"] and not live_meta:
-        if "stale" in sources["session_meta"]:
+        if sources["session_meta"].keys() & {"stale", "free-space"}:
             notes.append(
                 "session_meta: no live copy survived; an older copy was used, so its status "
                 "may be out of date"
@@ -172,6 +183,14 @@ def merge(
             result.lost[name] = _ranges(missing)
             result.lost[f"{table}_missing"] = len(missing)
     return result
+
+
+def _missing(events: dict[Any, Row], counter: int) -> set[int]:
+    """Event sequences below the highest one known that no tier has."""
+    highest = max([counter, *events.keys()]) if events or counter else 0
+    if highest > 10_000_000:
+        return set()
+    return set(range(1, highest + 1)) - set(events)
 
 
 def _derive_producers(m: Merged) -> None:

@@ -38,7 +38,7 @@ from agentdb.fileformat import (
 )
 from agentdb.fileformat.btree import TableInteriorCell
 from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED
-from agentdb.salvage import tables
+from agentdb.salvage import freespace, tables
 from agentdb.salvage.tables import Row
 
 LIVE, STRAY, STALE = 0, 1, 2
@@ -70,6 +70,7 @@ class PageSalvage:
     page_size: int | None = None
     revision: int | None = None  # the header's user_version, when the header is readable
     schema_found: bool = False  # sqlite_schema named our tables' roots
+    free: list[freespace.FreeRecord] = field(default_factory=list)  # records in free space
 
 
 class _Reader:
@@ -279,10 +280,12 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
     if src.header is not None:
         freelist = iter_freelist(get, src.header, src.page_count)
     for pgno in range(2, src.page_count + 1):
-        if pgno in r.live_btree_pages:
-            continue
         data = get(pgno)
         if data is None:
+            continue
+        if data[:1] == b"\x0d":
+            out.free += freespace.scan_page(data, pgno, src.usable, encoding, f"page {pgno}")
+        if pgno in r.live_btree_pages:
             continue
         tier = STALE if pgno in freelist else STRAY
         _scan_leaf(r, data, pgno, tier, f"page {pgno}", get)

@@ -39,6 +39,7 @@ class Diagnosis:
     refused: str | None = None  # foreign / too new: never recovered (reason)
     revision: int | None = None  # user_version when readable
     index_only: bool = False  # the only damage integrity_check sees is in indexes
+    integrity_only: bool = False  # only integrity_check complains (tables may be intact)
 
 
 @dataclass
@@ -77,26 +78,29 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         if problems:
             d.reasons += [f"integrity_check: {p}" for p in problems[:5]]
             d.index_only = all(_INDEX_PROBLEM.match(p) for p in problems)
+    except apsw.Error as e:
+        d.reasons.append(f"integrity_check fails: {type(e).__name__}: {e}")
+    seen_by_integrity = len(d.reasons)
+    try:
         diffs = schema_differences(conn, ident.revision)
         if diffs:
             d.reasons.append(f"schema differs from revision {ident.revision}: {diffs[0]}")
-            d.index_only = False
         if not diffs:
             ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
             if len(ids) != 1:
                 d.reasons.append(f"session_meta holds {len(ids)} rows, expected 1")
-                d.index_only = False
             if ident.revision >= 2:
                 bad = conn.execute(
-                    "SELECT count(*) FROM events WHERE content_hash IS NOT "
+                    "SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT "
                     "agentdb_event_hash(sequence, id, timestamp, kind, producer_category, "
                     "producer_name, producer_version, schema_version, payload)"
                 ).fetchall()[0][0]
                 if bad:
                     d.reasons.append(f"{bad} events do not match their content_hash")
-                    d.index_only = False
     except apsw.Error as e:
         d.reasons.append(f"reading it fails: {type(e).__name__}: {e}")
+    d.integrity_only = seen_by_integrity > 0 and len(d.reasons) == seen_by_integrity
+    if len(d.reasons) > seen_by_integrity:
         d.index_only = False
     d.damaged = bool(d.reasons)
     return d

@@ -1,0 +1,205 @@
+"""The lowest tier: stale records left in free space *inside* table-leaf pages.
+
+When SQLite deletes a cell, or moves one that an UPDATE made bigger, the old bytes stay in a
+freeblock (its first 4 bytes overwritten by the freeblock's own header) or, after a
+defragmentation, in the unallocated gap between the cell pointer array and the cell content.
+Cell boundaries are unknown there, so every offset of every free range is tried:
+
+* as a whole cell (payload-size varint, rowid varint, record): the payload size must equal the
+  record's length exactly and the record must end inside the range;
+* as a bare record (its rowid lost): only kept for tables whose key is in the record
+  (``session_meta``, ``producers``) or for revision-2 events, whose key is found by trying the
+  sequence numbers still missing until the stored ``content_hash`` matches;
+* at the start of a freeblock, where the header overwrote the record's first bytes: the record
+  header size and (for the first column) the serial type of a rowid alias (NULL) or of a
+  26-character ULID text are guessed, and the strict decode and validation decide.
+
+Every record must decode strictly (no overflow: spilled payloads are not followed), have one of
+our tables' shapes and pass the same validation as any other row (enums, types, ``session_meta``
+id = the file's, revision-2 ``content_hash``). The rows only ever fill gaps (see :mod:`.merge`):
+a key any better tier has is never replaced, and a live ``session_meta`` always wins.
+
+Risk, documented: a revision-1 row has no hash, so a stale copy of a row that was later deleted
+or updated would be taken if its key is missing from every better tier and it validates. Our
+tables are append-only (``session_meta`` aside, which never takes a stale copy over a live one),
+so such a row is one the session really held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from agentdb.fileformat import FormatError, PageKind, decode_record, parse_page
+from agentdb.fileformat.btree import BtreePage, freeblocks
+from agentdb.fileformat.record import serial_type_size
+from agentdb.fileformat.varint import read_varint, to_signed64
+from agentdb.salvage import tables
+from agentdb.salvage.tables import Row
+from agentdb.schema.hashing import event_hash
+
+MAX_GUESSES = 4096  # missing sequences tried against a hash-vouched event whose key was lost
+MAX_HEADER = 40  # our records' headers are shorter (10 columns at most)
+_ULID_TEXT = 13 + 2 * 26  # serial type of a 26-character text
+_GUESS_FIRST = (0, _ULID_TEXT)  # NULL (rowid alias) or a session id
+
+
+@dataclass(frozen=True)
+class FreeRecord:
+    """A record found in free space; ``rowid`` None when only the record survived."""
+
+    rec: tuple[Any, ...]
+    rowid: int | None
+    where: str
+
+
+def _record_length(buf: bytes, pos: int, end: int) -> int | None:
+    """Length of the record starting at ``buf[pos]`` if its header is plausible and it ends
+    by ``end``; None otherwise."""
+    try:
+        hsize, p = read_varint(buf, pos)
+        if hsize < 2 or hsize > MAX_HEADER or pos + hsize > end:
+            return None
+        body = 0
+        stop = pos + hsize
+        n = 0
+        while p < stop:
+            st, p = read_varint(buf, p)
+            body += serial_type_size(st)
+            n += 1
+        if p != stop or n < 2:
+            return None
+    except FormatError:
+        return None
+    total = hsize + body
+    return total if pos + total <= end else None
+
+
+def _decode(payload: bytes, encoding: str) -> list[Any] | None:
+    try:
+        return decode_record(payload, encoding)
+    except FormatError:
+        return None
+
+
+def _ranges(page: BtreePage) -> list[tuple[int, int, bool]]:
+    """(start, end, is_freeblock) of the free ranges of a page."""
+    out: list[tuple[int, int, bool]] = []
+    if page.content_start > page.pointer_array_end:
+        out.append((page.pointer_array_end, min(page.content_start, page.usable), False))
+    try:
+        out.extend((s, e, True) for s, e in freeblocks(page))
+    except FormatError:
+        pass
+    return out
+
+
+def scan_page(data: bytes, pgno: int, usable: int, encoding: str, where: str) -> list[FreeRecord]:
+    """Every record-shaped run of bytes in the free space of a table-leaf page."""
+    try:
+        page = parse_page(data, pgno, usable)
+    except FormatError:
+        return []
+    if page.kind is not PageKind.LEAF_TABLE:
+        return []
+    found: list[FreeRecord] = []
+    for start, end, is_free in _ranges(page):
+        found += _scan_range(data, start, end, is_free, encoding, f"{where}, free space @{start}")
+    return found
+
+
+def _scan_range(
+    data: bytes, start: int, end: int, is_free: bool, encoding: str, where: str
+) -> list[FreeRecord]:
+    out: list[FreeRecord] = []
+    intact = start + 4 if is_free else start  # a freeblock's first 4 bytes are its header
+    for o in range(intact, end):
+        if data[o] == 0:
+            continue
+        # a whole cell: payload size, rowid, record of exactly that size
+        try:
+            size, p = read_varint(data, o)
+            rowid, r = read_varint(data, p)
+        except FormatError:
+            size = 0
+        if 2 < size <= end - o:
+            n = _record_length(data, r, end)
+            if n == size and (rec := _decode(data[r : r + n], encoding)) is not None:
+                out.append(FreeRecord(tuple(rec), to_signed64(rowid), where))
+        n = _record_length(data, o, end)
+        if n is not None and (rec := _decode(data[o : o + n], encoding)) is not None:
+            out.append(FreeRecord(tuple(rec), None, where))
+    # Where a freeblock header sits (the current one, or a stale one left inside a freeblock
+    # that later merged with a neighbour), the record behind it lost its first bytes.
+    for o in range(start, end - 4):
+        if o == start and is_free:
+            out += _patched(data, o, end, encoding, where)
+            continue
+        nxt = int.from_bytes(data[o : o + 2], "big")
+        size = int.from_bytes(data[o + 2 : o + 4], "big")
+        if 8 <= size <= end - o and (nxt == 0 or o + size <= nxt < len(data)):
+            out += _patched(data, o, o + size, encoding, where)
+    return out
+
+
+def _patched(data: bytes, start: int, end: int, encoding: str, where: str) -> list[FreeRecord]:
+    """Records whose first header bytes the freeblock header overwrote: guess them."""
+    out: list[FreeRecord] = []
+    for o in (start + 2, start + 3):
+        lost = start + 4 - o  # bytes of the record that are gone (header size [+ 1st type])
+        for hsize in range(3, MAX_HEADER):
+            for first in _GUESS_FIRST if lost == 2 else (None,):
+                head = bytes([hsize]) + (bytes([first]) if first is not None else b"")
+                buf = head + data[start + 4 : end]
+                n = _record_length(buf, 0, len(buf))
+                if n is None:
+                    continue
+                rec = _decode(buf[:n], encoding)
+                if rec is not None:
+                    out.append(FreeRecord(tuple(rec), None, where + " (header guessed)"))
+    return out
+
+
+def iter_rows(
+    found: list[FreeRecord],
+    session_id: str,
+    classify: Callable[[list[Any], int], tuple[str, Row, Any] | None],
+    no_hash: object,
+    missing_events: Callable[[], set[int]],
+) -> Iterator[tuple[str, Row]]:
+    """Validated (table, row) pairs from free-space records, in the order found.
+
+    ``missing_events`` gives the event sequences no better tier has (asked lazily, only when a
+    revision-2 event's rowid was lost and must be found by its hash).
+    """
+    seen: set[tuple[str, Row]] = set()
+    missing: set[int] | None = None
+    for fr in found:
+        got = classify(list(fr.rec), fr.rowid if fr.rowid is not None else 0)
+        if got is None:
+            continue
+        table, row, stored = got
+        if table not in tables.TABLES:
+            continue
+        row = tables.normalise(table, row)
+        if fr.rowid is None and table in tables.AUTOINCREMENT_TABLES:
+            if table != "events" or stored is no_hash or not isinstance(stored, bytes):
+                continue  # the key is lost and nothing vouches for a guess
+            if missing is None:
+                missing = missing_events()
+            if len(missing) > MAX_GUESSES:
+                continue
+            rest = row[1:]
+            match = [s for s in sorted(missing) if event_hash(s, *rest) == stored]
+            if len(match) != 1:
+                continue
+            row = (match[0], *rest)
+        if tables.problem(table, row, session_id) is not None:
+            continue
+        if stored is not no_hash and tables.hash_problem(row, stored) is not None:
+            continue
+        if (table, row) in seen:
+            continue
+        seen.add((table, row))
+        yield table, row
