@@ -161,7 +161,7 @@ def big_session(root: Path, mb: int) -> list[str]:
     got, dt, outcome = run_agentdb(path, w.session_id, original)
     s_right, s_lf, s_ms = run_shell(b, w.session_id, original, root / "big-shell")
     size = b.stat().st_size / 1e6
-    ratio = "n/a" if s_ms == "n/a" else f"{native * 1000 / max(float(s_ms), 1):.2f}"
+    ratio = "n/a" if s_ms == "n/a" else f"{dt * 1000 / max(float(s_ms), 1):.2f}"
     return [
         f"{size:.0f} MB session, zeroed leaf",
         str(sum(len(v) for v in original.values())),
@@ -173,6 +173,15 @@ def big_session(root: Path, mb: int) -> list[str]:
         s_ms,
         ratio,
     ]
+
+
+def _shown(path: Path | None) -> str:
+    if path is None:
+        return "none capable (the .recover columns read n/a)"
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def main() -> None:
@@ -197,16 +206,19 @@ def main() -> None:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(lines) + "\n"
     if big:
-        h2 = [*headers, "native-only / .recover time"]
+        h2 = [*headers, "whole job / .recover time"]
         text += "\n| " + " | ".join(h2) + " |\n|" + "---|" * len(h2) + "\n"
         text += "| " + " | ".join(big) + " |\n"
     engine = (
-        f"shell: {shell.find_capable_shell()}" if shell is not None else "salvage.shell not present"
+        f"shell: {_shown(shell.find_capable_shell())}"
+        if shell is not None
+        else "salvage.shell not present"
     )
     text += (
         f"\nRows count only when they equal an original row of the same table. {engine}. "
-        "agentdb ms is the whole job (engines, replacement, verification, swap; it also runs "
-        "`.recover` when rows are still known lost); native-only is the same job with "
+        "agentdb ms is the whole job (engines, replacement, verification, swap; it runs "
+        "`.recover` too when a page typed as a b-tree page did not parse); native-only is the "
+        "same job with "
         "`AGENTDB_SQLITE3=none`. One run each.\n"
     )
     print(text)

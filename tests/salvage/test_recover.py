@@ -226,3 +226,28 @@ def test_report_names_engines_and_what_each_found(
     assert f"rows {sum(by['rows']['found'].values())}/" in out and "pages " in out
     [entry] = [e for e in recoverylog.entries_for(log_of(sessions_dir), sid)][-1:]
     assert entry["found_by"]["rows"]["found"]["events"] == by["rows"]["found"]["events"]
+
+
+def test_sqlite_recover_runs_only_where_it_could_find_more(
+    sessions_dir: Path, capable_shell: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentdb.demo import damage_page
+
+    monkeypatch.setenv("AGENTDB_SQLITE3", str(capable_shell))
+    # A zeroed leaf: the page engine read every page, nothing is left to find.
+    sid, path = make_session(sessions_dir, turns=30)
+    damage_page(path, table="events", nth_leaf=1)
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered"
+    assert "sqlite-recover" not in out.found_by
+    assert any("sqlite-recover not run" in n for n in out.notes)
+    # A leaf that still says "table leaf" but whose cell count is garbage: the page engine
+    # cannot parse it, so SQLite's own recovery gets its chance.
+    sid2, path2 = make_session(sessions_dir, turns=30)
+    pgno = damage_page(path2, table="events", nth_leaf=1, fill=b"\x0d")
+    with open(path2, "r+b") as f:
+        f.seek((pgno - 1) * 4096 + 3)
+        f.write(b"\xff\xff")
+    out2 = salvage.recover_session(sessions_dir, sid2)
+    assert out2.outcome == "recovered"
+    assert "sqlite-recover" in out2.found_by, out2.notes

@@ -254,6 +254,12 @@ def _recover_held(
                 "page-level walk; the damage lies outside the tables (indexes, free space), "
                 "which the replacement rebuilds"
             )
+        elif page.fully_understood and merged.rows["session_meta"]:
+            if merged.lost:
+                shell_notes.append(
+                    "sqlite-recover not run: every page typed as a b-tree page parsed and every "
+                    "cell decoded, so the rows still missing are on pages with nothing left"
+                )
         elif merged.lost or not merged.rows["session_meta"]:
             # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
             shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
