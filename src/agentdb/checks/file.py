@@ -121,14 +121,14 @@ class _Run:
 
     def wal(self) -> tuple[object, ...] | None:
         """Judge the WAL of a session nobody has open. Returns the WAL's stat key."""
-        wal = sidecar(self.path, "-wal")
         if self.live is not None:
-            if wal.exists():
+            if sidecar(self.path, "-wal").exists():
                 self.add("wal_not_judged", "open right now, so its WAL is not judged")
             return None
-        key = _stat_key(wal)
+        key = _stat_key(os.fspath(self.path) + "-wal")
         if key is None:
             return None
+        wal = sidecar(self.path, "-wal")
         try:
             fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as f:
@@ -395,7 +395,7 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:
         holder = locks.probe(path)
-        moved = wal_key is not None and _stat_key(sidecar(path, "-wal")) != wal_key
+        moved = wal_key is not None and _stat_key(os.fspath(path) + "-wal") != wal_key
         if holder is not None or moved:
             # Someone opened it meanwhile: what we read of its WAL may be mid-write.
             run.findings = [f for f in run.findings if f.code not in _WAL_CODES]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -16,11 +17,20 @@ from typing import Any
 import click
 from tabulate import tabulate
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
 
 def jsonable(obj: Any) -> Any:
     """Dataclasses, paths, enums and bytes as plain JSON values."""
+    if type(obj) in _PLAIN:
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {n: jsonable(getattr(obj, n)) for n in _field_names(type(obj))}
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
