@@ -188,13 +188,9 @@ def identify(conn: apsw.Connection, *, rows: SchemaRows | None = None) -> Identi
 
     ``rows`` is :func:`schema_rows` of ``conn`` when the caller has already read it.
     """
-    got = db.row(
-        conn,
-        "SELECT (SELECT application_id FROM pragma_application_id), "
-        "(SELECT user_version FROM pragma_user_version)",
-    )
-    assert got is not None
-    app, ver = int(got[0]), int(got[1])
+    # Two plain pragmas: measured cheaper than one SELECT over pragma table-valued functions.
+    app = int(db.pragma(conn, "application_id"))
+    ver = int(db.pragma(conn, "user_version"))
     if app not in (0, APPLICATION_ID):
         return Identity(app, ver, "foreign", f"application_id {app:#x} is not agentdb's")
     if ver > CURRENT_REVISION:
