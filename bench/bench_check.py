@@ -14,6 +14,7 @@ index, both as the same 26 bytes), so every copy is a healthy, consistent sessio
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -114,7 +115,8 @@ def main() -> None:
         ]
         rows: list[tuple[str, float]] = []
         for name, argv in agentdb_rows:
-            rows.append((name, best_of(rep, lambda argv=argv: timed([*py, *argv]))))
+            cmd = [*py, *argv]
+            rows.append((name, best_of(rep, functools.partial(timed, cmd))))
         b_name = "(b) bare APSW loop: open, PRAGMA quick_check, close"
         rows.append((b_name, best_of(rep, lambda: bare_apsw(files))))
         sqlite3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
