@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -55,6 +54,8 @@ def emit_json_line(doc: Any) -> None:
 def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
     rows = list(rows)
     if rows:
+        from tabulate import tabulate  # imported when a table is drawn: --json never needs it
+
         click.echo(tabulate(rows, headers=list(headers), tablefmt=fmt, disable_numparse=True))
 
 
