@@ -422,9 +422,11 @@ def check_path(
     more and the second result stands.
     """
     run = _check_once(path, session_id, quick=quick, recovered=recovered)
-    serious = run.result().verdict in ("corrupt", "unreadable")
+    result = run.result()
+    serious = result.verdict in ("corrupt", "unreadable")
     if run.unstable or (run.live is not None and serious):
         why = "changed while it was read" if run.unstable else "is live and looked damaged"
         run = _check_once(path, session_id, quick=quick, recovered=recovered)
         run.add("unstable", f"{why}; checked a second time, and this is the second result")
-    return run.result()
+        result = run.result()
+    return result
