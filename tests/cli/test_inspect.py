@@ -182,8 +182,8 @@ def test_preflight_hostile_names(sessions_dir: Path, plugin_cache: Path, capsys)
 
 
 def test_list_with_jobs_gives_the_same_rows(
-    capsys, state: demo.DemoState, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str], state: demo.DemoState, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Forked readers, small chunks: same rows in the same order as one process (the demo has
     unreadable, running and damaged sessions)."""
     code, one, _ = run(capsys, state, "sessions", "list", "--json", "-j1")
