@@ -161,3 +161,34 @@ def test_length_limit_caps_what_a_row_brings_in(sessions_dir: Path) -> None:
             conn.execute("SELECT payload FROM events WHERE sequence = ?", (big,)).fetchall()
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("target", ["", "-wal", "-shm"])
+def test_caller_stats_are_judged_like_fresh_ones(sessions_dir: Path, target: str) -> None:
+    """open_readonly(stats=) refuses what the stats show, as it would after its own lstat."""
+    _, path = make_session(sessions_dir)
+    victim = path.with_name(path.name + target)
+    if target:
+        victim.write_bytes(b"")
+    os.chmod(victim, 0o622)
+    stats = db.file_stats(path)
+    assert stats.db is not None and stats.wal_in_use == bool(target)
+    assert db.security_problems(path, stats) == db.security_problems(path)
+    with pytest.raises(errors.InsecureFile, match="chmod 600"):
+        db.open_readonly(path, stats=stats)
+    if target:
+        victim.unlink()
+        victim.symlink_to(path)
+        with pytest.raises(errors.InsecureFile, match="not a regular file"):
+            db.open_readonly(path, stats=db.file_stats(path))
+
+
+def test_caller_stats_of_a_symlink_or_missing_file_are_refused(sessions_dir: Path) -> None:
+    _, path = make_session(sessions_dir)
+    link = sessions_dir / f"{ulid.ULID()}.sqlite"
+    link.symlink_to(path)
+    with pytest.raises(errors.NotRegularFile, match="symbolic link"):
+        db.open_readonly(link, stats=db.file_stats(link))
+    gone = sessions_dir / f"{ulid.ULID()}.sqlite"
+    with pytest.raises(errors.SessionNotFound):
+        db.open_readonly(gone, stats=db.file_stats(gone))

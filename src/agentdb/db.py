@@ -19,6 +19,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -44,14 +45,42 @@ _LIMITS = {
 # ---------------------------------------------------------------------------- file checks
 
 
-def require_regular(path: Path) -> os.stat_result:
-    """lstat ``path``; refuse a symlink or anything but a regular file (without following)."""
+@dataclass(frozen=True)
+class FileStats:
+    """``lstat`` of a database and its two sidecars, taken together (None: absent)."""
+
+    db: os.stat_result | None
+    wal: os.stat_result | None
+    shm: os.stat_result | None
+
+    @property
+    def wal_in_use(self) -> bool:
+        """A ``-wal`` or ``-shm`` entry exists (whatever it is)."""
+        return self.wal is not None or self.shm is not None
+
+
+def _lstat(p: str) -> os.stat_result | None:
     try:
-        st = os.lstat(path)
+        return os.lstat(p)
     except FileNotFoundError:
+        return None
+
+
+def file_stats(path: Path | str) -> FileStats:
+    """One ``lstat`` each of ``path``, ``path-wal`` and ``path-shm`` (never follows links)."""
+    p = os.fspath(path)
+    return FileStats(_lstat(p), _lstat(p + "-wal"), _lstat(p + "-shm"))
+
+
+def require_regular(path: Path, st: os.stat_result | None = None) -> os.stat_result:
+    """lstat ``path`` (or use ``st``, its fresh lstat); refuse a symlink or anything but a
+    regular file (without following)."""
+    if st is None:
+        st = _lstat(os.fspath(path))
+    if st is None:
         raise errors.SessionNotFound(
             f"{path}: no such session file; list sessions with `agentdb sessions list`", path=path
-        ) from None
+        )
     if stat.S_ISLNK(st.st_mode):
         raise errors.NotRegularFile(
             f"{path}: is a symbolic link, refused; replace it with the session file itself",
@@ -72,20 +101,23 @@ def require_regular(path: Path) -> os.stat_result:
     return st
 
 
-def security_problems(path: Path) -> list[tuple[str, str]]:
-    """(code, message) for each way the database or its sidecars are not owner-only."""
+def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[str, str]]:
+    """(code, message) for each way the database or its sidecars are not owner-only.
+
+    ``stats`` is a fresh :func:`file_stats` of ``path`` when the caller already has one.
+    """
     problems: list[tuple[str, str]] = []
     me = os.geteuid()
-    try:
-        db_st = os.lstat(path)
-    except FileNotFoundError:
+    if stats is None:
+        stats = file_stats(path)
+    db_st = stats.db
+    if db_st is None:
         return problems
-    for p in (path, sidecar(path, "-wal"), sidecar(path, "-shm")):
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
+    for suffix, st in (("", db_st), ("-wal", stats.wal), ("-shm", stats.shm)):
+        if st is None:
             continue
-        if p != path and not stat.S_ISREG(st.st_mode):
+        p = sidecar(path, suffix) if suffix else path
+        if suffix and not stat.S_ISREG(st.st_mode):
             problems.append(
                 ("insecure_sidecar", f"{p}: sidecar is not a regular file; remove it by hand")
             )
@@ -98,7 +130,7 @@ def security_problems(path: Path) -> list[tuple[str, str]]:
                     f"{p}: mode {mode:04o} lets group or others write it; run `chmod 600 {p}`",
                 )
             )
-        owner = me if p == path else db_st.st_uid
+        owner = db_st.st_uid if suffix else me
         if st.st_uid != owner:
             problems.append(
                 (
@@ -110,8 +142,8 @@ def security_problems(path: Path) -> list[tuple[str, str]]:
     return problems
 
 
-def require_secure(path: Path) -> None:
-    problems = security_problems(path)
+def require_secure(path: Path, stats: FileStats | None = None) -> None:
+    problems = security_problems(path, stats)
     if problems:
         raise errors.InsecureFile(problems[0][1], path=path)
 
@@ -229,7 +261,11 @@ def wal_in_use(path: Path) -> bool:
 
 
 def open_readonly(
-    path: Path, *, max_length: int = READ_MAX_LENGTH, check_schema: bool = True
+    path: Path,
+    *,
+    max_length: int = READ_MAX_LENGTH,
+    check_schema: bool = True,
+    stats: FileStats | None = None,
 ) -> apsw.Connection:
     """Open an existing session file for reading only.
 
@@ -237,13 +273,19 @@ def open_readonly(
     creates no sidecars and the directory is left exactly as found; a caller that must be sure
     the file did not change under it compares ``os.stat`` before and after. Otherwise it is a
     normal read-only WAL open that reads committed WAL frames and never blocks the writer.
+
+    ``stats`` is the caller's :func:`file_stats` of ``path`` taken just before this call (the
+    "before" of its own before/after comparison); without it the files are ``lstat``-ed here.
+    Either way the same refusals apply to those stats.
     """
-    require_regular(path)
-    require_secure(path)
+    if stats is None:
+        stats = file_stats(path)
+    require_regular(path, stats.db)
+    require_secure(path, stats)
     params = {"mode": "ro"}
-    if not wal_in_use(path):
+    if not stats.wal_in_use:
         params["immutable"] = "1"
-    elif sidecar(path, "-wal").exists() and sidecar(path, "-shm").exists():
+    elif stats.wal is not None and stats.shm is not None:
         # Use the WAL index without writing to it: a read-only open of a crashed session would
         # otherwise rebuild its -shm (changing its bytes); beside a live writer it reads as usual.
         params["readonly_shm"] = "1"

@@ -52,7 +52,7 @@ def _getlk(fd: int, start: int, length: int) -> tuple[int, int] | None:
     return ltype, pid
 
 
-def _probe_file(path: Path, start: int, length: int) -> Holder | None:
+def _probe_file(path: Path | str, start: int, length: int) -> Holder | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -64,7 +64,7 @@ def _probe_file(path: Path, start: int, length: int) -> Holder | None:
     if got is None:
         return None
     ltype, pid = got
-    return Holder(path.name, pid if pid > 0 else None, ltype == fcntl.F_WRLCK)
+    return Holder(os.path.basename(path), pid if pid > 0 else None, ltype == fcntl.F_WRLCK)
 
 
 def probe(db_path: Path) -> Holder | None:
@@ -76,10 +76,8 @@ def probe(db_path: Path) -> Holder | None:
     holder = _probe_file(db_path, PENDING_BYTE, LOCK_RANGE)
     if holder is not None:
         return holder
-    shm = sidecar(db_path, "-shm")
-    if shm.exists():
-        return _probe_file(shm, SHM_LOCK_START, SHM_LOCK_LEN)
-    return None
+    # A missing -shm (or one that cannot be opened) holds no lock: _probe_file says None.
+    return _probe_file(os.fspath(db_path) + "-shm", SHM_LOCK_START, SHM_LOCK_LEN)
 
 
 @contextmanager

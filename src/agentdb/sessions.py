@@ -5,7 +5,9 @@ views: list, show, tree, events, preflight. Read-only; an unreadable file is lis
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import os
+import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +57,10 @@ def read_row(entry: paths.Entry, *, count_events: bool = True) -> SessionRow:
     for a bad file."""
     try:
         with SessionReader(entry.path, session_id=entry.session_id) as r:
-            info = r.info()
-            n = r.event_count() if count_events else None
+            if count_events:
+                info, n = r.info_and_count()
+            else:
+                info, n = r.info(), None
             rev = r.revision
     except errors.AgentdbError as e:
         return SessionRow(entry.session_id, entry.path, UNREADABLE, error=str(e), error_code=e.code)
@@ -79,10 +83,39 @@ def _row(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> Sess
     )
 
 
-def scan(sessions_dir: Path, *, count_events: bool = True) -> Iterator[SessionRow]:
-    """Every ``<ULID>.sqlite`` entry's row, in id (= chronological) order."""
-    for entry in paths.iter_session_entries(sessions_dir):
-        yield read_row(entry, count_events=count_events)
+POOL_THRESHOLD = 200  # fewer files than this are read in this process (no pool start-up)
+CHUNK = 250  # entries per task sent to a worker
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
+def _read_chunk(work: tuple[list[paths.Entry], bool]) -> list[SessionRow]:
+    entries, count_events = work
+    return [read_row(e, count_events=count_events) for e in entries]
+
+
+def scan(sessions_dir: Path, *, count_events: bool = True, jobs: int = 1) -> Iterator[SessionRow]:
+    """Every ``<ULID>.sqlite`` entry's row, in id (= chronological) order.
+
+    With ``jobs`` > 1 and many entries the files are read by that many forked processes, each
+    taking chunks of entries; rows still come back in id order. Workers only read.
+    """
+    entries = list(paths.iter_session_entries(sessions_dir))
+    if jobs <= 1 or len(entries) < POOL_THRESHOLD:
+        for entry in entries:
+            yield read_row(entry, count_events=count_events)
+        return
+    chunks = [(entries[i : i + CHUNK], count_events) for i in range(0, len(entries), CHUNK)]
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
+    try:
+        for part in pool.imap(_read_chunk, chunks):
+            yield from part
+        pool.close()
+    finally:
+        pool.terminate()  # no-op after close(); on Ctrl-C or an error stops the readers
+        pool.join()
 
 
 def list_sessions(
@@ -92,17 +125,18 @@ def list_sessions(
     older: dt.timedelta | None = None,
     newer: dt.timedelta | None = None,
     now: dt.datetime | None = None,
+    jobs: int = 1,
 ) -> list[SessionRow]:
     """Sessions in chronological order, filtered by status and by age.
 
     Age is measured from when a session ended, or started if it has not ended: ``older``
     keeps sessions at least that old (``0s``: every session up to now), ``newer`` those
-    younger than that.
+    younger than that. ``jobs``: see :func:`scan`.
     """
     now = now or dt.datetime.now(dt.timezone.utc)
     wanted = set(statuses) if statuses else None
     out = []
-    for row in scan(sessions_dir):
+    for row in scan(sessions_dir, jobs=jobs):
         if wanted is not None and row.status not in wanted:
             continue
         t = row.reference_time

@@ -553,14 +553,26 @@ def _capped(col: str, cap: int = MAX_TEXT) -> str:
     return f"substr({col}, 1, {int(cap)})"
 
 
-def _read_info(conn: apsw.Connection, path: Path, session_id: str | None) -> SessionInfo:
-    rows = db.rows(
-        conn,
-        f"SELECT {_capped('session_id', 64)}, {_capped('parent_session_id', 64)}, "
-        f"{_capped('profile')}, {_capped('status', 64)}, depth, {_capped('started_at', 64)}, "
-        f"{_capped('ended_at', 64)}, (SELECT total(cost_usd) FROM cost_ledger) "
-        "FROM session_meta LIMIT 2",
-    )
+_INFO_SQL = (
+    f"SELECT {_capped('session_id', 64)}, {_capped('parent_session_id', 64)}, "
+    f"{_capped('profile')}, {_capped('status', 64)}, depth, {_capped('started_at', 64)}, "
+    f"{_capped('ended_at', 64)}, (SELECT total(cost_usd) FROM cost_ledger)"
+)
+
+
+def _read_info(
+    conn: apsw.Connection, path: Path, session_id: str | None, *, count_events: bool = False
+) -> SessionInfo:
+    """The session_meta row; with ``count_events`` the event count rides along as an extra
+    column (one statement instead of two), returned by :func:`_read_info_count`."""
+    return _read_info_count(conn, path, session_id, count_events=count_events)[0]
+
+
+def _read_info_count(
+    conn: apsw.Connection, path: Path, session_id: str | None, *, count_events: bool
+) -> tuple[SessionInfo, int | None]:
+    count = ", (SELECT count(*) FROM events)" if count_events else ""
+    rows = db.rows(conn, f"{_INFO_SQL}{count} FROM session_meta LIMIT 2")
     if len(rows) != 1 or (session_id is not None and rows[0][0] != session_id):
         raise errors.Corrupt(
             f"{path}: expected exactly one session_meta row for {session_id}, found "
@@ -568,7 +580,8 @@ def _read_info(conn: apsw.Connection, path: Path, session_id: str | None) -> Ses
             path=path,
         )
     r = rows[0]
-    return SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
+    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
+    return info, (int(r[8]) if count_events else None)
 
 
 class SessionReader:
@@ -603,6 +616,13 @@ class SessionReader:
     def info(self) -> SessionInfo:
         with db.translated(self.path):
             return _read_info(self.conn, self.path, self.session_id)
+
+    def info_and_count(self) -> tuple[SessionInfo, int]:
+        """:meth:`info` and :meth:`event_count` in one statement."""
+        with db.translated(self.path):
+            info, n = _read_info_count(self.conn, self.path, self.session_id, count_events=True)
+        assert n is not None
+        return info, n
 
     def event_count(self) -> int:
         with db.translated(self.path):

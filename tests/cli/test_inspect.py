@@ -11,6 +11,7 @@ import apsw
 import pytest
 
 from agentdb import demo
+from agentdb import sessions as sessions_mod
 from agentdb.cli.main import main
 from agentdb.cli.sessions import tree_lines
 from agentdb.sessions import build_forest, session_tree
@@ -178,3 +179,17 @@ def test_preflight_hostile_names(sessions_dir: Path, plugin_cache: Path, capsys)
     assert main([*g, "preflight", w.session_id, "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["producers"][0]["state"] == "invalid"
+
+
+def test_list_with_jobs_gives_the_same_rows(
+    capsys: pytest.CaptureFixture[str], state: demo.DemoState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forked readers, small chunks: same rows in the same order as one process (the demo has
+    unreadable, running and damaged sessions)."""
+    code, one, _ = run(capsys, state, "sessions", "list", "--json", "-j1")
+    assert code == 0
+    monkeypatch.setattr(sessions_mod, "POOL_THRESHOLD", 1)
+    monkeypatch.setattr(sessions_mod, "CHUNK", 2)
+    code, two, _ = run(capsys, state, "sessions", "list", "--json", "-j2")
+    assert code == 0 and two == one
+    assert len(json.loads(two)["sessions"]) == len(state.sessions) > 2

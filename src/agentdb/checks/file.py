@@ -7,7 +7,6 @@ them), and the connection is closed before anything else opens the file again.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -22,47 +21,34 @@ from agentdb.fileformat import scan_wal
 from agentdb.paths import is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
-from agentdb.schema.identity import identify, schema_differences
-from agentdb.schema.revisions import CURRENT_REVISION, DDL
+from agentdb.schema.identity import SchemaRows, identify, schema_differences, schema_rows
+from agentdb.schema.revisions import CURRENT_REVISION
 
 _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
 _WAL_CODES |= {"wal_stale_frames"}
+
+
+def _name(obj: tuple[str, str]) -> str:
+    return obj[1]
 
 
 class _Stop(Exception):
     """Reading the file failed; the findings so far stand and the rest is skipped."""
 
 
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
+def _key(st: os.stat_result | None) -> tuple[int, int, int] | None:
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _stat_key(path: Path | str) -> tuple[int, int, int] | None:
     try:
-        st = os.lstat(path)
+        return _key(os.lstat(path))
     except FileNotFoundError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _snapshot(path: Path) -> tuple[object, ...]:
-    return (_stat_key(path), _stat_key(sidecar(path, "-wal")), _stat_key(sidecar(path, "-shm")))
-
-
-@functools.cache
-def _expected_schema_rows(revision: int) -> list[tuple[str, str, str, str | None]]:
-    conn = apsw.Connection(":memory:")
-    try:
-        db.exec_script(conn, DDL[revision])
-        return _schema_rows(conn)
-    finally:
-        conn.close()
-
-
-def _schema_rows(conn: apsw.Connection) -> list[tuple[str, str, str, str | None]]:
-    return [
-        (str(t), str(n), str(tb), s)
-        for t, n, tb, s in conn.execute(
-            "SELECT type, name, tbl_name, sql FROM sqlite_schema "
-            "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
-        )
-    ]
+def _snapshot(stats: db.FileStats) -> tuple[object, ...]:
+    return (_key(stats.db), _key(stats.wal), _key(stats.shm))
 
 
 @dataclass
@@ -101,9 +87,9 @@ class _Run:
 
     def entry(self) -> bool:
         """The entry is a regular file owned by us and not writable by others."""
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
+        stats = db.file_stats(self.path)
+        st = stats.db
+        if st is None:
             self.add("missing", "no such session file; see `agentdb sessions list`")
             return False
         if stat.S_ISLNK(st.st_mode):
@@ -116,10 +102,9 @@ class _Run:
             self.add("not_regular", "is not a regular file; move it out of the sessions directory")
             return False
         self.size = st.st_size
-        wal = _stat_key(sidecar(self.path, "-wal"))
-        if wal is not None:
-            self.size += wal[1]
-        problems = db.security_problems(self.path)
+        if stats.wal is not None:
+            self.size += stats.wal.st_size
+        problems = db.security_problems(self.path, stats)
         for code, message in problems:
             self.add(code, message.split(": ", 1)[-1])
         if problems:
@@ -136,14 +121,14 @@ class _Run:
 
     def wal(self) -> tuple[object, ...] | None:
         """Judge the WAL of a session nobody has open. Returns the WAL's stat key."""
-        wal = sidecar(self.path, "-wal")
         if self.live is not None:
-            if wal.exists():
+            if sidecar(self.path, "-wal").exists():
                 self.add("wal_not_judged", "open right now, so its WAL is not judged")
             return None
-        key = _stat_key(wal)
+        key = _stat_key(os.fspath(self.path) + "-wal")
         if key is None:
             return None
+        wal = sidecar(self.path, "-wal")
         try:
             fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as f:
@@ -159,9 +144,9 @@ class _Run:
             self.add(a.code, f"WAL: {a.message}{suffix}", fix)
         return key
 
-    def open(self) -> apsw.Connection | None:
+    def open(self, stats: db.FileStats) -> apsw.Connection | None:
         try:
-            conn = db.open_readonly(self.path, check_schema=False)
+            conn = db.open_readonly(self.path, check_schema=False, stats=stats)
         except errors.AgentdbError as e:
             msg = str(e).split(": ", 1)[-1]
             if isinstance(e, errors.Corrupt):
@@ -194,8 +179,8 @@ class _Run:
             self.add("unreadable", msg)
         return _Stop()
 
-    def identity(self, conn: apsw.Connection) -> bool:
-        unsafe = db.unsafe_schema_objects(conn)
+    def identity(self, conn: apsw.Connection, rows: SchemaRows) -> bool:
+        unsafe = sorted(((t, n) for t, n, _, _ in rows if t in ("trigger", "view")), key=_name)
         if unsafe:
             listed = ", ".join(f"{t} {n!r}" for t, n in unsafe[:3])
             more = f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
@@ -204,7 +189,7 @@ class _Run:
                 f"has {listed}{more}; the kernel never creates these — inspect the file by hand, "
                 "agentdb will not run its SQL",
             )
-        ident = identify(conn)
+        ident = identify(conn, rows=rows)
         self.revision = ident.user_version
         if ident.kind == "empty":
             self.add("empty_database", "an empty database with no session in it")
@@ -238,12 +223,10 @@ class _Run:
                 self.fix_recover,
             )
 
-    def schema(self, conn: apsw.Connection, revision: int) -> bool:
-        if _schema_rows(conn) == _expected_schema_rows(revision):
-            return True
+    def schema(self, conn: apsw.Connection, revision: int, rows: SchemaRows) -> bool:
         diffs = [
             d
-            for d in schema_differences(conn, revision)
+            for d in schema_differences(conn, revision, rows=rows)
             if not d.startswith(("unexpected trigger", "unexpected view"))
         ]
         if diffs:
@@ -371,11 +354,12 @@ class _Run:
             if not immutable:  # one snapshot of a WAL database for every query below
                 conn.execute("BEGIN")
             try:
-                if not self.identity(conn):
+                rows = schema_rows(conn)
+                if not self.identity(conn, rows):
                     return
                 revision = int(self.revision or 0)
                 self.integrity(conn)
-                if not self.schema(conn, revision):
+                if not self.schema(conn, revision, rows):
                     return
                 self.session_meta(conn)
                 if not self.quick:  # --quick: no cross-table references, no payload hashes
@@ -396,9 +380,10 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
         return run
     run.probe()
     wal_key = run.wal()
-    before = _snapshot(path)
-    immutable = not db.wal_in_use(path)
-    conn = run.open()
+    stats = db.file_stats(path)  # what open_readonly judges, and the "before" of the snapshot
+    before = _snapshot(stats)
+    immutable = not stats.wal_in_use
+    conn = run.open(stats)
     if conn is not None:
         try:
             run.tables(conn, immutable=immutable)
@@ -406,11 +391,11 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
             pass
         finally:
             conn.close()
-    if immutable and _snapshot(path) != before:
+    if immutable and _snapshot(db.file_stats(path)) != before:
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:
         holder = locks.probe(path)
-        moved = wal_key is not None and _stat_key(sidecar(path, "-wal")) != wal_key
+        moved = wal_key is not None and _stat_key(os.fspath(path) + "-wal") != wal_key
         if holder is not None or moved:
             # Someone opened it meanwhile: what we read of its WAL may be mid-write.
             run.findings = [f for f in run.findings if f.code not in _WAL_CODES]
@@ -437,9 +422,11 @@ def check_path(
     more and the second result stands.
     """
     run = _check_once(path, session_id, quick=quick, recovered=recovered)
-    serious = run.result().verdict in ("corrupt", "unreadable")
+    result = run.result()
+    serious = result.verdict in ("corrupt", "unreadable")
     if run.unstable or (run.live is not None and serious):
         why = "changed while it was read" if run.unstable else "is live and looked damaged"
         run = _check_once(path, session_id, quick=quick, recovered=recovered)
         run.add("unstable", f"{why}; checked a second time, and this is the second result")
-    return run.result()
+        result = run.result()
+    return result

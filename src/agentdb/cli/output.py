@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -14,13 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tabulate import tabulate
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def jsonable(obj: Any) -> Any:
     """Dataclasses, paths, enums and bytes as plain JSON values."""
+    if type(obj) in _PLAIN:
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {n: jsonable(getattr(obj, n)) for n in _field_names(type(obj))}
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -45,6 +54,8 @@ def emit_json_line(doc: Any) -> None:
 def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
     rows = list(rows)
     if rows:
+        from tabulate import tabulate  # imported when a table is drawn: --json never needs it
+
         click.echo(tabulate(rows, headers=list(headers), tablefmt=fmt, disable_numparse=True))
 
 

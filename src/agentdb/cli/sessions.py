@@ -9,7 +9,7 @@ import click
 
 from agentdb import sessions
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, json_option
 from agentdb.cli.params import DURATION
 from agentdb.schema import enums
 
@@ -51,6 +51,14 @@ def sessions_cmd() -> None:
     default=None,
     help="Only sessions that ended (or started) less than this long ago.",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1, 256),
+    default=None,
+    metavar="N",
+    help="Read files in N parallel processes when there are many [default: the machine's cores].",
+)
 @json_option
 @fmt_option
 @click.pass_obj
@@ -59,13 +67,18 @@ def list_cmd(
     statuses: tuple[str, ...],
     older_than: dt.timedelta | None,
     newer_than: dt.timedelta | None,
+    jobs: int | None,
     as_json: bool,
     fmt: str,
 ) -> int:
     """List sessions in chronological order with status, profile, parent, depth, start and end,
     cost and event count."""
     rows = sessions.list_sessions(
-        app.require_sessions_dir(), statuses=statuses or None, older=older_than, newer=newer_than
+        app.require_sessions_dir(),
+        statuses=statuses or None,
+        older=older_than,
+        newer=newer_than,
+        jobs=jobs or default_jobs(),
     )
     if as_json:
         output.emit_json({"sessions": rows})
