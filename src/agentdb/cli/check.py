@@ -7,7 +7,6 @@ import click
 from agentdb import checks
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, json_option
-from agentdb.cli.progress import ProgressBar
 from agentdb.results import CheckReport, SessionCheck
 
 
@@ -104,7 +103,7 @@ def check_cmd(
     if ids and all_:
         raise click.UsageError("give session ids or --all, not both")
     sessions_dir = app.require_sessions_dir()
-    bar = ProgressBar("checking")
+    bar = output.ProgressLine("checking")
     try:
         report = checks.check_sessions(
             sessions_dir,

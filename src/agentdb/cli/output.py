@@ -10,6 +10,7 @@ import enum
 import functools
 import json
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,23 +87,35 @@ def human_bytes(n: int | float) -> str:
 
 
 class ProgressLine:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal.
+
+    ``update(done, total, what)`` redraws at most ten times a second (and always at the end);
+    calling the object as ``bar(done, total)`` does the same, for callbacks.
+    """
 
     def __init__(self, label: str, *, enabled: bool | None = None, width: int = 30):
         self.label = label
         self.enabled = is_terminal() if enabled is None else enabled
         self.width = width
         self.drawn = False
+        self._last = 0.0
 
     def update(self, done: int, total: int, what: str = "") -> None:
         if not self.enabled or total <= 0:
             return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
         filled = self.width * done // total
         bar = "#" * filled + "-" * (self.width - filled)
         click.echo(f"\r{self.label} [{bar}] {done}/{total} {what}\x1b[K", err=True, nl=False)
         self.drawn = True
 
+    def __call__(self, done: int, total: int) -> None:
+        self.update(done, total)
+
     def close(self) -> None:
         if self.drawn:
-            click.echo("", err=True)
+            click.echo("\r\x1b[K", err=True, nl=False)
             self.drawn = False
