@@ -289,25 +289,13 @@ def open_readonly(
         # Use the WAL index without writing to it: a read-only open of a crashed session would
         # otherwise rebuild its -shm (changing its bytes); beside a live writer it reads as usual.
         params["readonly_shm"] = "1"
-    try:
-        conn = apsw.Connection(
-            _uri(path, **params), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-        )
-    except apsw.Error as e:
-        raise translate(e, path) from e
-    try:
-        harden(conn)
+
+    def setup(conn: apsw.Connection) -> None:
         conn.limit(apsw.SQLITE_LIMIT_LENGTH, max_length)
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         if check_schema:
             refuse_unsafe_schema(conn, path)
-    except apsw.Error as e:
-        conn.close()
-        raise translate(e, path) from e
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+
+    return _connect(path, _uri(path, **params), apsw.SQLITE_OPEN_READONLY, setup)
 
 
 def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
@@ -328,14 +316,24 @@ def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
         fsutil.fsync_dir(path.parent)
     require_regular(path)
     require_secure(path)
+    return _connect(
+        path, _uri(path), apsw.SQLITE_OPEN_READWRITE, lambda c: refuse_unsafe_schema(c, path)
+    )
+
+
+def _connect(
+    path: Path, uri: str, flags: int, setup: Callable[[apsw.Connection], None]
+) -> apsw.Connection:
+    """Open ``uri``, harden the connection, give it the busy timeout and run ``setup``; on any
+    failure the connection is closed and APSW's error translated."""
     try:
-        conn = apsw.Connection(_uri(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+        conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
     except apsw.Error as e:
         raise translate(e, path) from e
     try:
         harden(conn)
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        refuse_unsafe_schema(conn, path)
+        setup(conn)
     except apsw.Error as e:
         conn.close()
         raise translate(e, path) from e

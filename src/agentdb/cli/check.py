@@ -6,7 +6,7 @@ import click
 
 from agentdb import checks
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, json_option
+from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, jobs_option, json_option
 from agentdb.results import CheckReport, SessionCheck
 
 
@@ -69,14 +69,7 @@ def render(report: CheckReport, fmt: str) -> None:
     help="PRAGMA quick_check instead of integrity_check; skip cross-table references and "
     "content hashes.",
 )
-@click.option(
-    "--jobs",
-    "-j",
-    type=click.IntRange(1, 256),
-    default=None,
-    metavar="N",
-    help="Check files in N parallel processes [default: the machine's cores].",
-)
+@jobs_option("Check files")
 @json_option
 @fmt_option
 @click.pass_obj

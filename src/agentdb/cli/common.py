@@ -96,3 +96,19 @@ def fmt_option(f: F) -> F:
 
 def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def jobs_option(what: str) -> Callable[[F], F]:
+    """``--jobs/-j N``: parallel worker processes (default: the machine's cores)."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--jobs",
+            "-j",
+            type=click.IntRange(1, 256),
+            default=None,
+            metavar="N",
+            help=f"{what} in N parallel processes [default: the machine's cores].",
+        )(f)
+
+    return deco

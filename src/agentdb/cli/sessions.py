@@ -9,7 +9,7 @@ import click
 
 from agentdb import sessions
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, json_option
+from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, jobs_option, json_option
 from agentdb.cli.params import DURATION
 from agentdb.schema import enums
 
@@ -51,14 +51,7 @@ def sessions_cmd() -> None:
     default=None,
     help="Only sessions that ended (or started) less than this long ago.",
 )
-@click.option(
-    "--jobs",
-    "-j",
-    type=click.IntRange(1, 256),
-    default=None,
-    metavar="N",
-    help="Read files in N parallel processes when there are many [default: the machine's cores].",
-)
+@jobs_option("Read files")
 @json_option
 @fmt_option
 @click.pass_obj
