@@ -15,6 +15,7 @@ APSW exceptions are translated here into :mod:`agentdb.errors`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -326,23 +327,53 @@ def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
                 f"{path}: already exists; refusing to create a session over it", path=path
             ) from None
         fsutil.fsync_dir(path.parent)
-    require_regular(path)
-    require_secure(path)
-    try:
-        conn = apsw.Connection(_uri(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
-    except apsw.Error as e:
-        raise translate(e, path) from e
-    try:
-        harden(conn)
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        refuse_unsafe_schema(conn, path)
-    except apsw.Error as e:
-        conn.close()
-        raise translate(e, path) from e
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    for _ in range(_MOVED_RETRIES):
+        require_regular(path)
+        require_secure(path)
+        try:
+            conn = apsw.Connection(
+                _uri(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI
+            )
+        except apsw.Error as e:
+            raise translate(e, path) from e
+        try:
+            harden(conn)
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            try:
+                refuse_unsafe_schema(conn, path)  # the first read: waits while a job holds it
+            except BaseException:
+                if not has_moved(conn):
+                    raise
+                conn.close()
+                continue
+            if has_moved(conn):
+                conn.close()
+                continue
+        except apsw.Error as e:
+            conn.close()
+            raise translate(e, path) from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+    raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)
+
+
+# SQLite opens the path before it takes a lock: a job holding the file (recover, prune) may
+# rename another file over the path, or unlink it, while the first read waits for the lock.
+_MOVED_RETRIES = 5
+
+
+def has_moved(conn: apsw.Connection) -> bool:
+    """True when the path ``conn`` was opened with no longer names the file it has open.
+
+    SQLITE_FCNTL_HAS_MOVED: the unix VFS compares ``stat(path)`` with the open inode. Such a
+    connection must not write (it would write into a ``.corrupt`` copy or a deleted file, with
+    a WAL named after the path); SQLite itself neither checkpoints nor deletes that WAL on close.
+    """
+    flag = ctypes.c_int(0)
+    conn.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, ctypes.addressof(flag))
+    return bool(flag.value)
 
 
 def configure_writer(conn: apsw.Connection, path: Path) -> None:
