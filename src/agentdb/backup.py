@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import checks, db, errors, fsutil, paths
+from agentdb import checks, db, errors, faults, fsutil, paths
 from agentdb.schema.identity import identify
 
 OUTCOMES = ("copied", "exists", "corrupt", "foreign", "failed")
@@ -129,20 +129,24 @@ def backup_session(db_path: Path, dest_dir: Path) -> BackupOutcome:
         out.outcome, out.message, out.seconds = outcome, message, time.monotonic() - started
         return out
 
+    tmp = dest_dir / (db_path.name + TMP_SUFFIX)
+    if dest_dir.is_dir():
+        for leftover in (tmp, paths.sidecar(tmp, "-journal")):
+            leftover.unlink(missing_ok=True)  # our own temp name, left by an interrupted backup
     if os.path.lexists(final):
         out.path = final
         return done("exists", f"{final}: already exists; not overwritten — choose another --to")
     fsutil.ensure_dir(dest_dir)
-    tmp = dest_dir / (db_path.name + TMP_SUFFIX)
-    for leftover in (tmp, paths.sidecar(tmp, "-journal")):
-        leftover.unlink(missing_ok=True)  # our own temp name, left by an interrupted backup
     try:
         out.revision = _copy(db_path, tmp)
+        faults.point("backup_after_copy")  # copied, checked, fsynced; no final name yet
         try:
             os.link(tmp, final)  # fails if final exists: never replaces it
         except FileExistsError:
             out.path = final
             return done("exists", f"{final}: appeared meanwhile; not overwritten")
+        fsutil.fsync_dir(dest_dir)
+        faults.point("backup_after_link")  # final name durable; the temp name still there
         out.path = final
         out.bytes = os.stat(final).st_size
     except errors.ForeignFile as e:

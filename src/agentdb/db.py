@@ -15,6 +15,7 @@ APSW exceptions are translated here into :mod:`agentdb.errors`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -314,11 +315,46 @@ def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
                 f"{path}: already exists; refusing to create a session over it", path=path
             ) from None
         fsutil.fsync_dir(path.parent)
-    require_regular(path)
-    require_secure(path)
-    return _connect(
-        path, _uri(path), apsw.SQLITE_OPEN_READWRITE, lambda c: refuse_unsafe_schema(c, path)
-    )
+
+    def setup(conn: apsw.Connection) -> None:
+        try:
+            refuse_unsafe_schema(conn, path)  # the first read: waits while a job holds it
+        except BaseException:
+            if has_moved(conn):
+                raise _Moved from None
+            raise
+        if has_moved(conn):
+            raise _Moved
+
+    for _ in range(_MOVED_RETRIES):
+        require_regular(path)
+        require_secure(path)
+        try:
+            return _connect(path, _uri(path), apsw.SQLITE_OPEN_READWRITE, setup)
+        except _Moved:
+            continue
+    raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)
+
+
+# SQLite opens the path before it takes a lock: a job holding the file (recover, prune) may
+# rename another file over the path, or unlink it, while the first read waits for the lock.
+_MOVED_RETRIES = 5
+
+
+class _Moved(Exception):
+    """The path no longer names the file a new connection has open: open it again."""
+
+
+def has_moved(conn: apsw.Connection) -> bool:
+    """True when the path ``conn`` was opened with no longer names the file it has open.
+
+    SQLITE_FCNTL_HAS_MOVED: the unix VFS compares ``stat(path)`` with the open inode. Such a
+    connection must not write (it would write into a ``.corrupt`` copy or a deleted file, with
+    a WAL named after the path); SQLite itself neither checkpoints nor deletes that WAL on close.
+    """
+    flag = ctypes.c_int(0)
+    conn.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, ctypes.addressof(flag))
+    return bool(flag.value)
 
 
 def _connect(

@@ -317,6 +317,7 @@ class SessionWriter:
         *,
         recover: RecoverHook | None = None,
         migrate: bool = True,
+        _moves: int = 0,
     ) -> SessionWriter:
         """Open an existing session the way the spec says the kernel must.
 
@@ -342,7 +343,22 @@ class SessionWriter:
                     _require_session(ident, path)
                     problems = db.integrity_problems(conn)
                     if not problems:
-                        db.configure_writer(conn, path)
+                        # A rollback-journal file is not locked between statements: a job
+                        # may have swapped another file in. Once in WAL mode the connection
+                        # keeps its read lock, so no job can act on the file any more.
+                        moved = db.has_moved(conn)
+                        if not moved:
+                            db.configure_writer(conn, path)
+                            moved = db.has_moved(conn)
+                        if moved and _moves < 5:
+                            conn.close()
+                            return cls.open(
+                                sessions_dir,
+                                session_id,
+                                recover=recover,
+                                migrate=migrate,
+                                _moves=_moves + 1,
+                            )
                         revision = ident.revision
                         if migrate and revision < CURRENT_REVISION:
                             _, revision = apply_steps(conn, path)

@@ -1,0 +1,153 @@
+"""The kernel opens a session at the instant recover or prune holds it (``locks.hold``).
+
+``apsw.Connection(path)`` opens the path before it takes any lock; the first read then waits
+(busy timeout) while the job holds the file. If the job swaps a replacement in (recover) or
+unlinks the file (prune) meanwhile, the kernel's descriptor points at the old inode. It must
+notice and go on with what the path names now, never write into the old inode (the
+``.corrupt`` copy, or a deleted file). Real processes: a holder, a kernel, a swap.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+
+from agentdb import backup, paths
+from agentdb.salvage import protocol
+from tests.support import SRC, all_rows, make_session, wait_for
+
+_HOLDER = r"""
+import sys, os
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from agentdb import fsutil, locks
+from agentdb.salvage import protocol
+p, repl, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[4]
+with locks.hold(p) as fd:
+    print("held", flush=True)
+    sys.stdin.readline()
+    if what == "swap":
+        protocol.swap(p, repl, protocol.next_corrupt_name(p))
+    else:  # prune's removal
+        os.unlink(p)
+        fsutil.fsync_dir(p.parent)
+        os.ftruncate(fd, 0)
+    print("done", flush=True)
+"""
+
+_KERNEL = r"""
+import sys
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from agentdb import errors, kernel
+from agentdb.store import Event, Producer
+try:
+    w = kernel.open_session(Path(sys.argv[1]), sys.argv[2])
+except errors.AgentdbError as e:
+    print("error", type(e).__name__, e, flush=True)
+    raise SystemExit(e.exit_code)
+seq = w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"MARKER"))
+print("wrote", seq, flush=True)
+w.close()
+"""
+
+
+def _pad(path: Path) -> None:
+    """Give the replacement another page layout than the original (as a real salvage does)."""
+    c = apsw.Connection(str(path))
+    c.execute("CREATE TABLE pad(x)")
+    c.execute(
+        "INSERT INTO pad SELECT randomblob(3000) FROM "
+        "(WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM r WHERE i<50) SELECT i FROM r)"
+    )
+    c.execute("DROP TABLE pad")
+    c.close()
+
+
+def _race(sessions_dir: Path, path: Path, repl: Path, what: str) -> subprocess.Popen[str]:
+    """Hold ``path``, start a kernel opening it, act (swap/unlink), release; the kernel's pid."""
+    sid = path.name.removesuffix(".sqlite")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), str(repl), str(SRC), what],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    k = subprocess.Popen(
+        [sys.executable, "-c", _KERNEL, str(sessions_dir), sid, str(SRC)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def kernel_opened() -> bool:  # SQLite has opened the path (and now waits for the lock)
+        try:
+            fds = os.listdir(f"/proc/{k.pid}/fd")
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{k.pid}/fd/{fd}") == str(path):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    assert wait_for(kernel_opened, 60)
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "done"
+    holder.wait(timeout=60)
+    return k
+
+
+def _integrity(path: Path) -> str:
+    c = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return str(c.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        c.close()
+
+
+def _has_marker(path: Path) -> bool:
+    return any(b"MARKER" in e for e in all_rows(path)["events"])
+
+
+def test_kernel_open_during_recover_swap_writes_into_the_replacement(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    sid, path = make_session(sessions_dir, turns=3, status="running")
+    backup.backup_session(path, tmp_path / "b")
+    repl = paths.job_file(path, "recover", "tmp")
+    os.rename(tmp_path / "b" / path.name, repl)
+    _pad(repl)
+    original = path.read_bytes()
+    k = _race(sessions_dir, path, repl, "swap")
+    out, err = k.communicate(timeout=120)
+    assert k.returncode == 0, (out, err)
+    assert out.startswith("wrote"), out
+    corrupt = protocol.corrupt_name(path, 0)
+    # the old inode, now the .corrupt copy, is untouched: same bytes, no WAL of its own
+    assert corrupt.read_bytes() == original
+    assert not paths.sidecar(corrupt, "-wal").exists()
+    # the kernel wrote into the replacement, which stays sound
+    assert _integrity(path) == "ok"
+    assert _has_marker(path)
+    assert not _has_marker(corrupt)
+
+
+def test_kernel_open_during_prune_does_not_resurrect(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=3, status="completed")
+    k = _race(sessions_dir, path, path, "unlink")
+    out, err = k.communicate(timeout=120)
+    assert k.returncode != 0, (out, err)  # a clear error, not a write into a deleted file
+    assert out.startswith("error"), out
+    assert "Traceback" not in err
+    assert not path.exists()
+    assert sorted(os.listdir(sessions_dir)) == []  # no session, no -wal/-shm created anew
