@@ -1,0 +1,221 @@
+"""The state backend's types: what the kernel writes, what a read returns, and the rules
+every write is validated against first."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ulid
+
+from agentdb import errors
+from agentdb.schema import enums
+from agentdb.schema.identity import Identity
+
+# ------------------------------------------------------------------------------ input types
+
+
+@dataclass(frozen=True)
+class Producer:
+    """A plugin (or the reserved kernel producer) that writes events."""
+
+    category: str  # one of the seven plugin categories, or "kernel"
+    name: str
+    version: str
+
+
+KERNEL_PRODUCER_NAME = "kernel"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A completed model turn's spend, which the kernel has in hand when it writes a message."""
+
+    provider_name: str
+    model_id: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One item of a built plan and the gate's decision on it."""
+
+    turn_id: str
+    tool_call_id: str
+    provider_name: str
+    tool_name: str
+    decision: str  # allow | ask | deny
+    decided_by: str  # policy rule name, or the subscriber that decided
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event to emit. ``id`` and ``timestamp`` default to a fresh ULID and now (UTC)."""
+
+    kind: str
+    producer: Producer
+    payload: bytes  # opaque; never inspected
+    schema_version: str = "1"
+    usage: Usage | None = None  # required for, and only for, kind "message"
+    plan_items: Sequence[PlanItem] = ()  # only for kind "plan"
+    id: str | None = None
+    timestamp: str | None = None
+
+
+# ------------------------------------------------------------------------------ read models
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """session.v1.SessionInfo: the session_meta row plus cost_usd summed from cost_ledger."""
+
+    session_id: str
+    parent_session_id: str | None
+    profile: str
+    status: str
+    depth: int
+    started_at: str
+    ended_at: str | None
+    cost_usd: float  # SUM(cost_ledger.cost_usd), computed at read time
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One stored event as a bounded read returns it."""
+
+    sequence: int
+    id: str
+    timestamp: str
+    kind: str
+    producer_category: str
+    producer_name: str
+    producer_version: str
+    schema_version: str
+    payload: bytes | str  # at most the page's payload cap; str when stored as TEXT
+    payload_length: int  # the full stored length in bytes
+    truncated: bool  # True when payload holds only the first bytes
+
+
+@dataclass(frozen=True)
+class ProducerRow:
+    category: str
+    name: str
+    version: str
+    first_seen_sequence: int
+
+
+@dataclass(frozen=True)
+class PlanItemRow:
+    sequence: int
+    event_sequence: int
+    turn_id: str
+    tool_call_id: str
+    provider_name: str
+    tool_name: str
+    decision: str
+    decided_by: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """A bounded read: the rows, and whether more follow."""
+
+    rows: list[Any] = field(default_factory=list)
+    more: bool = False  # True when the page was cut at its row limit
+
+
+def now_timestamp() -> str:
+    """Wall-clock time for display: ISO 8601, UTC, milliseconds. Never used for ordering."""
+    t = dt.datetime.now(dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def new_session_id() -> str:
+    return str(ulid.ULID())
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def validate_event(ev: Event) -> None:
+    """Raise a specific :class:`~agentdb.errors.InvalidInput` for anything the spec forbids."""
+    if ev.kind == enums.KIND_UNSPECIFIED:
+        raise errors.InvalidKind("kind KIND_UNSPECIFIED is never valid on a persisted event")
+    if ev.kind not in enums.KINDS:
+        raise errors.InvalidKind(f"unknown event kind {ev.kind!r}; one of {', '.join(enums.KINDS)}")
+    p = ev.producer
+    if p.category not in enums.PRODUCER_CATEGORIES:
+        raise errors.InvalidProducer(
+            f"unknown producer category {p.category!r}; one of "
+            f"{', '.join(enums.PRODUCER_CATEGORIES)}"
+        )
+    for what, value in (("name", p.name), ("version", p.version)):
+        if not isinstance(value, str) or not value:
+            raise errors.InvalidProducer(f"producer {what} must be a non-empty string")
+    kernel_kind = ev.kind in ("plan", "apply")
+    if (p.category == enums.KERNEL) != kernel_kind:
+        raise errors.InvalidProducer(
+            f"kind {ev.kind!r} with producer category {p.category!r}: plan and apply are written "
+            "by the reserved kernel producer, every other kind by a plugin"
+        )
+    if not isinstance(ev.payload, bytes | bytearray | memoryview):
+        raise errors.InvalidInput("payload must be bytes (it is stored opaque)")
+    if not isinstance(ev.schema_version, str) or not ev.schema_version:
+        raise errors.InvalidInput("schema_version must be a non-empty string such as '1'")
+    if ev.kind == "message":
+        if ev.usage is None:
+            raise errors.InvalidInput("a message event needs usage: it drives cost_ledger")
+        u = ev.usage
+        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
+            v = getattr(u, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise errors.InvalidInput(f"usage.{name} must be a non-negative integer")
+        if not isinstance(u.cost_usd, int | float) or u.cost_usd < 0:
+            raise errors.InvalidInput("usage.cost_usd must be a non-negative number")
+    elif ev.usage is not None:
+        raise errors.InvalidInput(f"usage belongs to message events, not {ev.kind!r}")
+    if ev.plan_items and ev.kind != "plan":
+        raise errors.InvalidInput(f"plan items belong to plan events, not {ev.kind!r}")
+    for item in ev.plan_items:
+        if item.decision not in enums.DECISIONS:
+            raise errors.InvalidInput(
+                f"plan item decision {item.decision!r}; one of allow, ask, deny"
+            )
+
+
+def validate_transition(current: str, new: str) -> None:
+    if new not in enums.STATUSES:
+        raise errors.InvalidStatus(f"unknown status {new!r}; one of {', '.join(enums.STATUSES)}")
+    if current == enums.RUNNING and new != enums.RUNNING:
+        return
+    if current in enums.REOPENABLE_STATUSES and new == enums.RUNNING:
+        return
+    if current in enums.TERMINAL_STATUSES:
+        raise errors.InvalidTransition(
+            f"status {current!r} is terminal and replay-only; it never changes"
+        )
+    raise errors.InvalidTransition(f"status cannot go from {current!r} to {new!r}")
+
+
+def require_session(ident: Identity, path: Path) -> None:
+    if ident.kind == "session":
+        return
+    if ident.kind == "too_new":
+        raise errors.TooNew(f"{path}: {ident.problem}; upgrade agentdb to open it", path=path)
+    if ident.kind == "empty":
+        raise errors.Unreadable(
+            f"{path}: an empty database with no session in it; remove it if nothing uses it",
+            path=path,
+        )
+    raise errors.ForeignFile(
+        f"{path}: {ident.problem}; it is not a session file — move it out of the sessions "
+        "directory",
+        path=path,
+    )

@@ -1,0 +1,218 @@
+"""Read-only, bounded access to one session file: never creates, migrates or writes; every
+read is capped in rows per page and bytes per value."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from agentdb import db, errors
+from agentdb.paths import session_path
+from agentdb.schema.identity import identify
+from agentdb.store.model import (
+    EventRow,
+    Page,
+    PlanItemRow,
+    ProducerRow,
+    SessionInfo,
+    require_session,
+)
+
+
+MAX_TEXT = 4096  # characters of any text column a bounded read returns
+DEFAULT_PAYLOAD_CAP = 64 * 1024  # bytes of payload a bounded read returns per event
+DEFAULT_PAGE_ROWS = 1000
+
+
+def _capped(col: str, cap: int = MAX_TEXT) -> str:
+    return f"substr({col}, 1, {int(cap)})"
+
+
+_INFO_SQL = (
+    f"SELECT {_capped('session_id', 64)}, {_capped('parent_session_id', 64)}, "
+    f"{_capped('profile')}, {_capped('status', 64)}, depth, {_capped('started_at', 64)}, "
+    f"{_capped('ended_at', 64)}, (SELECT total(cost_usd) FROM cost_ledger)"
+)
+
+
+def read_info(
+    conn: apsw.Connection, path: Path, session_id: str | None, *, count_events: bool = False
+) -> SessionInfo:
+    """The session_meta row; with ``count_events`` the event count rides along as an extra
+    column (one statement instead of two), returned by :func:`_read_info_count`."""
+    return _read_info_count(conn, path, session_id, count_events=count_events)[0]
+
+
+def _read_info_count(
+    conn: apsw.Connection, path: Path, session_id: str | None, *, count_events: bool
+) -> tuple[SessionInfo, int | None]:
+    count = ", (SELECT count(*) FROM events)" if count_events else ""
+    rows = db.rows(conn, f"{_INFO_SQL}{count} FROM session_meta LIMIT 2")
+    if len(rows) != 1 or (session_id is not None and rows[0][0] != session_id):
+        raise errors.Corrupt(
+            f"{path}: expected exactly one session_meta row for {session_id}, found "
+            f"{len(rows)}; run `agentdb check` on it",
+            path=path,
+        )
+    r = rows[0]
+    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
+    return info, (int(r[8]) if count_events else None)
+
+
+class SessionReader:
+    """Read-only, bounded access to one session file (never creates, migrates or writes)."""
+
+    def __init__(self, path: Path, *, session_id: str | None = None):
+        self.path = path
+        self.session_id = session_id if session_id is not None else _id_from_path(path)
+        self.conn = db.open_readonly(path)
+        try:
+            with db.translated(path):
+                self.identity = identify(self.conn)
+                require_session(self.identity, path)
+        except BaseException:
+            self.conn.close()
+            raise
+        self.revision = self.identity.revision
+
+    @classmethod
+    def open(cls, sessions_dir: Path, session_id: str) -> SessionReader:
+        return cls(session_path(sessions_dir, session_id), session_id=session_id)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SessionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def info(self) -> SessionInfo:
+        with db.translated(self.path):
+            return read_info(self.conn, self.path, self.session_id)
+
+    def info_and_count(self) -> tuple[SessionInfo, int]:
+        """:meth:`info` and :meth:`event_count` in one statement."""
+        with db.translated(self.path):
+            info, n = _read_info_count(self.conn, self.path, self.session_id, count_events=True)
+        assert n is not None
+        return info, n
+
+    def event_count(self) -> int:
+        with db.translated(self.path):
+            return int(db.scalar(self.conn, "SELECT count(*) FROM events"))
+
+    def events(
+        self,
+        *,
+        after: int = 0,
+        kinds: Sequence[str] | None = None,
+        limit: int = DEFAULT_PAGE_ROWS,
+        payload_cap: int = DEFAULT_PAYLOAD_CAP,
+    ) -> Page:
+        """Events with sequence > ``after``, in sequence order, at most ``limit`` of them."""
+        where = "sequence > ?"
+        args: list[Any] = [int(after)]
+        if kinds:
+            where += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        cap = max(0, int(payload_cap))
+        sql = (
+            f"SELECT sequence, {_capped('id', 256)}, {_capped('timestamp', 64)}, "
+            f"{_capped('kind', 64)}, {_capped('producer_category', 64)}, "
+            f"{_capped('producer_name')}, {_capped('producer_version')}, "
+            f"{_capped('schema_version', 64)}, "
+            f"CASE WHEN typeof(payload) = 'text' THEN substr(payload, 1, {cap}) "
+            f"ELSE substr(CAST(payload AS BLOB), 1, {cap}) END, "
+            "CASE WHEN typeof(payload) = 'text' THEN length(CAST(payload AS BLOB)) "
+            "ELSE length(payload) END "
+            f"FROM events WHERE {where} ORDER BY sequence LIMIT ?"
+        )
+        args.append(int(limit) + 1)
+        with db.translated(self.path):
+            raw = db.rows(self.conn, sql, args)
+        rows = []
+        for r in raw[:limit]:
+            payload = r[8] if r[8] is not None else b""
+            shown = len(payload.encode() if isinstance(payload, str) else payload)
+            seq, eid, ts, kind, cat, name, ver, sv = r[:8]
+            rows.append(
+                EventRow(
+                    seq, eid, ts, kind, cat, name, ver, sv, payload, int(r[9]), shown < int(r[9])
+                )
+            )
+        return Page(rows, len(raw) > limit)
+
+    def iter_events(
+        self,
+        *,
+        after: int = 0,
+        kinds: Sequence[str] | None = None,
+        page_rows: int = DEFAULT_PAGE_ROWS,
+        payload_cap: int = DEFAULT_PAYLOAD_CAP,
+    ) -> Iterator[EventRow]:
+        """Every event after ``after`` in sequence order, read a bounded page at a time."""
+        while True:
+            page = self.events(after=after, kinds=kinds, limit=page_rows, payload_cap=payload_cap)
+            yield from page.rows
+            if not page.more or not page.rows:
+                return
+            after = page.rows[-1].sequence
+
+    def producers(self, *, limit: int = DEFAULT_PAGE_ROWS) -> Page:
+        with db.translated(self.path):
+            raw = db.rows(
+                self.conn,
+                f"SELECT {_capped('category', 64)}, {_capped('name')}, {_capped('version')}, "
+                "first_seen_sequence FROM producers ORDER BY first_seen_sequence, category, "
+                "name, version LIMIT ?",
+                (limit + 1,),
+            )
+        return Page([ProducerRow(*r) for r in raw[:limit]], len(raw) > limit)
+
+    def plan_items(self, *, after: int = 0, limit: int = DEFAULT_PAGE_ROWS) -> Page:
+        with db.translated(self.path):
+            raw = db.rows(
+                self.conn,
+                f"SELECT sequence, event_sequence, {_capped('turn_id', 256)}, "
+                f"{_capped('tool_call_id', 256)}, {_capped('provider_name')}, "
+                f"{_capped('tool_name')}, {_capped('decision', 16)}, {_capped('decided_by')} "
+                "FROM plan_items WHERE sequence > ? ORDER BY sequence LIMIT ?",
+                (after, limit + 1),
+            )
+        return Page([PlanItemRow(*r) for r in raw[:limit]], len(raw) > limit)
+
+    def cost_by_model(self) -> list[tuple[Any, ...]]:
+        """(provider, model, turns, input, output, cache tokens, cost_usd) per model."""
+        with db.translated(self.path):
+            return [
+                tuple(r)
+                for r in self.conn.execute(
+                    f"SELECT {_capped('provider_name')}, {_capped('model_id')}, count(*), "
+                    "total(input_tokens), total(output_tokens), "
+                    "total(cache_write_tokens + cache_read_tokens), total(cost_usd) "
+                    "FROM cost_ledger GROUP BY provider_name, model_id ORDER BY 7 DESC LIMIT 1000"
+                )
+            ]
+
+    def plan_decisions(self) -> list[tuple[str, str, int]]:
+        """(decided_by, decision, count) for every rule and decision."""
+        with db.translated(self.path):
+            return [
+                (str(a), str(b), int(c))
+                for a, b, c in self.conn.execute(
+                    f"SELECT {_capped('decided_by')}, {_capped('decision', 16)}, count(*) "
+                    "FROM plan_items GROUP BY decided_by, decision ORDER BY 3 DESC LIMIT 1000"
+                )
+            ]
+
+
+def _id_from_path(path: Path) -> str | None:
+    name = os.path.basename(path)
+    stem = name[: -len(".sqlite")] if name.endswith(".sqlite") else None
+    return stem

@@ -1,0 +1,353 @@
+"""The kernel's single writer for one session file.
+
+Every write validates first and then runs in one ``BEGIN IMMEDIATE`` transaction, so invalid
+input raises and writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import apsw
+import ulid
+
+from agentdb import db, errors
+from agentdb.paths import session_path, validate_id
+from agentdb.schema import enums
+from agentdb.schema.hashing import event_hash
+from agentdb.schema.identity import identify, schema_differences
+from agentdb.schema.migrations import apply_steps
+from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, DDL
+from agentdb.store.model import (
+    Event,
+    SessionInfo,
+    new_session_id,
+    now_timestamp,
+    require_session,
+    validate_event,
+    validate_transition,
+)
+from agentdb.store.reader import read_info
+
+
+_INSERT_EVENT = {
+    1: "INSERT INTO events (sequence, id, timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload) VALUES (?,?,?,?,?,?,?,?,?)",
+    2: "INSERT INTO events (sequence, id, timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
+}
+_NEXT_SEQUENCE = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0), "
+    "coalesce((SELECT max(sequence) FROM events), 0)) + 1"
+)
+
+
+def create_schema(conn: apsw.Connection, revision: int) -> None:
+    """Write ``revision``'s tables, user_version and application id into an empty file."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        db.exec_script(conn, DDL[revision])
+        conn.execute(f"PRAGMA user_version={int(revision)}")
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+RecoverHook = Callable[[Path, str], None]
+
+
+class SessionWriter:
+    """The kernel's single writer for one session file."""
+
+    def __init__(self, conn: apsw.Connection, path: Path, session_id: str, revision: int):
+        self.conn = conn  # the one connection; nobody else writes this file
+        self.path = path
+        self.session_id = session_id
+        self.revision = revision  # the schema revision rows are written at
+        self._next_seq: int | None = None  # next sequence, known after our own commits
+        self._producers: set[tuple[str, str, str]] | None = None  # rows known to exist
+
+    # -- opening
+
+    @classmethod
+    def create(
+        cls,
+        sessions_dir: Path,
+        *,
+        profile: str,
+        parent_session_id: str | None = None,
+        depth: int = 0,
+        session_id: str | None = None,
+        started_at: str | None = None,
+        revision: int = CURRENT_REVISION,
+    ) -> SessionWriter:
+        """Create a new session file (0600, WAL) with its session_meta row, status running.
+
+        ``revision`` below the current one exists for fixtures that need old files.
+        """
+        sid = validate_id(session_id) if session_id else new_session_id()
+        if parent_session_id is not None:
+            validate_id(parent_session_id)
+        if not isinstance(profile, str) or not profile:
+            raise errors.InvalidInput("profile must be a non-empty string")
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+            raise errors.InvalidInput("depth must be a non-negative integer")
+        if revision not in DDL:
+            raise errors.InvalidInput(f"no schema revision {revision}")
+        path = session_path(sessions_dir, sid)
+        conn = db.open_writer(path, create=True)
+        try:
+            with db.translated(path):
+                db.configure_writer(conn, path)
+                create_schema(conn, revision)
+                with conn:
+                    conn.execute(
+                        "INSERT INTO session_meta (session_id, parent_session_id, profile, "
+                        "status, depth, started_at, ended_at) VALUES (?,?,?,?,?,?,NULL)",
+                        (
+                            sid,
+                            parent_session_id,
+                            profile,
+                            enums.RUNNING,
+                            depth,
+                            started_at or now_timestamp(),
+                        ),
+                    )
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path, sid, revision)
+
+    @classmethod
+    def open(
+        cls,
+        sessions_dir: Path,
+        session_id: str,
+        *,
+        recover: RecoverHook | None = None,
+        migrate: bool = True,
+        _moves: int = 0,
+    ) -> SessionWriter:
+        """Open an existing session the way the spec says the kernel must.
+
+        Identity first (a foreign or too-new file is refused), then ``PRAGMA integrity_check``:
+        on failure ``recover(path, session_id)`` is called once (the kernel's automatic salvage
+        attempt, which renames the original and puts a replacement in its place) and the open
+        is retried; without a hook :class:`~agentdb.errors.Corrupt` is raised. Then the
+        migration ladder brings an older file to the current revision before anything else.
+        """
+        path = session_path(sessions_dir, session_id)
+        for attempt in (1, 2):
+            try:
+                conn = db.open_writer(path)
+            except (errors.Corrupt, errors.Unreadable):
+                # A smashed header or schema page fails before integrity_check can run.
+                if recover is None or attempt == 2:
+                    raise
+                recover(path, session_id)
+                continue
+            try:
+                try:
+                    ident = identify(conn)
+                    require_session(ident, path)
+                    problems = db.integrity_problems(conn)
+                    if not problems:
+                        # A rollback-journal file is not locked between statements: a job
+                        # may have swapped another file in. Once in WAL mode the connection
+                        # keeps its read lock, so no job can act on the file any more.
+                        moved = db.has_moved(conn)
+                        if not moved:
+                            db.configure_writer(conn, path)
+                            moved = db.has_moved(conn)
+                        if moved and _moves < 5:
+                            conn.close()
+                            return cls.open(
+                                sessions_dir,
+                                session_id,
+                                recover=recover,
+                                migrate=migrate,
+                                _moves=_moves + 1,
+                            )
+                        revision = ident.revision
+                        if migrate and revision < CURRENT_REVISION:
+                            _, revision = apply_steps(conn, path)
+                        _require_shape(conn, path, revision, session_id)
+                        return cls(conn, path, session_id, revision)
+                except apsw.Error as e:
+                    err = db.translate(e, path)
+                    if not isinstance(err, errors.Corrupt):
+                        raise err from e
+                    problems = [str(e).split("\n")[0]]
+                except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
+                    problems = [str(e)]
+            except BaseException:
+                conn.close()
+                raise
+            conn.close()
+            if recover is None or attempt == 2:
+                raise errors.Corrupt(
+                    f"{path}: integrity_check failed ({problems[0]}); run `agentdb recover "
+                    f"{session_id}`",
+                    path=path,
+                )
+            recover(path, session_id)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SessionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing
+
+    def emit(self, event: Event) -> int:
+        """Append one event in one transaction; returns its sequence."""
+        return self.emit_batch([event])[0]
+
+    def emit_batch(self, events: Iterable[Event]) -> list[int]:
+        """Append events in order in one transaction (group commit); returns their sequences.
+
+        Every event is validated before the transaction starts: one bad event writes nothing.
+        """
+        batch = list(events)
+        for ev in batch:
+            validate_event(ev)
+        if not batch:
+            return []
+        conn = self.conn
+        out: list[int] = []
+        stamp = now_timestamp()
+        with db.translated(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if self._producers is None:
+                    self._producers = {
+                        (str(c), str(n), str(v))
+                        for c, n, v in db.rows(
+                            conn, "SELECT category, name, version FROM producers"
+                        )
+                    }
+                seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
+                for ev in batch:
+                    self._insert(ev, seq, stamp)
+                    out.append(seq)
+                    seq += 1
+                conn.execute("COMMIT")
+            except BaseException:
+                self._next_seq = None
+                self._producers = None
+                if not conn.get_autocommit():
+                    conn.execute("ROLLBACK")
+                raise
+        self._next_seq = seq
+        return out
+
+    def _insert(self, ev: Event, seq: int, stamp: str) -> None:
+        conn = self.conn
+        p = ev.producer
+        payload = bytes(ev.payload)
+        row: tuple[Any, ...] = (
+            seq,
+            ev.id or str(ulid.ULID()),
+            ev.timestamp or stamp,
+            ev.kind,
+            p.category,
+            p.name,
+            p.version,
+            ev.schema_version,
+            payload,
+        )
+        if self.revision >= 2:
+            row = (*row, event_hash(*row))
+        conn.execute(_INSERT_EVENT[min(self.revision, 2)], row)
+        key = (p.category, p.name, p.version)
+        assert self._producers is not None
+        if key not in self._producers:
+            conn.execute(
+                "INSERT OR IGNORE INTO producers (category, name, version, first_seen_sequence) "
+                "VALUES (?,?,?,?)",
+                (*key, seq),
+            )
+            self._producers.add(key)
+        if ev.usage is not None:
+            u = ev.usage
+            conn.execute(
+                "INSERT INTO cost_ledger (event_sequence, provider_name, model_id, input_tokens, "
+                "output_tokens, cache_write_tokens, cache_read_tokens, cost_usd) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    seq,
+                    u.provider_name,
+                    u.model_id,
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_write_tokens,
+                    u.cache_read_tokens,
+                    float(u.cost_usd),
+                ),
+            )
+        for item in ev.plan_items:
+            conn.execute(
+                "INSERT INTO plan_items (event_sequence, turn_id, tool_call_id, provider_name, "
+                "tool_name, decision, decided_by) VALUES (?,?,?,?,?,?,?)",
+                (
+                    seq,
+                    item.turn_id,
+                    item.tool_call_id,
+                    item.provider_name,
+                    item.tool_name,
+                    item.decision,
+                    item.decided_by,
+                ),
+            )
+
+    def set_status(self, status: str, *, at: str | None = None) -> None:
+        """Move the session's status: ``ended_at`` is set on ending and cleared on re-open."""
+        with db.translated(self.path):
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.row(
+                    self.conn,
+                    "SELECT status FROM session_meta WHERE session_id = ?",
+                    (self.session_id,),
+                )
+                if row is None:
+                    raise errors.Corrupt(f"{self.path}: no session_meta row", path=self.path)
+                validate_transition(str(row[0]), status)
+                ended = None if status == enums.RUNNING else (at or now_timestamp())
+                self.conn.execute(
+                    "UPDATE session_meta SET status = ?, ended_at = ? WHERE session_id = ?",
+                    (status, ended, self.session_id),
+                )
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if not self.conn.get_autocommit():
+                    self.conn.execute("ROLLBACK")
+                raise
+
+    def info(self) -> SessionInfo:
+        return read_info(self.conn, self.path, self.session_id)
+
+
+def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id: str) -> None:
+    diffs = schema_differences(conn, revision)
+    if diffs:
+        raise errors.ForeignFile(
+            f"{path}: schema does not match revision {revision} ({diffs[0]}); "
+            "run `agentdb check` on it",
+            path=path,
+        )
+    ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
+    if ids != [session_id]:
+        raise errors.Corrupt(
+            f"{path}: session_meta holds {ids!r}, expected exactly [{session_id!r}]; "
+            "run `agentdb check` on it",
+            path=path,
+        )
