@@ -22,7 +22,6 @@ from agentdb.store.model import (
     require_session,
 )
 
-
 MAX_TEXT = 4096  # characters of any text column a bounded read returns
 DEFAULT_PAYLOAD_CAP = 64 * 1024  # bytes of payload a bounded read returns per event
 DEFAULT_PAGE_ROWS = 1000

@@ -30,7 +30,6 @@ from agentdb.store.model import (
 )
 from agentdb.store.reader import read_info
 
-
 _INSERT_EVENT = {
     1: "INSERT INTO events (sequence, id, timestamp, kind, producer_category, producer_name, "
     "producer_version, schema_version, payload) VALUES (?,?,?,?,?,?,?,?,?)",
