@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from agentdb import paths
 from agentdb.paths import DIR_MODE, FILE_MODE
 
 
@@ -76,3 +80,21 @@ def link_or_copy(src: Path, dst: Path) -> None:
         finally:
             os.unlink(tmp)
     fsync_dir(dst.parent)
+
+
+@contextlib.contextmanager
+def private_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh 0700 directory for a job's private scratch files, removed on exit.
+
+    It lives under agentdb's own data, ``$XDG_CACHE_HOME/agentdb/tmp/`` (CONTRACT.md: derived,
+    deletable at any time), not in a shared ``$TMPDIR``; a job killed -9 leaves it there. Only
+    when that cannot be created (a read-only home) does it fall back to the system's temp dir.
+    """
+    base = paths.agentdb_cache_dir() / "tmp"
+    try:
+        ensure_dir(base)
+    except OSError:
+        base = Path(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=base) as d:
+        os.chmod(d, DIR_MODE)
+        yield Path(d)
