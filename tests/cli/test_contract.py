@@ -731,3 +731,38 @@ def test_error_messages_are_one_line_naming_file_problem_fix(
     with held_open(p):
         r = agentdb(*opts, "recover", sid)
         assert r.returncode == 1 and str(p) in r.stderr and "skipped_live" in r.stderr, r.stderr
+
+
+def test_wal_without_shm_gets_only_sqlites_shm(tmp_path: Path, sessions_dir: Path) -> None:
+    """The one documented change a reader makes (docs/check.md): a WAL left without its -shm
+    gets SQLite's rebuildable -shm; the database and WAL bytes and modes stay as they were."""
+    import shutil
+
+    from agentdb.store import SessionWriter
+
+    live_dir = tmp_path / "live"
+    live_dir.mkdir()
+    w = SessionWriter.create(live_dir, profile="p")
+    demo._turns(w, demo.MODEL_OLD, 3, seed=1)
+    for suffix in ("", "-wal"):  # what a kill -9 plus a lost -shm leaves
+        shutil.copy(f"{w.path}{suffix}", sessions_dir / f"{w.path.name}{suffix}")
+    w.close()
+    for p in sessions_dir.iterdir():
+        p.chmod(0o600)
+    before = snapshot(sessions_dir)
+    opts = ["--sessions-dir", str(sessions_dir), "--plugin-cache", str(tmp_path / "pc")]
+    for cmd in (["check"], ["sessions", "list"], ["events", w.session_id]):
+        r = agentdb(*opts, *cmd)
+        assert r.returncode == 0, (cmd, r.stderr)
+        after = snapshot(sessions_dir)
+        assert {k: v for k, v in after.items() if not k.endswith("-shm")} == before, cmd
+        assert set(after) - set(before) <= {f"{w.path.name}-shm"}
+
+
+def test_demo_creates_private_directories(tmp_path: Path) -> None:
+    r = agentdb("demo", str(tmp_path / "d"), "--no-walkthrough", umask=0o022)
+    assert r.returncode == 0, r.stderr
+    for dirpath, dirnames, _ in os.walk(tmp_path / "d"):
+        for name in [".", *dirnames]:
+            p = Path(dirpath) / name
+            assert stat.S_IMODE(os.lstat(p).st_mode) == 0o700, p
