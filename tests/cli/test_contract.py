@@ -766,3 +766,18 @@ def test_demo_creates_private_directories(tmp_path: Path) -> None:
         for name in [".", *dirnames]:
             p = Path(dirpath) / name
             assert stat.S_IMODE(os.lstat(p).st_mode) == 0o700, p
+
+
+def test_backup_verify_judges_a_recovered_session_as_check_does(tmp_path: Path) -> None:
+    """check says ok for a salvaged session (its lost events are in the recovery log); the
+    backup of it must verify the same, not send the operator to recover a healthy file."""
+    state = demo.build(tmp_path / "d")
+    sid = state.by_role("damaged").session_id
+    assert agentdb(*global_opts(state), "recover", sid).returncode == 0
+    r = agentdb(*global_opts(state), "check", sid, "--json")
+    assert r.returncode == 0, r.stdout
+    dest = tmp_path / "b"
+    assert agentdb(*global_opts(state), "backup", sid, "--to", str(dest)).returncode == 0
+    r = agentdb(*global_opts(state), "backup", "--verify", str(dest), "--json")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["sessions"][0]["verdict"] == "ok"
