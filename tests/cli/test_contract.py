@@ -781,3 +781,24 @@ def test_backup_verify_judges_a_recovered_session_as_check_does(tmp_path: Path) 
     r = agentdb(*global_opts(state), "backup", "--verify", str(dest), "--json")
     assert r.returncode == 0, r.stdout
     assert json.loads(r.stdout)["sessions"][0]["verdict"] == "ok"
+
+
+def test_scratch_left_by_a_killed_job_is_swept(tmp_path: Path) -> None:
+    """Private scratch copies live in $XDG_CACHE_HOME/agentdb/tmp; a killed job's are removed by
+    the next job (their pid no longer runs), a running job's are left alone."""
+    state = demo.build(tmp_path / "d")
+    cache = tmp_path / "cache-home"
+    base = cache / "agentdb" / "tmp"
+    base.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = base / f"agentdb-recover-{dead.pid}-abc123"
+    stale.mkdir()
+    (stale / "copy.sqlite").write_bytes(b"private bytes")
+    alive = base / f"agentdb-recover-{os.getpid()}-def456"
+    alive.mkdir()
+    sid = state.by_role("damaged").session_id
+    r = agentdb(*global_opts(state), "recover", sid, env={"XDG_CACHE_HOME": str(cache)})
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists() and alive.exists()
+    assert sorted(p.name for p in base.iterdir()) == [alive.name]
