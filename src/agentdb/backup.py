@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import checks, db, errors, faults, fsutil, paths
+from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.schema.identity import identify
 
 OUTCOMES = ("copied", "exists", "corrupt", "foreign", "failed")
@@ -231,9 +232,9 @@ class VerifyReport:
         }
 
 
-def _check_one(path: Path, session_id: str) -> VerifyResult:
+def _check_one(path: Path, session_id: str, recovered: bool = False) -> VerifyResult:
     """``check``'s own rules, applied to a backup copy."""
-    found = checks.check_path(path, session_id)
+    found = checks.check_path(path, session_id, recovered=recovered)
     return VerifyResult(
         session_id,
         path,
@@ -242,11 +243,17 @@ def _check_one(path: Path, session_id: str) -> VerifyResult:
     )
 
 
-def verify_dir(directory: Path) -> VerifyReport:
-    """Check every ``<ULID>.sqlite`` in a backup folder. Read-only."""
+def verify_dir(directory: Path, recovery_log: Path | None = None) -> VerifyReport:
+    """Check every ``<ULID>.sqlite`` in a backup folder. Read-only.
+
+    ``recovery_log`` (the sessions' own) says which sessions were salvaged: in a copy of one,
+    rows whose event was lost are expected, as ``check`` judges the session itself.
+    """
     if not directory.is_dir():
         raise errors.UsageError(f"{directory}: no such backup directory")
+    recovery = read_recovery_index(recovery_log)
     report = VerifyReport(directory)
     for entry in paths.iter_session_entries(directory):
-        report.sessions.append(_check_one(entry.path, entry.session_id))
+        recovered = was_recovered(recovery.get(entry.session_id, []))
+        report.sessions.append(_check_one(entry.path, entry.session_id, recovered))
     return report

@@ -125,7 +125,7 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
         root, root / "state" / "agent" / "sessions", root / "cache" / "agent" / "plugins"
     )
     for cat, name, ver in CACHED_PLUGINS:
-        (state.plugin_cache / cat / name / ver).mkdir(parents=True, exist_ok=True)
+        fsutil.ensure_dir(state.plugin_cache / cat / name / ver)
 
     started: dict[str, dt.datetime] = {}
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from agentdb import paths
 from agentdb.paths import DIR_MODE, FILE_MODE
 
 
@@ -76,3 +81,47 @@ def link_or_copy(src: Path, dst: Path) -> None:
         finally:
             os.unlink(tmp)
     fsync_dir(dst.parent)
+
+
+@contextlib.contextmanager
+def private_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh 0700 directory for a job's private scratch files, removed on exit.
+
+    It lives under agentdb's own data, ``$XDG_CACHE_HOME/agentdb/tmp/`` (CONTRACT.md: derived,
+    deletable at any time), not in a shared ``$TMPDIR``. Its name carries the pid; directories
+    a killed job left (their pid no longer runs) are swept on the next call. Only when the
+    cache cannot be created (a read-only home) does it fall back to the system's temp dir.
+    """
+    base = paths.agentdb_cache_dir() / "tmp"
+    try:
+        ensure_dir(base)
+    except OSError:
+        base = Path(tempfile.gettempdir())
+    else:
+        _sweep_dead(base)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=base) as d:
+        os.chmod(d, DIR_MODE)
+        yield Path(d)
+
+
+_WORKDIR_RE = re.compile(r"agentdb-[a-z]+-(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
+
+
+def _sweep_dead(base: Path) -> None:
+    """Remove scratch directories of agentdb jobs that no longer run (killed -9)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = _WORKDIR_RE.fullmatch(name)
+        if m is None:
+            continue
+        try:
+            os.kill(int(m["pid"]), 0)
+            continue  # still running (or a pid we may not signal): leave it
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError):
+            continue
+        shutil.rmtree(base / name, ignore_errors=True)

@@ -51,7 +51,7 @@ def backup_cmd(
     if verify is not None:
         if ids or all_ or dest is not None:
             raise click.UsageError("--verify DIR takes no session ids, --all or --to")
-        vreport = backup.verify_dir(verify)
+        vreport = backup.verify_dir(verify, app.recovery_log)
         if as_json:
             output.emit_json(vreport.as_json())
         else:

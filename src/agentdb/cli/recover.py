@@ -47,7 +47,9 @@ def recover_cmd(
                 f"{where}"
             )
         elif s.outcome in ("unreadable", "refused", "skipped_live"):
-            output.warn(f"{s.path}: {s.outcome}: {s.notes[-1] if s.notes else ''}")
+            note = s.notes[-1] if s.notes else ""
+            note = note.removeprefix(f"{s.path}: ")
+            output.warn(f"{s.path}: {s.outcome}: {note}")
     if as_json:
         output.emit_json(
             {

@@ -22,7 +22,6 @@ Nothing salvageable at all: the original is untouched and the outcome is ``unrea
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -206,9 +205,7 @@ def _recover_held(
     db_bytes = _read_fd(fd)
     wal_bytes = wal_path.read_bytes() if wal_path.exists() else None
 
-    with tempfile.TemporaryDirectory(prefix="agentdb-recover-") as work_s:
-        work = Path(work_s)
-        os.chmod(work, 0o700)
+    with fsutil.private_workdir("agentdb-recover-") as work:
         copy = work / path.name
         _write_private(copy, db_bytes)
         if wal_bytes:
@@ -221,6 +218,8 @@ def _recover_held(
             open_error = e
         try:
             diag = rows.diagnose(conn, open_error)
+            # Messages about the private copy name the session file the operator knows.
+            diag.reasons = [r.replace(str(copy), str(path)) for r in diag.reasons]
             if wal_bytes:
                 scan = scan_wal(wal_bytes)
                 if "wal_frames_after_break" in scan.codes:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import apsw
 
+from agentdb import fsutil
 from agentdb.salvage import shell_load, shell_rows
 from agentdb.schema.revisions import TABLES
 
@@ -113,8 +114,8 @@ def is_capable(shell: Path) -> bool:
 
 def selftest_problem(shell: Path) -> str | None:
     """Why ``shell`` fails the self-test, or None when it passes (not memoised)."""
-    with tempfile.TemporaryDirectory(prefix="agentdb-selftest-") as tmp:
-        return _run_selftest(shell.absolute(), Path(tmp))
+    with fsutil.private_workdir("agentdb-selftest-") as tmp:
+        return _run_selftest(shell.absolute(), tmp)
 
 
 @functools.lru_cache(maxsize=32)
