@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from agentdb import fsutil
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_xdg_homes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the suite out of the real home: agentdb's scratch space and anything that follows
+    the XDG defaults lands in a temporary tree (subprocesses inherit it)."""
+    root = tmp_path_factory.mktemp("xdg")
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
+    os.environ["XDG_STATE_HOME"] = str(root / "state")
 
 
 @pytest.fixture
