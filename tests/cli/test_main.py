@@ -39,3 +39,12 @@ def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     r = run_cli("demo", str(tmp_path))
     assert r.returncode == 2
     assert (tmp_path / "x").read_text() == "keep me"
+
+
+def test_sessions_dir_that_is_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    f = tmp_path / "not-a-dir"
+    f.write_text("x")
+    r = run_cli("--sessions-dir", str(f), "check")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "not a directory" in r.stderr
+    assert f.read_text() == "x"

@@ -15,14 +15,14 @@ from agentdb.cli.common import App
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--sessions-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
     metavar="PATH",
     help="Session files directory [default: $XDG_STATE_HOME/agent/sessions].",
 )
 @click.option(
     "--plugin-cache",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
     metavar="PATH",
     help="Plugin cache [default: $XDG_CACHE_HOME/agent/plugins].",
