@@ -117,8 +117,13 @@ def _copy(src_path: Path, tmp: Path) -> int:
         copy.close()
 
 
-def backup_session(db_path: Path, dest_dir: Path) -> BackupOutcome:
-    """Copy one session file into ``dest_dir/<id>.sqlite``; never overwrites."""
+def backup_session(db_path: Path, dest_dir: Path, *, sync_dir: bool = True) -> BackupOutcome:
+    """Copy one session file into ``dest_dir/<id>.sqlite``; never overwrites.
+
+    The copy's content is fsynced before it gets its final name; with ``sync_dir`` the
+    directory is fsynced after the link too (``backup_sessions`` does that once, at the end,
+    before it reports anything as copied).
+    """
     started = time.monotonic()
     sid = paths.session_id_of(db_path.name)
     if sid is None:
@@ -146,7 +151,8 @@ def backup_session(db_path: Path, dest_dir: Path) -> BackupOutcome:
         except FileExistsError:
             out.path = final
             return done("exists", f"{final}: appeared meanwhile; not overwritten")
-        fsutil.fsync_dir(dest_dir)
+        if sync_dir:
+            fsutil.fsync_dir(dest_dir)
         faults.point("backup_after_link")  # final name durable; the temp name still there
         out.path = final
         out.bytes = os.stat(final).st_size
@@ -157,8 +163,7 @@ def backup_session(db_path: Path, dest_dir: Path) -> BackupOutcome:
     except errors.AgentdbError as e:
         return done("failed", str(e))
     finally:
-        tmp.unlink(missing_ok=True)
-        fsutil.fsync_dir(dest_dir)
+        tmp.unlink(missing_ok=True)  # a temp name a power cut brings back is removed next run
     return done("copied")
 
 
@@ -178,10 +183,12 @@ def backup_sessions(
     else:
         targets = [paths.session_path(sessions_dir, sid) for sid in dict.fromkeys(ids)]
     for i, path in enumerate(targets, 1):
-        out = backup_session(path, dest_dir)
+        out = backup_session(path, dest_dir, sync_dir=False)
         report.sessions.append(out)
         if progress:
             progress(out, i, len(targets))
+    if dest_dir.is_dir():
+        fsutil.fsync_dir(dest_dir)  # every link made above is durable before the report
     return report
 
 
