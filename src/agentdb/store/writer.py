@@ -6,6 +6,7 @@ input raises and writes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,43 @@ def create_schema(conn: apsw.Connection, revision: int) -> None:
 
 
 RecoverHook = Callable[[Path, str], None]
+
+
+@dataclass
+class _Rows:
+    """What one transaction inserts, per table, in sequence order."""
+
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    producers: list[tuple[Any, ...]] = field(default_factory=list)
+    costs: list[tuple[Any, ...]] = field(default_factory=list)
+    plans: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def write(self, conn: apsw.Connection, revision: int) -> None:
+        # events first: the other three reference them (foreign keys are checked per statement)
+        insert = _INSERT_EVENT[min(revision, 2)]
+        if len(self.events) == 1:
+            conn.execute(insert, self.events[0])
+        else:
+            conn.executemany(insert, self.events)
+        if self.producers:
+            conn.executemany(
+                "INSERT OR IGNORE INTO producers (category, name, version, first_seen_sequence) "
+                "VALUES (?,?,?,?)",
+                self.producers,
+            )
+        if self.costs:
+            conn.executemany(
+                "INSERT INTO cost_ledger (event_sequence, provider_name, model_id, input_tokens, "
+                "output_tokens, cache_write_tokens, cache_read_tokens, cost_usd) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                self.costs,
+            )
+        if self.plans:
+            conn.executemany(
+                "INSERT INTO plan_items (event_sequence, turn_id, tool_call_id, provider_name, "
+                "tool_name, decision, decided_by) VALUES (?,?,?,?,?,?,?)",
+                self.plans,
+            )
 
 
 class SessionWriter:
@@ -234,10 +272,12 @@ class SessionWriter:
                         )
                     }
                 seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
+                rows = _Rows()
                 for ev in batch:
-                    self._insert(ev, seq, stamp)
+                    self._collect(ev, seq, stamp, rows)
                     out.append(seq)
                     seq += 1
+                rows.write(conn, self.revision)
                 conn.execute("COMMIT")
             except BaseException:
                 self._next_seq = None
@@ -248,10 +288,9 @@ class SessionWriter:
         self._next_seq = seq
         return out
 
-    def _insert(self, ev: Event, seq: int, stamp: str) -> None:
-        conn = self.conn
+    def _collect(self, ev: Event, seq: int, stamp: str, rows: _Rows) -> None:
+        """The rows ``ev`` adds to each table, appended to ``rows`` (written in bulk)."""
         p = ev.producer
-        payload = bytes(ev.payload)
         row: tuple[Any, ...] = (
             seq,
             ev.id or str(ulid.ULID()),
@@ -261,26 +300,19 @@ class SessionWriter:
             p.name,
             p.version,
             ev.schema_version,
-            payload,
+            bytes(ev.payload),
         )
         if self.revision >= 2:
             row = (*row, event_hash(*row))
-        conn.execute(_INSERT_EVENT[min(self.revision, 2)], row)
+        rows.events.append(row)
         key = (p.category, p.name, p.version)
         assert self._producers is not None
         if key not in self._producers:
-            conn.execute(
-                "INSERT OR IGNORE INTO producers (category, name, version, first_seen_sequence) "
-                "VALUES (?,?,?,?)",
-                (*key, seq),
-            )
+            rows.producers.append((*key, seq))
             self._producers.add(key)
         if ev.usage is not None:
             u = ev.usage
-            conn.execute(
-                "INSERT INTO cost_ledger (event_sequence, provider_name, model_id, input_tokens, "
-                "output_tokens, cache_write_tokens, cache_read_tokens, cost_usd) "
-                "VALUES (?,?,?,?,?,?,?,?)",
+            rows.costs.append(
                 (
                     seq,
                     u.provider_name,
@@ -290,12 +322,10 @@ class SessionWriter:
                     u.cache_write_tokens,
                     u.cache_read_tokens,
                     float(u.cost_usd),
-                ),
+                )
             )
         for item in ev.plan_items:
-            conn.execute(
-                "INSERT INTO plan_items (event_sequence, turn_id, tool_call_id, provider_name, "
-                "tool_name, decision, decided_by) VALUES (?,?,?,?,?,?,?)",
+            rows.plans.append(
                 (
                     seq,
                     item.turn_id,
@@ -304,7 +334,7 @@ class SessionWriter:
                     item.tool_name,
                     item.decision,
                     item.decided_by,
-                ),
+                )
             )
 
     def set_status(self, status: str, *, at: str | None = None) -> None:
