@@ -33,6 +33,7 @@ def _frame(value: Value) -> bytes:
 
 _DOUBLE = struct.Struct(">d")
 _LEN = struct.Struct(">Q")
+_pack_len = _LEN.pack
 
 
 def event_hash(
@@ -47,26 +48,28 @@ def event_hash(
     payload: Value,
 ) -> bytes:
     """The content hash stored in ``events.content_hash``."""
-    h = hashlib.blake2b(digest_size=HASH_SIZE, person=_PERSON)
-    h.update(
-        b"".join(
-            map(
-                _frame,
-                (
-                    sequence,
-                    event_id,
-                    timestamp,
-                    kind,
-                    producer_category,
-                    producer_name,
-                    producer_version,
-                    schema_version,
-                    payload,
-                ),
-            )
-        )
-    )
-    return h.digest()
+    parts: list[bytes] = []
+    add = parts.append
+    for v in (
+        sequence,
+        event_id,
+        timestamp,
+        kind,
+        producer_category,
+        producer_name,
+        producer_version,
+        schema_version,
+        payload,
+    ):
+        # The common types inline (the writer's hot path); everything else through _frame.
+        if type(v) is str:
+            data = v.encode("utf-8", "surrogatepass")
+            add(b"t" + _pack_len(len(data)) + data)
+        elif type(v) is bytes:
+            add(b"b" + _pack_len(len(v)) + v)
+        else:
+            add(_frame(v))
+    return hashlib.blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
 
 
 SQL_FUNCTION = "agentdb_event_hash"

@@ -3,7 +3,7 @@ every write is validated against first."""
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,8 +133,14 @@ class Page:
 
 def now_timestamp() -> str:
     """Wall-clock time for display: ISO 8601, UTC, milliseconds. Never used for ordering."""
-    t = dt.datetime.now(dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    now = time.time()
+    whole = int(now)
+    if whole != _stamp_cache[0]:  # format the seconds once per second, not once per event
+        _stamp_cache[:] = [whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))]
+    return f"{_stamp_cache[1]}{int((now - whole) * 1000):03d}Z"
+
+
+_stamp_cache: list[Any] = [None, ""]
 
 
 def new_session_id() -> str:
