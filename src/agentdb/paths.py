@@ -16,7 +16,6 @@ from agentdb.errors import InvalidSessionId, UsageError
 # 26 characters of Crockford base32, upper case; the first character is at most 7 (48-bit time).
 ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 SESSION_SUFFIX = ".sqlite"
-SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 CORRUPT_RE = re.compile(r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})\.sqlite\.corrupt(?:\.(?P<n>[0-9]+))?")
 DIR_MODE = 0o700
 FILE_MODE = 0o600

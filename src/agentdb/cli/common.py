@@ -21,7 +21,6 @@ class App:
 
     sessions_dir: Path  # --sessions-dir or $XDG_STATE_HOME/agent/sessions
     plugin_cache: Path  # --plugin-cache or $XDG_CACHE_HOME/agent/plugins
-    explicit_sessions_dir: bool  # True when --sessions-dir was given
 
     @property
     def recovery_log(self) -> Path:

@@ -39,7 +39,6 @@ def cli(ctx: click.Context, sessions_dir: Path | None, plugin_cache: Path | None
     ctx.obj = App(
         sessions_dir=sessions_dir or paths.default_sessions_dir(),
         plugin_cache=plugin_cache or paths.default_plugin_cache(),
-        explicit_sessions_dir=sessions_dir is not None,
     )
 
 

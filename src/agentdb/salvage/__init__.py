@@ -224,7 +224,6 @@ def _recover_held(
                 scan = scan_wal(wal_bytes)
                 if "wal_frames_after_break" in scan.codes:
                     diag.damaged = True
-                    diag.index_only = False
                     diag.integrity_only = False
                     diag.reasons.append("WAL: intact commits after a checksum break")
             if diag.refused is not None and interrupted is None:

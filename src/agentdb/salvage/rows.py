@@ -10,7 +10,6 @@ is saved; what lies under a damaged page is left to engine c.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +24,6 @@ from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
 
-_INDEX_PROBLEM = re.compile(
-    r"^(row \d+ missing from index|wrong # of entries in index|non-unique entry in index)"
-)
-
 
 @dataclass
 class Diagnosis:
@@ -38,7 +33,6 @@ class Diagnosis:
     reasons: list[str] = field(default_factory=list)  # why, one line each
     refused: str | None = None  # foreign / too new: never recovered (reason)
     revision: int | None = None  # user_version when readable
-    index_only: bool = False  # the only damage integrity_check sees is in indexes
     integrity_only: bool = False  # only integrity_check complains (tables may be intact)
 
 
@@ -77,7 +71,6 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         problems = db.integrity_problems(conn)
         if problems:
             d.reasons += [f"integrity_check: {p}" for p in problems[:5]]
-            d.index_only = all(_INDEX_PROBLEM.match(p) for p in problems)
     except apsw.Error as e:
         d.reasons.append(f"integrity_check fails: {type(e).__name__}: {e}")
     seen_by_integrity = len(d.reasons)
@@ -100,8 +93,6 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
     except apsw.Error as e:
         d.reasons.append(f"reading it fails: {type(e).__name__}: {e}")
     d.integrity_only = seen_by_integrity > 0 and len(d.reasons) == seen_by_integrity
-    if len(d.reasons) > seen_by_integrity:
-        d.index_only = False
     d.damaged = bool(d.reasons)
     return d
 
