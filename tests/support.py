@@ -131,12 +131,21 @@ class WriterProcess:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         assert line == "ready", (line, self.proc.stderr.read() if self.proc.stderr else "")
+        self.seen: list[int] = []  # sequences read by wait_for_commits
+
+    def wait_for_commits(self, n: int) -> None:
+        """Block until the writer has reported ``n`` more committed events (no timing guess)."""
+        assert self.proc.stdout is not None
+        for _ in range(n):
+            line = self.proc.stdout.readline()
+            assert line, "the writer stopped"
+            self.seen.append(int(line))
 
     def stop(self) -> tuple[list[int], str]:
-        """SIGTERM the writer; return the sequences it reported committed and its stderr."""
+        """SIGKILL the writer; return the sequences it reported committed and its stderr."""
         self.proc.send_signal(signal.SIGKILL)
         out, err = self.proc.communicate(timeout=30)
-        seqs = [int(x) for x in out.split() if x.isdigit()]
+        seqs = self.seen + [int(x) for x in out.split() if x.isdigit()]
         return seqs, err
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 from pathlib import Path
 
 import apsw
@@ -215,7 +214,9 @@ def test_interrupted_session(sessions_dir: Path) -> None:
 def _killed_writer(sessions_dir: Path) -> tuple[str, Path, list[int]]:
     sid, path = make_session(sessions_dir, status="running")
     w = WriterProcess(sessions_dir, sid)
-    time.sleep(0.3)
+    # Enough commits for several WAL frames, far fewer than an automatic checkpoint (which
+    # would restart the WAL and leave older frames stale).
+    w.wait_for_commits(20)
     seqs, _ = w.stop()  # SIGKILL: the WAL and -shm stay behind
     assert sidecar(path, "-wal").stat().st_size > 0
     return sid, path, seqs

@@ -12,7 +12,10 @@ from agentdb.cli import commands
 from agentdb.cli.common import App
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=commands.LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--sessions-dir",
     type=click.Path(path_type=Path),
@@ -40,10 +43,6 @@ def cli(ctx: click.Context, sessions_dir: Path | None, plugin_cache: Path | None
         sessions_dir=sessions_dir or paths.default_sessions_dir(),
         plugin_cache=plugin_cache or paths.default_plugin_cache(),
     )
-
-
-for _command in commands.ALL:
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

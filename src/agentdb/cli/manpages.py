@@ -27,8 +27,11 @@ def page_name(path: list[str]) -> str:
 def iter_commands(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     out = [(path, cmd)]
     if isinstance(cmd, click.Group):
-        for name in sorted(cmd.commands):
-            out.extend(iter_commands(cmd.commands[name], [*path, name]))
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None:
+                out.extend(iter_commands(sub, [*path, name]))
     return out
 
 
@@ -50,8 +53,10 @@ def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
         lines.append(".PP")
     if isinstance(cmd, click.Group):
         lines.append(".SH COMMANDS")
-        for sub in sorted(cmd.commands):
-            sc = cmd.commands[sub]
+        for sub in cmd.list_commands(ctx):
+            sc = cmd.get_command(ctx, sub)
+            if sc is None:
+                continue
             lines += [".TP", f".B {_esc(sub)}", _esc(sc.get_short_help_str(80))]
     opts = [p for p in cmd.get_params(ctx) if isinstance(p, click.Option)]
     if opts:
