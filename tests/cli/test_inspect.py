@@ -15,7 +15,7 @@ from agentdb import sessions as sessions_mod
 from agentdb.cli.main import main
 from agentdb.cli.sessions import tree_lines
 from agentdb.sessions import build_forest, session_tree
-from tests.support import make_session
+from tests.support import make_session, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +193,18 @@ def test_list_with_jobs_gives_the_same_rows(
     code, two, _ = run(capsys, state, "sessions", "list", "--json", "-j2")
     assert code == 0 and two == one
     assert len(json.loads(two)["sessions"]) == len(state.sessions) > 2
+
+
+def test_hostile_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """A profile with escape sequences and a newline is shown escaped, on one line."""
+    from agentdb.store import SessionWriter
+
+    d = tmp_path / "sessions"
+    w = SessionWriter.create(d, profile="evil\x1b]0;title\x07\x1b[31mred\nline2\x9b")
+    w.close()
+    for args in (["sessions", "list"], ["sessions", "tree"], ["sessions", "show", w.session_id]):
+        r = run_cli("--sessions-dir", str(d), *args)
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\x9b" not in r.stdout
+        assert "line2" in r.stdout and "\\n" in r.stdout and "\\x1b" in r.stdout
+        assert not any(line.startswith("line2") for line in r.stdout.splitlines())

@@ -52,8 +52,20 @@ def emit_json_line(doc: Any) -> None:
     click.echo(json.dumps(jsonable(doc), ensure_ascii=False, separators=(",", ":")))
 
 
+# Control characters (C0, DEL, C1) as visible escapes: text read from a session file may carry
+# terminal escape sequences (a title change, a cursor move) or newlines that break a table.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_ESCAPES.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as an escape; safe to print on a terminal."""
+    return text.translate(_ESCAPES)
+
+
 def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
-    rows = list(rows)
+    """A table of ``rows``; every text cell goes through :func:`printable`."""
+    rows = [[printable(c) if isinstance(c, str) else c for c in row] for row in rows]
     if rows:
         from tabulate import tabulate  # imported when a table is drawn: --json never needs it
 
@@ -65,12 +77,12 @@ def emit_text(text: str) -> None:
 
 
 def note(text: str) -> None:
-    """A human note on stderr (summary lines, hints)."""
-    click.echo(text, err=True)
+    """A human note on stderr (summary lines, hints); one line, control characters escaped."""
+    click.echo(printable(text), err=True)
 
 
 def warn(text: str) -> None:
-    click.echo(f"agentdb: warning: {text}", err=True)
+    click.echo(f"agentdb: warning: {printable(text)}", err=True)
 
 
 def is_terminal() -> bool:

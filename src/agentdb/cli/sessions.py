@@ -174,7 +174,7 @@ def _label(n: sessions.TreeNode) -> str:
         bits.append(_cost(r.cost_usd))
     if n.note:
         bits.append(f"({n.note})")
-    return "  ".join(bits)
+    return output.printable("  ".join(bits))
 
 
 def tree_lines(roots: list[sessions.TreeNode]) -> list[str]:
