@@ -208,3 +208,16 @@ def test_hostile_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\x9b" not in r.stdout
         assert "line2" in r.stdout and "\\n" in r.stdout and "\\x1b" in r.stdout
         assert not any(line.startswith("line2") for line in r.stdout.splitlines())
+
+
+def test_json_output_is_inert_on_a_terminal(tmp_path: Path) -> None:
+    from agentdb.store import SessionWriter
+
+    d = tmp_path / "sessions"
+    w = SessionWriter.create(d, profile="c1\x9bcsi é")
+    w.close()
+    r = run_cli("--sessions-dir", str(d), "sessions", "list", "--json")
+    assert r.returncode == 0
+    assert r.stdout.isascii()
+    doc = json.loads(r.stdout)
+    assert any(s["profile"] == "c1\x9bcsi é" for s in doc["sessions"])

@@ -45,11 +45,13 @@ def jsonable(obj: Any) -> Any:
 
 
 def emit_json(doc: Any) -> None:
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=False, sort_keys=False))
+    # ASCII-only JSON: text from a session file may hold C1 control characters (a terminal reads
+    # U+009B as CSI), and an escaped \u009b is inert wherever the document is printed.
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False))
 
 
 def emit_json_line(doc: Any) -> None:
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=False, separators=(",", ":")))
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":")))
 
 
 # Control characters (C0, DEL, C1) as visible escapes: text read from a session file may carry
