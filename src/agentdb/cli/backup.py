@@ -71,16 +71,12 @@ def backup_cmd(
     selection = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("backup")
-
-    def progress(out: backup.BackupOutcome, done: int, total: int) -> None:
-        bar.update(done, total, out.session_id)
-
     try:
         report = backup.backup_sessions(
             sessions_dir,
             None if selection.all else list(selection.ids),
             dest,
-            progress=progress,
+            progress=bar.session,
         )
     finally:
         bar.close()

@@ -65,10 +65,6 @@ def migrate_cmd(
     selection = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("migrate")
-
-    def progress(out: migrate.MigrationOutcome, done: int, total: int) -> None:
-        bar.update(done, total, out.session_id)
-
     try:
         report = migrate.migrate_sessions(
             sessions_dir,
@@ -76,7 +72,7 @@ def migrate_cmd(
             dry_run=dry_run,
             wait=wait,
             keep_backups=keep_backups,
-            progress=progress,
+            progress=bar.session,
         )
     finally:
         bar.close()

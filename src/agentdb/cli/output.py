@@ -129,6 +129,10 @@ class ProgressLine:
     def __call__(self, done: int, total: int) -> None:
         self.update(done, total)
 
+    def session(self, out: Any, done: int, total: int) -> None:
+        """A job's per-session callback: ``out`` is its outcome (anything with a session_id)."""
+        self.update(done, total, out.session_id)
+
     def close(self) -> None:
         if self.drawn:
             click.echo("\r\x1b[K", err=True, nl=False)
