@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import paths
-from agentdb.schema.hashing import event_hash
+from agentdb.hashing import event_hash
 from agentdb.schema.revisions import DDL
 from agentdb.store import Event, Producer, SessionWriter
 from tests.support import make_session

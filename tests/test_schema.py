@@ -9,8 +9,8 @@ import apsw
 import pytest
 
 from agentdb import db, errors
+from agentdb.hashing import event_hash
 from agentdb.schema import enums, identity, migrations, revisions
-from agentdb.schema.hashing import event_hash
 from agentdb.store import Event, Producer, SessionReader, SessionWriter, Usage
 from tests.support import all_rows, make_session
 

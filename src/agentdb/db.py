@@ -28,8 +28,8 @@ from urllib.parse import quote
 import apsw
 
 from agentdb import errors, fsutil
+from agentdb.hashing import SQL_FUNCTION, event_hash
 from agentdb.paths import sidecar
-from agentdb.schema.hashing import SQL_FUNCTION, event_hash
 
 BUSY_TIMEOUT_MS = 5000
 # Largest string or blob a read-only connection will materialise (SQLITE_LIMIT_LENGTH).
@@ -373,6 +373,36 @@ def _connect(
     except apsw.Error as e:
         conn.close()
         raise translate(e, path) from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_memory() -> apsw.Connection:
+    """A hardened in-memory database (schema fingerprints, scratch work that never touches disk)."""
+    conn = apsw.Connection(":memory:")
+    harden(conn)
+    return conn
+
+
+def open_private(path: Path, *, readonly: bool = False) -> apsw.Connection:
+    """Open (creating when ``readonly`` is false) a database agentdb itself owns and no one else
+    uses: scratch databases in agentdb's private 0700 directories, the shell self-test file,
+    the demo's own files. Hardened like every connection; no busy timeout (nobody else holds it).
+    ``readonly`` opens a closed file ``immutable`` (no locks, no sidecars)."""
+    if readonly:
+        uri = _uri(path, mode="ro", immutable="1")
+        flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    else:
+        uri = _uri(path)
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI
+    try:
+        conn = apsw.Connection(uri, flags=flags)
+    except apsw.Error as e:
+        raise translate(e, path) from e
+    try:
+        harden(conn)
     except BaseException:
         conn.close()
         raise

@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import apsw
 import ulid
 
 from agentdb import db, fsutil
@@ -198,10 +197,7 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
 
 def damage_page(path: Path, *, table: str, nth_leaf: int = 0, fill: bytes = b"\x00") -> int:
     """Overwrite one leaf page of ``table``'s b-tree in a closed session file; returns its pgno."""
-    conn = apsw.Connection(
-        f"file:{path.absolute()}?immutable=1",
-        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
-    )
+    conn = db.open_private(path, readonly=True)
     try:
         page_size = db.scalar(conn, "PRAGMA page_size")
         rows = db.rows(

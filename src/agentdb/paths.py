@@ -71,8 +71,13 @@ def recovery_log_path(sessions_dir: Path) -> Path:
     return sessions_dir.parent / "recovery.log"
 
 
+def session_filename(session_id: str) -> str:
+    """``<ULID>.sqlite``: the one place a session file's name is built."""
+    return validate_id(session_id) + SESSION_SUFFIX
+
+
 def session_path(sessions_dir: Path, session_id: str) -> Path:
-    return sessions_dir / (validate_id(session_id) + SESSION_SUFFIX)
+    return sessions_dir / session_filename(session_id)
 
 
 def sidecar(path: Path, suffix: str) -> Path:

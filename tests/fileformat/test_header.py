@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentdb.fileformat.errors import FormatError
-from agentdb.fileformat.header import infer_page_size, parse_header
+from agentdb.fileformat.header import parse_header
+from agentdb.fileformat.pager import infer_page_size
 
 from .conftest import make_db
 

@@ -416,8 +416,8 @@ EVENT = ("ev-1", "t", "message", "model", "anthropic", "1.0", "1", b"payload")
 
 
 def test_mapping_by_shape() -> None:
+    from agentdb.hashing import event_hash
     from agentdb.salvage.shell_rows import map_lost_and_found as m
-    from agentdb.schema.hashing import event_hash
 
     h = event_hash(7, *EVENT)
     assert m(10, 7, (None, *EVENT, h), revision=2, session_id=SID).table == "events"

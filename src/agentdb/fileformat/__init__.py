@@ -19,8 +19,8 @@ from .btree import (
     walk_table,
 )
 from .errors import FormatError
-from .header import DbHeader, infer_page_size, parse_header
-from .pager import PageSource
+from .header import DbHeader, parse_header
+from .pager import PageSource, infer_page_size
 from .record import decode_record, encode_record, record_shape
 from .varint import read_varint
 from .wal import WalAnomaly, WalFrame, WalHeader, WalScan, parse_wal_header, scan_wal, wal_checksum

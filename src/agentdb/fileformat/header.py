@@ -101,29 +101,3 @@ def parse_header(data: Buffer) -> DbHeader:
         version_valid_for=f[20],
         sqlite_version=f[21],
     )
-
-
-def infer_page_size(data: Buffer, *, max_bytes: int = 16 << 20) -> int | None:
-    """Guess the page size of a database whose header is damaged.
-
-    For every legal page size, counts the whole pages (within the first ``max_bytes``) that parse
-    as plausible b-tree pages (valid type byte, cell count, cell pointers and content start all in
-    range, assuming no reserved bytes). At the true size every real b-tree page is counted; a
-    larger guess sees only a subset of the page starts, and a smaller one sees real pages cut
-    short so their cell pointers fall outside. The highest count wins; ties go to the smaller
-    size. Returns None when no size finds a single plausible page.
-    """
-    from .btree import looks_like_btree_page  # btree imports this module for types
-
-    view = memoryview(bytes(data[:max_bytes]))
-    best: int | None = None
-    best_score = 0
-    for size in PAGE_SIZES:
-        score = 0
-        for start in range(0, len(view) - size + 1, size):
-            page = view[start : start + size]
-            if looks_like_btree_page(page, 100 if start == 0 else 0, size):
-                score += 1
-        if score > best_score:
-            best, best_score = size, score
-    return best

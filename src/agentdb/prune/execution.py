@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, faults, fsutil, locks
+from agentdb import errors, faults, fsutil, locks, paths
 from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
@@ -82,9 +82,9 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
     for d in plan.candidates:
         if not d.remove:
             result.refused.append(d)
-            main = sessions_dir / f"{d.session_id}.sqlite"
+            main = paths.session_path(sessions_dir, d.session_id)
             if d.resume and os.path.lexists(main):  # the session stays: forget the old decision
-                _unlink(sessions_dir / f"{d.session_id}.sqlite{INTENT}")
+                _unlink(sessions_dir / (paths.session_filename(d.session_id) + INTENT))
                 fsutil.fsync_dir(sessions_dir)
             continue
         try:
@@ -113,8 +113,8 @@ def _tail(message: str) -> str:
 
 
 def _remove(sessions_dir: Path, d: PruneDecision, point: Fault) -> tuple[int, list[str]]:
-    main = sessions_dir / f"{d.session_id}.sqlite"
-    intent = sessions_dir / f"{d.session_id}.sqlite{INTENT}"
+    main = paths.session_path(sessions_dir, d.session_id)
+    intent = sessions_dir / (paths.session_filename(d.session_id) + INTENT)
     planned = d.stamp or Stamp(None, None)
     try:
         st = os.lstat(main)
@@ -190,7 +190,7 @@ def _write_intent(intent: Path, d: PruneDecision, planned: Stamp) -> None:
 
 def _unlink_rest(sessions_dir: Path, d: PruneDecision) -> tuple[int, list[str]]:
     """SQLite's sidecars (as they are now) and, if planned, the .corrupt copies."""
-    base = f"{d.session_id}.sqlite"
+    base = paths.session_filename(d.session_id)
     wanted = [base + "-wal", base + "-shm", base + "-journal"]
     if d.damaged:
         wanted += [n for n in d.files if n.startswith(base + ".corrupt")]

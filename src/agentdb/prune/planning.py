@@ -327,7 +327,7 @@ def _resume_reasons(f: Facts, planned: Stamp | None) -> list[Reason]:
 
 def _files(f: Facts, damaged: bool) -> list[str]:
     """What removing it deletes, in order: the main file first, the intent file last."""
-    base = f"{f.session_id}.sqlite"
+    base = paths.session_filename(f.session_id)
     out = [base] if f.entry_kind != "absent" else []
     out += f.files.sidecars
     if damaged:

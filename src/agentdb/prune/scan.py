@@ -13,7 +13,7 @@ from pathlib import Path
 
 import ulid
 
-from agentdb import errors, locks, plugins
+from agentdb import errors, locks, paths, plugins
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
 
@@ -154,7 +154,7 @@ def _size(path: Path) -> int:
 
 def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
     """Probe for a holder first, then read session_meta and producers read-only."""
-    main = sessions_dir / f"{session_id}.sqlite"
+    main = paths.session_path(sessions_dir, session_id)
     kind, size = _entry_kind(main)
     facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main))
     facts.bytes = size + sum(_size(sessions_dir / n) for n in files.sidecars)
@@ -179,7 +179,7 @@ def quick_check(sessions_dir: Path, session_id: str) -> str | None:
     """None when ``PRAGMA quick_check`` passes, else its first complaint (one line)."""
     from agentdb import db  # only here: the one extra open for selected sessions
 
-    main = sessions_dir / f"{session_id}.sqlite"
+    main = paths.session_path(sessions_dir, session_id)
     try:
         with SessionReader(main, session_id=session_id) as reader, db.translated(main):
             problems = db.integrity_problems(reader.conn, quick=True, limit=1)
@@ -206,7 +206,7 @@ class Intent:
 
 
 def read_intent(sessions_dir: Path, session_id: str) -> Intent:
-    path = sessions_dir / f"{session_id}.sqlite{INTENT}"
+    path = sessions_dir / (paths.session_filename(session_id) + INTENT)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -35,9 +35,9 @@ from agentdb.fileformat import FormatError, PageKind, decode_record, parse_page
 from agentdb.fileformat.btree import BtreePage, freeblocks
 from agentdb.fileformat.record import serial_type_size
 from agentdb.fileformat.varint import read_varint, to_signed64
+from agentdb.hashing import event_hash
 from agentdb.salvage import tables
 from agentdb.salvage.tables import Row
-from agentdb.schema.hashing import event_hash
 
 MAX_GUESSES = 4096  # missing sequences tried against a hash-vouched event whose key was lost
 MAX_HEADER = 40  # our records' headers are shorter (10 columns at most)

@@ -118,7 +118,7 @@ def merge(
                 row = tables.normalise(table, raw)
                 why = tables.problem(table, row, session_id)
                 if why is None and table == "events" and row[0] in hashes:
-                    from agentdb.schema.hashing import event_hash
+                    from agentdb.hashing import event_hash
 
                     if event_hash(*row) not in hashes[row[0]]:
                         why = "content_hash does not match"

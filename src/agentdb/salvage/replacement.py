@@ -8,12 +8,12 @@ from pathlib import Path
 import apsw
 
 from agentdb import db, fsutil
+from agentdb.hashing import event_hash
 from agentdb.salvage import tables
 from agentdb.salvage.merge import Merged
-from agentdb.schema.hashing import event_hash
 from agentdb.schema.identity import identify, schema_differences
+from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION
-from agentdb.store import create_schema
 
 _INSERT = {
     "events": "INSERT INTO events (sequence, id, timestamp, kind, producer_category, "

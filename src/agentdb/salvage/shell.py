@@ -28,7 +28,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import fsutil
+from agentdb import db, fsutil
 from agentdb.salvage import shell_load, shell_rows
 from agentdb.schema.revisions import TABLES
 
@@ -134,7 +134,7 @@ _SELFTEST_DDL = (
 
 def _build_selftest_db(path: Path) -> int:
     """A small events table over several leaf pages; zero one leaf; return rows left intact."""
-    conn = apsw.Connection(str(path))
+    conn = db.open_private(path)
     try:
         conn.execute("PRAGMA page_size=1024")
         conn.execute(_SELFTEST_DDL)

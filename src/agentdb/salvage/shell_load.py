@@ -161,8 +161,7 @@ def _allowed_tables(laf: dict[str, int]) -> set[str]:
 
 def open_scratch(path: Path) -> apsw.Connection:
     """A new scratch database with our tables (plain columns: nothing runs on insert)."""
-    conn = apsw.Connection(str(path))
-    db.harden(conn)
+    conn = db.open_private(path)
     # A row of the output carries a whole event payload in hex; allow what a session may hold.
     conn.limit(apsw.SQLITE_LIMIT_SQL_LENGTH, 1_000_000_000)
     conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)

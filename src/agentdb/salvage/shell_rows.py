@@ -16,9 +16,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agentdb.hashing import HASH_SIZE, event_hash
 from agentdb.paths import is_valid_id
 from agentdb.schema.enums import DECISIONS, KINDS, PRODUCER_CATEGORIES, STATUSES
-from agentdb.schema.hashing import HASH_SIZE, event_hash
 from agentdb.schema.revisions import COLUMNS, TABLES
 
 Row = tuple[object, ...]

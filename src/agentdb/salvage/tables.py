@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agentdb.hashing import HASH_SIZE, event_hash
 from agentdb.schema import enums
-from agentdb.schema.hashing import HASH_SIZE, event_hash
 from agentdb.schema.revisions import COLUMNS
 
 Row = tuple[Any, ...]

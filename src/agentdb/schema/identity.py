@@ -72,9 +72,8 @@ def known_schemas(revision: int) -> frozenset[SchemaRows]:
 
     known: set[SchemaRows] = set()
     for start in range(1, revision + 1):
-        conn = apsw.Connection(":memory:")
+        conn = db.open_memory()  # hardened: registers the hash function a migration step calls
         try:
-            db.harden(conn)  # registers the hash function a migration step calls
             db.exec_script(conn, DDL[start])
             conn.execute(f"PRAGMA user_version={int(start)}")
             if start < revision:
@@ -143,7 +142,7 @@ def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
 
 @functools.cache
 def expected_fingerprint(revision: int) -> Fingerprint:
-    conn = apsw.Connection(":memory:")
+    conn = db.open_memory()
     for _ in conn.execute(DDL[revision]):
         pass
     fp = fingerprint(conn, with_text=revision >= 2)

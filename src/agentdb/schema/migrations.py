@@ -20,6 +20,7 @@ from agentdb.schema import enums
 from agentdb.schema.revisions import (
     APPLICATION_ID,
     CURRENT_REVISION,
+    DDL,
     REV2_EVENTS,
     REV2_INDEXES,
     REV2_PLAN_ITEMS,
@@ -226,3 +227,16 @@ def apply_steps(
 def _rollback(conn: apsw.Connection) -> None:
     if not conn.get_autocommit():
         conn.execute("ROLLBACK")
+
+
+def create_schema(conn: apsw.Connection, revision: int) -> None:
+    """Write ``revision``'s tables, user_version and application id into an empty file."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        db.exec_script(conn, DDL[revision])
+        conn.execute(f"PRAGMA user_version={int(revision)}")
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

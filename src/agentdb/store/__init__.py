@@ -8,6 +8,7 @@ one ``BEGIN IMMEDIATE`` transaction, so invalid input raises and writes nothing.
 reads through bounded pages (rows per page, bytes per value).
 """
 
+from agentdb.schema.migrations import create_schema
 from agentdb.store.model import (
     KERNEL_PRODUCER_NAME,
     Event,
@@ -25,7 +26,7 @@ from agentdb.store.model import (
     validate_transition,
 )
 from agentdb.store.reader import DEFAULT_PAGE_ROWS, DEFAULT_PAYLOAD_CAP, MAX_TEXT, SessionReader
-from agentdb.store.writer import RecoverHook, SessionWriter, create_schema
+from agentdb.store.writer import RecoverHook, SessionWriter
 
 __all__ = [
     "DEFAULT_PAGE_ROWS",

@@ -14,12 +14,12 @@ import apsw
 import ulid
 
 from agentdb import db, errors
+from agentdb.hashing import event_hash
 from agentdb.paths import session_path, validate_id
 from agentdb.schema import enums
-from agentdb.schema.hashing import event_hash
 from agentdb.schema.identity import identify, schema_differences
-from agentdb.schema.migrations import apply_steps
-from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, DDL
+from agentdb.schema.migrations import apply_steps, create_schema
+from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from agentdb.store.model import (
     Event,
     SessionInfo,
@@ -41,19 +41,6 @@ _NEXT_SEQUENCE = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0), "
     "coalesce((SELECT max(sequence) FROM events), 0)) + 1"
 )
-
-
-def create_schema(conn: apsw.Connection, revision: int) -> None:
-    """Write ``revision``'s tables, user_version and application id into an empty file."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        db.exec_script(conn, DDL[revision])
-        conn.execute(f"PRAGMA user_version={int(revision)}")
-        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 RecoverHook = Callable[[Path, str], None]
