@@ -141,7 +141,7 @@ def test_connections_are_hardened(sessions_dir: Path) -> None:
         assert conn.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, -1) == 0
         assert db.pragma(conn, "cell_size_check") == 1
         assert db.pragma(conn, "mmap_size") == 0
-        assert conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == db.READ_MAX_LENGTH
+        assert conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == db.MAX_VALUE
         with pytest.raises(apsw.ReadOnlyError):
             conn.execute("DELETE FROM events")
     finally:

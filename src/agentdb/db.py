@@ -32,8 +32,10 @@ from agentdb.hashing import SQL_FUNCTION, event_hash
 from agentdb.paths import sidecar
 
 BUSY_TIMEOUT_MS = 5000
-# Largest string or blob a read-only connection will materialise (SQLITE_LIMIT_LENGTH).
-READ_MAX_LENGTH = 256 * 1024 * 1024
+# The one size cap: the largest string or blob the writer stores and a read-only connection
+# materialises (SQLITE_LIMIT_LENGTH). The writer refuses a larger value, so a file it wrote is
+# never refused by a reader; a larger value in another writer's file is refused on read.
+MAX_VALUE = 256 * 1024 * 1024
 # Bounds for parsing a possibly hostile schema.
 _LIMITS = {
     apsw.SQLITE_LIMIT_SQL_LENGTH: 1_000_000,
@@ -180,8 +182,21 @@ def pragma(conn: apsw.Connection, name: str) -> Any:
     return scalar(conn, f"PRAGMA {name}")
 
 
+# SQLite reports these misuses as a plain SQLITE_ERROR: the caller's bug, not the file's.
+_MISUSE_MESSAGES = (
+    "cannot start a transaction within a transaction",
+    "cannot commit - no transaction is active",
+    "cannot rollback - no transaction is active",
+)
+
+
 def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
-    """An APSW exception as one of ours, naming the file and what to do."""
+    """An APSW exception as one of ours, naming the file and what to do.
+
+    The kind decides what a harness does: :class:`~agentdb.errors.SessionUnusable` (corrupt,
+    unreadable) means skip the session, :class:`~agentdb.errors.Retryable` (busy, full) means
+    try again later, and the rest (I/O error, read-only, constraint, misuse) are neither.
+    """
     msg = str(e).split("\n")[0]
     if isinstance(e, apsw.NotADBError):
         return errors.Unreadable(
@@ -198,10 +213,38 @@ def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
         )
     if isinstance(e, apsw.TooBigError):
         return errors.Unreadable(
-            f"{path}: a value exceeds the read limit ({msg}); the file may be hostile", path=path
+            f"{path}: a value exceeds the {MAX_VALUE}-byte limit ({msg}); the file may be hostile",
+            path=path,
         )
-    if isinstance(e, apsw.CantOpenError | apsw.IOError | apsw.FullError | apsw.ReadOnlyError):
-        return errors.Unreadable(f"{path}: cannot read the database ({msg})", path=path)
+    if isinstance(e, apsw.CantOpenError):
+        return errors.Unreadable(f"{path}: cannot open the database ({msg})", path=path)
+    if isinstance(e, apsw.FullError):
+        return errors.Full(
+            f"{path}: the disk is full ({msg}); nothing was written — free space and retry",
+            path=path,
+        )
+    if isinstance(e, apsw.IOError):
+        return errors.DiskIOError(
+            f"{path}: input/output error ({msg}); check the disk and the system log", path=path
+        )
+    if isinstance(e, apsw.ReadOnlyError):
+        return errors.ReadOnly(
+            f"{path}: cannot be written ({msg}); check its permissions and the filesystem's "
+            "mount options",
+            path=path,
+        )
+    if isinstance(e, apsw.ConstraintError):
+        return errors.ConstraintViolation(
+            f"{path}: a write broke a constraint ({msg}); nothing was written", path=path
+        )
+    if isinstance(e, apsw.ThreadingViolationError):
+        return errors.ThreadingViolation(
+            f"{path}: one connection used from two threads at once ({msg})", path=path
+        )
+    if isinstance(
+        e, apsw.MisuseError | apsw.ConnectionClosedError | apsw.CursorClosedError
+    ) or msg.startswith(_MISUSE_MESSAGES):
+        return errors.Misuse(f"{path}: SQLite API misuse ({type(e).__name__}: {msg})", path=path)
     return errors.Unreadable(f"{path}: SQLite error ({type(e).__name__}: {msg})", path=path)
 
 
@@ -264,7 +307,7 @@ def wal_in_use(path: Path) -> bool:
 def open_readonly(
     path: Path,
     *,
-    max_length: int = READ_MAX_LENGTH,
+    max_length: int = MAX_VALUE,
     check_schema: bool = True,
     stats: FileStats | None = None,
 ) -> apsw.Connection:

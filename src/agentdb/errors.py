@@ -61,32 +61,48 @@ class InsecureFile(AgentdbError):
     code = "insecure"
 
 
-class ForeignFile(AgentdbError):
+class SessionUnusable(AgentdbError):
+    """This session cannot be used as it is: skip it (the spec's "flagged and skipped").
+
+    Catch this to move on to the next session; the operator's ``agentdb check`` / ``recover``
+    says what is wrong. Its subclasses are the reasons.
+    """
+
+    code = "unusable"
+
+
+class Retryable(AgentdbError):
+    """Nothing is wrong with the session; the same call may succeed later (busy, full disk)."""
+
+    code = "retryable"
+
+
+class ForeignFile(SessionUnusable):
     """A SQLite file that is not a session file (another application id or unknown tables)."""
 
     code = "foreign"
 
 
-class TooNew(AgentdbError):
+class TooNew(SessionUnusable):
     """A session file whose user_version is newer than this build understands."""
 
     code = "too_new"
 
 
-class UnsafeSchema(AgentdbError):
+class UnsafeSchema(SessionUnusable):
     """A file with triggers or views: opening it would run its author's SQL."""
 
     code = "unsafe_schema"
 
 
-class Unreadable(AgentdbError):
-    """SQLite cannot read the file at all (not a database, truncated header, I/O error)."""
+class Unreadable(SessionUnusable):
+    """SQLite cannot read the file at all (not a database, truncated header, cannot open it)."""
 
     code = "unreadable"
 
 
-class Corrupt(AgentdbError):
-    """PRAGMA integrity_check failed."""
+class Corrupt(SessionUnusable):
+    """PRAGMA integrity_check failed, or SQLite found the file malformed."""
 
     code = "corrupt"
 
@@ -103,16 +119,74 @@ class SessionLive(AgentdbError):
     code = "live"
 
 
-class Busy(AgentdbError):
+class Busy(Retryable):
     """The database stayed locked longer than the busy timeout."""
 
     code = "busy"
+
+
+class SessionBusy(Retryable):
+    """Another writer holds the session's sole-writer lease; it keeps working, this one may not.
+
+    ``pid`` is the holder's process id when it could be read (None: unknown, e.g. an agentdb
+    job holds the session)."""
+
+    code = "session_busy"
+
+    def __init__(self, message: str, *, path: str | Path | None = None, pid: int | None = None):
+        super().__init__(message, path=path)
+        self.pid = pid
+
+
+class Full(Retryable):
+    """The disk (or a quota, or SQLite's page limit) is full; nothing was written."""
+
+    code = "full"
+
+
+class DiskIOError(AgentdbError):
+    """The operating system reported an I/O error reading or writing the file."""
+
+    code = "io_error"
+
+
+class ReadOnly(AgentdbError):
+    """The file, its directory or its filesystem cannot be written (permissions, read-only
+    mount)."""
+
+    code = "read_only"
+
+
+class ConstraintViolation(AgentdbError):
+    """A write broke one of the file's constraints (a duplicate key, a CHECK); nothing was
+    written. A writer bug or a file another writer filled, not damage."""
+
+    code = "constraint"
+
+
+class Misuse(AgentdbError):
+    """The SQLite API was used wrongly (a transaction inside a transaction, a closed
+    connection): a bug in the caller, not a problem with the file."""
+
+    code = "misuse"
+
+
+class ThreadingViolation(Misuse):
+    """One connection was used from two threads at once: a bug in the caller."""
+
+    code = "threading_violation"
 
 
 class InvalidInput(AgentdbError, ValueError):
     """The writer API was given something the spec forbids; nothing was written."""
 
     code = "invalid_input"
+
+
+class ValueTooLarge(InvalidInput):
+    """A payload or text larger than ``agentdb.db.MAX_VALUE``: readers would refuse the file."""
+
+    code = "too_large"
 
 
 class InvalidKind(InvalidInput):

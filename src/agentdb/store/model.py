@@ -11,7 +11,7 @@ from typing import Any
 
 import ulid
 
-from agentdb import errors
+from agentdb import db, errors
 from agentdb.schema import enums
 from agentdb.schema.identity import Identity
 
@@ -173,6 +173,21 @@ def validate_event(ev: Event) -> None:
         )
     if not isinstance(ev.payload, bytes | bytearray | memoryview):
         raise errors.InvalidInput("payload must be bytes (it is stored opaque)")
+    size = memoryview(ev.payload).nbytes
+    if size > db.MAX_VALUE:
+        raise errors.ValueTooLarge(
+            f"payload of {size} bytes exceeds the {db.MAX_VALUE}-byte limit "
+            "(agentdb.db.MAX_VALUE): readers would refuse the whole file; store it elsewhere and "
+            "emit a reference"
+        )
+    for what, text in (
+        ("id", ev.id),
+        ("timestamp", ev.timestamp),
+        ("producer name", p.name),
+        ("producer version", p.version),
+        ("schema_version", ev.schema_version),
+    ):
+        require_text_size(what, text)
     if not isinstance(ev.schema_version, str) or not ev.schema_version:
         raise errors.InvalidInput("schema_version must be a non-empty string such as '1'")
     if ev.kind == "message":
@@ -185,6 +200,8 @@ def validate_event(ev: Event) -> None:
                 raise errors.InvalidInput(f"usage.{name} must be a non-negative integer")
         if not isinstance(u.cost_usd, int | float) or u.cost_usd < 0:
             raise errors.InvalidInput("usage.cost_usd must be a non-negative number")
+        require_text_size("usage.provider_name", u.provider_name)
+        require_text_size("usage.model_id", u.model_id)
     elif ev.usage is not None:
         raise errors.InvalidInput(f"usage belongs to message events, not {ev.kind!r}")
     if ev.plan_items and ev.kind != "plan":
@@ -193,6 +210,20 @@ def validate_event(ev: Event) -> None:
         if item.decision not in enums.DECISIONS:
             raise errors.InvalidInput(
                 f"plan item decision {item.decision!r}; one of allow, ask, deny"
+            )
+        for what in ("turn_id", "tool_call_id", "provider_name", "tool_name", "decided_by"):
+            require_text_size(f"plan item {what}", getattr(item, what))
+
+
+def require_text_size(what: str, text: object) -> None:
+    """Refuse a text value whose UTF-8 form exceeds ``db.MAX_VALUE`` (readers refuse those)."""
+    # A character is at most 4 bytes: only a very long string needs encoding to be measured.
+    if isinstance(text, str) and len(text) > db.MAX_VALUE // 4:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > db.MAX_VALUE:
+            raise errors.ValueTooLarge(
+                f"{what} of {size} bytes exceeds the {db.MAX_VALUE}-byte limit "
+                "(agentdb.db.MAX_VALUE); readers would refuse the whole file"
             )
 
 

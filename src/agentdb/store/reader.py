@@ -65,7 +65,8 @@ def _read_info_count(
 class SessionReader:
     """Read-only, bounded access to one session file (never creates, migrates or writes)."""
 
-    def __init__(self, path: Path, *, session_id: str | None = None):
+    def __init__(self, path: str | os.PathLike[str], *, session_id: str | None = None):
+        path = Path(os.fspath(path))
         self.path = path
         self.session_id = session_id if session_id is not None else _id_from_path(path)
         self.conn = db.open_readonly(path)
@@ -79,8 +80,9 @@ class SessionReader:
         self.revision = self.identity.revision
 
     @classmethod
-    def open(cls, sessions_dir: Path, session_id: str) -> SessionReader:
-        return cls(session_path(sessions_dir, session_id), session_id=session_id)
+    def open(cls, sessions_dir: str | os.PathLike[str], session_id: str) -> SessionReader:
+        path = session_path(Path(os.fspath(sessions_dir)), session_id)
+        return cls(path, session_id=session_id)
 
     def close(self) -> None:
         self.conn.close()

@@ -5,6 +5,7 @@ input raises and writes nothing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from agentdb.store.model import (
     new_session_id,
     now_timestamp,
     require_session,
+    require_text_size,
     validate_event,
     validate_transition,
 )
@@ -99,7 +101,7 @@ class SessionWriter:
     @classmethod
     def create(
         cls,
-        sessions_dir: Path,
+        sessions_dir: str | os.PathLike[str],
         *,
         profile: str,
         parent_session_id: str | None = None,
@@ -117,11 +119,12 @@ class SessionWriter:
             validate_id(parent_session_id)
         if not isinstance(profile, str) or not profile:
             raise errors.InvalidInput("profile must be a non-empty string")
+        require_text_size("profile", profile)
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
             raise errors.InvalidInput("depth must be a non-negative integer")
         if revision not in DDL:
             raise errors.InvalidInput(f"no schema revision {revision}")
-        path = session_path(sessions_dir, sid)
+        path = session_path(Path(os.fspath(sessions_dir)), sid)
         conn = db.open_writer(path, create=True)
         try:
             with db.translated(path):
@@ -148,7 +151,7 @@ class SessionWriter:
     @classmethod
     def open(
         cls,
-        sessions_dir: Path,
+        sessions_dir: str | os.PathLike[str],
         session_id: str,
         *,
         recover: RecoverHook | None = None,
@@ -163,6 +166,7 @@ class SessionWriter:
         is retried; without a hook :class:`~agentdb.errors.Corrupt` is raised. Then the
         migration ladder brings an older file to the current revision before anything else.
         """
+        sessions_dir = Path(os.fspath(sessions_dir))
         path = session_path(sessions_dir, session_id)
         for attempt in (1, 2):
             try:
