@@ -9,13 +9,40 @@ from agentdb.durations import older_than, parse_duration, parse_timestamp
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("0s", 0), ("30m", 1800), ("12h", 43200), ("90d", 90 * 86400), ("2w", 14 * 86400)],
+    [
+        ("0s", 0),
+        ("30m", 1800),
+        ("12h", 43200),
+        ("90d", 90 * 86400),
+        ("2w", 14 * 86400),
+        ("1d12h", 86400 + 12 * 3600),
+        ("1y", 365 * 86400),
+        ("1y2w3d4h5m6s", 365 * 86400 + 17 * 86400 + 4 * 3600 + 5 * 60 + 6),
+        ("1000y", 1000 * 365 * 86400),
+    ],
 )
 def test_parse_duration(text: str, seconds: int) -> None:
     assert parse_duration(text) == dt.timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "d", "5", "-1d", "1.5h", "3y", "10 d d", "9999999999d"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "d",
+        "5",
+        "-1d",
+        "1.5h",
+        "10 d d",
+        "9999999999d",
+        "12h1d",
+        "1d1d",
+        "1d 12h",
+        "1001y",
+        "1D",
+        "1d12",
+    ],
+)
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)

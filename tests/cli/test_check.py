@@ -41,9 +41,9 @@ def test_json_verdicts_and_exit_codes(tmp_path: Path, capsys) -> None:  # type: 
     assert list(verdicts) == sorted(verdicts)
 
     ok_id = state.by_role("recent").session_id
-    code, out, _ = run(capsys, *g, "check", ok_id)
+    code, out, err = run(capsys, *g, "check", ok_id)
     assert code == 0
-    assert ok_id in out and "1 sessions checked: 1 ok" in out
+    assert ok_id in out and "1 sessions checked: 1 ok" in err
 
     code, out, _ = run(capsys, *g, "check", state.by_role("damaged").session_id, "--quick")
     assert code == 1 and "corrupt" in out

@@ -100,8 +100,8 @@ def backup_cmd(
         sm = report.summary()
         secs = sm["seconds"]
         rate = sm["bytes"] / secs / 1e6 if secs > 0 else 0.0
-        output.emit_text(
-            f"\n{sm['copied']} copied ({output.human_bytes(sm['bytes'])} in {secs:.2f}s, "
+        output.note(
+            f"{sm['copied']} copied ({output.human_bytes(sm['bytes'])} in {secs:.2f}s, "
             f"{rate:.1f} MB/s), {sm['exists']} already there, "
             f"{sm['corrupt'] + sm['foreign'] + sm['failed']} not copied, into {dest}"
         )

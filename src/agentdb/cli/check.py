@@ -16,8 +16,7 @@ def _first(s: SessionCheck) -> str:
         return ""
     text = ranked[0].message
     prefix = s.path.name + ": "
-    text = text[len(prefix) :] if text.startswith(prefix) else text
-    return text if len(text) <= 100 else text[:97] + "..."
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def _size(n: int | None) -> str:
@@ -49,8 +48,8 @@ def render(report: CheckReport, fmt: str) -> None:
         )
     s = report.summary
     verdicts = ", ".join(f"{n} {v}" for v, n in s["verdicts"].items() if v != "ok")
-    output.emit_text(
-        f"\n{s['checked']} sessions checked{' (quick)' if report.quick else ''}: {s['ok']} ok"
+    output.note(
+        f"{s['checked']} sessions checked{' (quick)' if report.quick else ''}: {s['ok']} ok"
         + (f", {verdicts}" if verdicts else "")
         + (f"; {s['live']} open right now" if s["live"] else "")
         + (f"; {len(report.directory)} directory findings" if report.directory else "")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import click.shell_completion
 
 from agentdb import paths
 
@@ -38,11 +39,36 @@ class SessionIdType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         if isinstance(value, str) and paths.is_valid_id(value):
             return value
+        if isinstance(value, str) and paths.is_valid_id(value.upper()):
+            self.fail(
+                f"{value!r} is not a session id: ids are upper case; did you mean {value.upper()}?",
+                param,
+                ctx,
+            )
         self.fail(
             f"{value!r} is not a session id (a ULID: 26 upper-case Crockford base32 characters)",
             param,
             ctx,
         )
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """The session ids in the sessions directory that start with what was typed (file names
+        only: completion never opens a session file)."""
+        from click.shell_completion import CompletionItem
+
+        root = ctx.find_root()
+        given = root.params.get("sessions_dir")
+        sessions_dir = Path(given) if given else paths.default_sessions_dir()
+        prefix = incomplete.upper()
+        try:
+            entries = paths.iter_session_entries(sessions_dir)
+            return [
+                CompletionItem(e.session_id) for e in entries if e.session_id.startswith(prefix)
+            ]
+        except OSError:
+            return []
 
 
 SESSION_ID = SessionIdType()

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from agentdb import __version__, errors, paths
-from agentdb.cli import commands
+from agentdb.cli import commands, output
 from agentdb.cli.common import App
 
 
@@ -21,6 +21,8 @@ from agentdb.cli.common import App
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH",
+    envvar="AGENTDB_SESSIONS_DIR",
+    show_envvar=True,
     help="Session files directory [default: $XDG_STATE_HOME/agent/sessions].",
 )
 @click.option(
@@ -28,6 +30,8 @@ from agentdb.cli.common import App
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH",
+    envvar="AGENTDB_PLUGIN_CACHE",
+    show_envvar=True,
     help="Plugin cache [default: $XDG_CACHE_HOME/agent/plugins].",
 )
 @click.version_option(__version__, prog_name="agentdb")
@@ -45,21 +49,34 @@ def cli(ctx: click.Context, sessions_dir: Path | None, plugin_cache: Path | None
     )
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """``--json`` among the options (not after ``--``): errors are then JSON too."""
+    return "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; map our errors to their exit codes with a one-line message on stderr."""
+    """Run the CLI; map our errors to their exit codes with a one-line message on stderr (one
+    JSON object on stderr when the command was given ``--json``)."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = _wants_json(args)
     try:
-        rv = cli.main(args=argv, prog_name="agentdb", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="agentdb", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("agentdb: aborted", err=True)
+        output.error("aborted", code="interrupted", exit_code=130, as_json=as_json)
         return 130
     except click.ClickException as e:
-        e.show()
+        if not as_json:
+            e.show()
+        else:
+            output.error(
+                e.format_message(), code="usage", exit_code=errors.EXIT_USAGE, as_json=True
+            )
         return errors.EXIT_USAGE
     except errors.AgentdbError as e:
-        click.echo(f"agentdb: {e}", err=True)
+        output.error(str(e), code=e.code, exit_code=e.exit_code, path=e.path, as_json=as_json)
         return e.exit_code
     except KeyboardInterrupt:
-        click.echo("agentdb: interrupted", err=True)
+        output.error("interrupted", code="interrupted", exit_code=130, as_json=as_json)
         return 130
     return rv if isinstance(rv, int) else 0
 

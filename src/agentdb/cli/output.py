@@ -5,11 +5,16 @@ Progress, warnings and human notes go to stderr, so ``--json`` output is always 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import enum
 import functools
+import io
+import itertools
 import json
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,6 +23,26 @@ from typing import Any
 import click
 
 _PLAIN = (str, int, float, bool, type(None))
+
+# Settings every command shares (-q, -v, --no-progress, --csv, --nl), kept in the click context's
+# meta dictionary, which every nested context shares; see commands.COMMON_OPTIONS.
+QUIET, VERBOSE, NO_PROGRESS, TABLE_STYLE = (
+    "agentdb.quiet",
+    "agentdb.verbose",
+    "agentdb.no_progress",
+    "agentdb.table",
+)
+CHUNK_ROWS = 1000  # a table is drawn this many rows at a time: memory stays flat in its length
+MAX_CELL = 60  # a text cell wider than this wraps (never cut) when stdout is a terminal
+
+
+def setting(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(key) if ctx is not None else None
+
+
+def verbose() -> bool:
+    return bool(setting(VERBOSE))
 
 
 @functools.cache
@@ -66,12 +91,114 @@ def printable(text: str) -> str:
 
 
 def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
-    """A table of ``rows``; every text cell goes through :func:`printable`."""
-    rows = [[printable(c) if isinstance(c, str) else c for c in row] for row in rows]
-    if rows:
-        from tabulate import tabulate  # imported when a table is drawn: --json never needs it
+    """A table of ``rows``; every text cell goes through :func:`printable`.
 
-        click.echo(tabulate(rows, headers=list(headers), tablefmt=fmt, disable_numparse=True))
+    ``--csv`` writes CSV and ``--nl`` one JSON object per row instead. Rows are drawn
+    :data:`CHUNK_ROWS` at a time, so a table of any length takes flat memory; for the plain
+    formats every chunk is padded to the first chunk's column widths, so the columns line up.
+    On a terminal, long text cells wrap at :data:`MAX_CELL` characters or less when the terminal
+    is narrow (``-v`` never wraps); they are never cut.
+    """
+    style = setting(TABLE_STYLE)
+    it = iter(rows)
+    if style == "csv":
+        _emit_csv(it, headers)
+        return
+    if style == "nl":
+        for row in it:
+            emit_json_line(dict(zip(headers, row, strict=False)))
+        return
+    widths: list[int] | None = None
+    wrap = False
+    first = True
+    while chunk := [_cells(row) for row in itertools.islice(it, CHUNK_ROWS)]:
+        if widths is None:
+            widths, wrap = _widths(chunk, headers)
+        if fmt in _PADDABLE:
+            chunk = [[_pad(c, w, wrap) for c, w in zip(row, widths, strict=False)] for row in chunk]
+            # Later chunks: the same padded columns, without the header or rule lines.
+            _draw(chunk, headers if first else None, fmt if first else "plain", None)
+        else:
+            _draw(chunk, headers, fmt, widths if wrap else None)
+        first = False
+
+
+_PADDABLE = {"simple", "plain"}
+
+
+def _cells(row: Sequence[Any]) -> list[Any]:
+    return [printable(c) if isinstance(c, str) else c for c in row]
+
+
+def _widths(chunk: list[list[Any]], headers: Sequence[str]) -> tuple[list[int], bool]:
+    """Column widths from the first chunk, and whether to wrap to them.
+
+    Elsewhere than on a terminal (and with -v) they are the first chunk's natural widths. On a
+    terminal, columns of short values (ids, statuses, sizes: up to :data:`_KEEP` wide) keep
+    their width, and the long ones (messages, paths) are capped at :data:`MAX_CELL` and then
+    narrowed, widest first, down to 12 characters, until the table fits the terminal.
+    """
+    ncols = max(len(headers), *(len(r) for r in chunk))
+    # tabulate gives a column at least its header's width plus two
+    natural = [len(headers[i]) + 2 if i < len(headers) else 0 for i in range(ncols)]
+    for row in chunk:
+        for i, c in enumerate(row):
+            natural[i] = max(natural[i], len(str(c)))
+    if not sys.stdout.isatty() or verbose():
+        return natural, False
+    budget = shutil.get_terminal_size((100, 24)).columns - 2 * (ncols - 1)
+    widths = [w if w <= _KEEP else min(w, MAX_CELL) for w in natural]
+    while sum(widths) > budget:
+        widest = max(range(ncols), key=lambda i: widths[i] if natural[i] > _KEEP else -1)
+        if natural[widest] <= _KEEP or widths[widest] <= 12:
+            break  # nothing left to narrow: the table is wider than the terminal
+        widths[widest] -= 1
+    return widths, True
+
+
+_KEEP = 28
+
+
+def _pad(cell: Any, width: int, wrap: bool) -> Any:
+    if not isinstance(cell, str):
+        return cell
+    if len(cell) <= width or not wrap:
+        return cell.ljust(width)
+    return "\n".join(
+        line.ljust(width) for line in textwrap.wrap(cell, width, break_on_hyphens=False)
+    )
+
+
+def _draw(
+    chunk: list[list[Any]], headers: Sequence[str] | None, fmt: str, widths: list[int] | None
+) -> None:
+    from tabulate import tabulate  # imported when a table is drawn: --json never needs it
+
+    kwargs: dict[str, Any] = {"tablefmt": fmt, "disable_numparse": True}
+    if widths is not None and fmt not in _PADDABLE:
+        kwargs["maxcolwidths"] = widths
+    if headers is None:
+        # A continuation chunk: same widths, no header line.
+        text = tabulate(chunk, headers=(), **kwargs)
+    else:
+        text = tabulate(chunk, headers=list(headers), **kwargs)
+    click.echo(text)
+
+
+def _emit_csv(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(headers)
+    it = iter(rows)
+    while True:
+        chunk = list(itertools.islice(it, CHUNK_ROWS))
+        # CSV quotes what it must; control characters are escaped only on a terminal.
+        writer.writerows([_cells(r) for r in chunk] if sys.stdout.isatty() else chunk)
+        click.echo(buf.getvalue(), nl=False)
+        buf.seek(0)
+        buf.truncate()
+        if not chunk:
+            break
 
 
 def emit_text(text: str) -> None:
@@ -79,8 +206,40 @@ def emit_text(text: str) -> None:
 
 
 def note(text: str) -> None:
-    """A human note on stderr (summary lines, hints); one line, control characters escaped."""
-    click.echo(printable(text), err=True)
+    """A human note on stderr (summary lines, hints); one line, control characters escaped.
+    Silent with ``-q``."""
+    if not setting(QUIET):
+        click.echo(printable(text), err=True)
+
+
+def detail(text: str) -> None:
+    """A note shown only with ``-v``."""
+    if verbose() and not setting(QUIET):
+        click.echo(printable(text), err=True)
+
+
+def error(
+    message: str,
+    *,
+    code: str,
+    exit_code: int,
+    path: str | None = None,
+    as_json: bool | None = None,
+) -> None:
+    """The one line an error gets on stderr: ``agentdb: <message>``, or under ``--json`` one
+    JSON object ``{"version", "error": {"code", "message", "path", "exit"}}``. ``as_json``
+    None: whether the running command was given ``--json``."""
+    if as_json is None:
+        ctx = click.get_current_context(silent=True)
+        as_json = ctx is not None and bool(ctx.meta.get("agentdb.json_errors"))
+    if as_json:
+        doc = {
+            "version": 1,
+            "error": {"code": code, "message": message, "path": path, "exit": exit_code},
+        }
+        click.echo(json.dumps(doc, ensure_ascii=True), err=True)
+    else:
+        click.echo(f"agentdb: {printable(message)}", err=True)
 
 
 def warn(text: str) -> None:
@@ -109,10 +268,13 @@ class ProgressLine:
 
     def __init__(self, label: str, *, enabled: bool | None = None, width: int = 30):
         self.label = label
-        self.enabled = is_terminal() if enabled is None else enabled
+        if enabled is None:
+            enabled = is_terminal() and not setting(QUIET) and not setting(NO_PROGRESS)
+        self.enabled = enabled
         self.width = width
         self.drawn = False
         self._last = 0.0
+        self._start = time.monotonic()
 
     def update(self, done: int, total: int, what: str = "") -> None:
         if not self.enabled or total <= 0:
@@ -121,10 +283,20 @@ class ProgressLine:
         if done < total and now - self._last < 0.1:
             return
         self._last = now
-        filled = self.width * done // total
-        bar = "#" * filled + "-" * (self.width - filled)
-        click.echo(f"\r{self.label} [{bar}] {done}/{total} {what}\x1b[K", err=True, nl=False)
+        click.echo(f"\r{self.line(done, total, now)} {what}\x1b[K", err=True, nl=False)
         self.drawn = True
+
+    def line(self, done: int, total: int, now: float) -> str:
+        """``label [####----] done/total  rate/s  ETA m:ss`` (rate and ETA once measurable)."""
+        filled = self.width * min(done, total) // total
+        bar = "#" * filled + "-" * (self.width - filled)
+        text = f"{self.label} [{bar}] {done}/{total}"
+        elapsed = now - self._start
+        if done > 0 and elapsed > 0:
+            rate = done / elapsed
+            eta = int((total - done) / rate) if rate > 0 else 0
+            text += f"  {rate:.1f}/s  ETA {eta // 60}:{eta % 60:02d}"
+        return text
 
     def __call__(self, done: int, total: int) -> None:
         self.update(done, total)

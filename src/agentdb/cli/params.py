@@ -11,7 +11,7 @@ from agentdb.durations import parse_duration
 
 
 class DurationType(click.ParamType):
-    """``90d``, ``12h``, ``30m``, ``0s`` (units s, m, h, d, w)."""
+    """``90d``, ``12h``, ``1d12h``, ``1y``, ``0s`` (units s, m, h, d, w, y = 365 days)."""
 
     name = "DURATION"
 

@@ -1,0 +1,73 @@
+"""Examples shown at the end of every command's ``--help`` (and in its man page's EXAMPLES).
+
+Keyed by the command's path after ``agentdb``. Each example is a command line and what it does;
+every command must have at least one (``tests/cli/test_common_options.py`` checks).
+"""
+
+from __future__ import annotations
+
+EXAMPLES: dict[str, list[tuple[str, str]]] = {
+    "backup": [
+        ("agentdb backup --all --to /srv/backup/agent", "copy every session; rerun to update"),
+        ("agentdb backup --verify /srv/backup/agent", "check every copy in a backup directory"),
+    ],
+    "check": [
+        ("agentdb check", "verify every session (exit 1 if any is not ok)"),
+        ("agentdb check --quick --json", "a faster pass, as one JSON document"),
+        ("agentdb check 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "verify one session"),
+    ],
+    "demo": [
+        ("agentdb demo", "build a sample state in a new temporary folder and walk through it"),
+        ("agentdb demo ~/agentdb-demo", "the same, in a folder you keep"),
+    ],
+    "events": [
+        ("agentdb events 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "the event log in sequence order"),
+        (
+            "agentdb events 01HZX3V5P3R6M9T4Q8K2W7Y1BC --kind message --after 100 --json",
+            "message events after sequence 100, as JSON Lines",
+        ),
+    ],
+    "migrate": [
+        ("agentdb migrate --all --dry-run", "which sessions would be migrated"),
+        ("agentdb migrate --all", "bring every session to the current revision"),
+    ],
+    "plugins": [("agentdb plugins refs", "cached plugin versions and the sessions using them")],
+    "plugins refs": [
+        ("agentdb plugins refs", "cached plugin versions and the sessions using them"),
+        ("agentdb plugins refs --json", "the same as one JSON document"),
+    ],
+    "preflight": [
+        ("agentdb preflight 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "what the cache lacks to replay it"),
+    ],
+    "prune": [
+        ("agentdb prune --older-than 90d --dry-run", "what removing 90-day-old sessions would do"),
+        ("agentdb prune --keep-last 100 --status completed", "keep the newest 100; asks first"),
+    ],
+    "recover": [
+        ("agentdb recover --all --dry-run", "what would be salvaged, changing nothing"),
+        ("agentdb recover 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "salvage one damaged session"),
+    ],
+    "sessions": [("agentdb sessions list", "every session, oldest first")],
+    "sessions list": [
+        ("agentdb sessions list", "every session, oldest first"),
+        ("agentdb sessions list --json", "the same as one JSON document"),
+    ],
+    "sessions show": [
+        ("agentdb sessions show 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "one session's row, cost, producers"),
+    ],
+    "sessions tree": [
+        ("agentdb sessions tree", "the parent/child tree of every session"),
+        ("agentdb sessions tree 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "the tree around one session"),
+    ],
+}
+
+
+def epilog(path: str) -> str | None:
+    """The examples of the command at ``path`` as a help epilog (click keeps ``\\b`` blocks)."""
+    examples = EXAMPLES.get(path)
+    if not examples:
+        return None
+    lines = ["\b", "Examples:"]
+    for command, what in examples:
+        lines += [f"  $ {command}", f"      {what}"]
+    return "\n".join(lines)
