@@ -133,14 +133,17 @@ class Page:
 
 def now_timestamp() -> str:
     """Wall-clock time for display: ISO 8601, UTC, milliseconds. Never used for ordering."""
+    global _stamp_cache
     now = time.time()
     whole = int(now)
-    if whole != _stamp_cache[0]:  # format the seconds once per second, not once per event
-        _stamp_cache[:] = [whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))]
-    return f"{_stamp_cache[1]}{int((now - whole) * 1000):03d}Z"
+    cached = _stamp_cache  # one read: another thread may replace it meanwhile
+    if whole != cached[0]:  # format the seconds once per second, not once per event
+        cached = (whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole)))
+        _stamp_cache = cached
+    return f"{cached[1]}{int((now - whole) * 1000):03d}Z"
 
 
-_stamp_cache: list[Any] = [None, ""]
+_stamp_cache: tuple[int | None, str] = (None, "")
 
 
 def new_session_id() -> str:

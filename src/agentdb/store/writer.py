@@ -1,11 +1,14 @@
 """The kernel's single writer for one session file.
 
 Every write validates first and then runs in one ``BEGIN IMMEDIATE`` transaction, so invalid
-input raises and writes nothing."""
+input raises and writes nothing. A writer may be shared by any number of threads: one lock
+serialises everything that touches its connection, so every event lands, and sequences are
+given in commit order with no gap (the spec's parallel data_source calls)."""
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +98,9 @@ class SessionWriter:
         self.revision = revision  # the schema revision rows are written at
         self._next_seq: int | None = None  # next sequence, known after our own commits
         self._producers: set[tuple[str, str, str]] | None = None  # rows known to exist
+        # Held by every use of ``conn`` (and of the two caches above): APSW raises on a
+        # connection used from two threads at once, and a transaction must not interleave.
+        self._lock = threading.Lock()
 
     # -- opening
 
@@ -225,7 +231,8 @@ class SessionWriter:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        self.conn.close()
+        with self._lock:
+            self.conn.close()
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -243,12 +250,17 @@ class SessionWriter:
         """Append events in order in one transaction (group commit); returns their sequences.
 
         Every event is validated before the transaction starts: one bad event writes nothing.
+        Safe from any thread; a batch's sequences are consecutive.
         """
         batch = list(events)
         for ev in batch:
             validate_event(ev)
         if not batch:
             return []
+        with self._lock:
+            return self._write(batch)
+
+    def _write(self, batch: list[Event]) -> list[int]:
         conn = self.conn
         out: list[int] = []
         stamp = now_timestamp()
@@ -330,7 +342,7 @@ class SessionWriter:
 
     def set_status(self, status: str, *, at: str | None = None) -> None:
         """Move the session's status: ``ended_at`` is set on ending and cleared on re-open."""
-        with db.translated(self.path):
+        with self._lock, db.translated(self.path):
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 row = db.row(
@@ -353,7 +365,8 @@ class SessionWriter:
                 raise
 
     def info(self) -> SessionInfo:
-        return read_info(self.conn, self.path, self.session_id)
+        with self._lock, db.translated(self.path):
+            return read_info(self.conn, self.path, self.session_id)
 
 
 def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id: str) -> None:
