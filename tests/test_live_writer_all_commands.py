@@ -93,7 +93,7 @@ def test_every_command_beside_a_live_writer(sessions_dir: Path, tmp_path: Path) 
                             assert e.get(key) not in BAD, (argv, e)
                 if args[0] == "prune":
                     doc = json.loads(r.stdout)
-                    assert live not in doc["removed"]
+                    assert live not in doc["removed"] + doc["would_remove"]
                     refused = {d["session_id"]: d for d in doc["refused"]}
                     codes_ = {x["code"] for x in refused[live]["reasons"]}
                     assert codes_ & {"live", "running"}, refused[live]

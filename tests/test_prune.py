@@ -187,7 +187,7 @@ def test_every_refusal_code(sessions_dir: Path, plugin_cache: Path) -> None:
         live: ["live"],
         parent: ["has_children"],
         corrupt: ["unreadable"],
-        foreign: ["unreadable"],
+        foreign: ["foreign"],
     }
     assert child not in got and young_foreign not in got
     msgs = {d.session_id: d.reasons for d in plan.candidates}
@@ -203,6 +203,31 @@ def test_has_children_reaches_a_fixed_point(sessions_dir: Path, plugin_cache: Pa
     other = old_session(sessions_dir, 297, parent=g, depth=1)
     plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
     assert codes(plan) == {g: ["has_children"], p: ["has_children"], c: ["running"], other: []}
+
+
+def test_every_reason_is_listed_has_children_too(sessions_dir: Path, plugin_cache: Path) -> None:
+    """A session refused for its own reasons still gets has_children when a child stays
+    (the contract: every reason that applies is listed)."""
+    cache_version(plugin_cache, demo.MODEL_CACHED)
+    both = old_session(sessions_dir, 300, status=None, ended_at=None, model=demo.MODEL_CACHED)
+    child = old_session(sessions_dir, 1, parent=both, depth=1)  # too young: stays
+    mid = old_session(sessions_dir, 290, status=None, ended_at=None, parent=both, depth=1)
+    grandchild = old_session(sessions_dir, 280, parent=mid, depth=2, model=demo.MODEL_CACHED)
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
+    assert codes(plan) == {
+        both: ["has_children", "pinned", "running"],
+        mid: ["has_children", "running"],
+        grandchild: ["pinned"],
+    }
+    msg = {d.session_id: d.reasons for d in plan.candidates}
+    [hc] = [r for r in msg[both] if r.code == "has_children"]
+    assert child in hc.message and mid in hc.message  # every child that stays, named once
+    # Subtrees: inherited reasons are rebuilt, never listed twice or stale.
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(ids=(both,), with_descendants=True))
+    assert {d.session_id for d in plan.candidates} == {both, child, mid, grandchild}
+    for d in plan.candidates:
+        assert len(d.reasons) == len(set(d.reasons)), d.reasons
+        assert {"pinned", "running"} <= {r.code for r in d.reasons}
 
 
 def test_with_descendants_judges_the_subtree_whole(sessions_dir: Path, plugin_cache: Path) -> None:
@@ -246,14 +271,32 @@ def test_unreadable_only_by_explicit_id_with_include_damaged(
     demo.damage_page(sessions_dir / f"{corrupt}.sqlite", table="events", nth_leaf=1)
     sel = Selectors(ids=(foreign, corrupt))
     assert codes(prune.plan(sessions_dir, plugin_cache, sel)) == {
-        foreign: ["unreadable"],
+        foreign: ["foreign"],
         corrupt: ["unreadable"],
     }
     sel = Selectors(older_than=OLD, include_damaged=True)  # a selector never removes them
     assert not prune.plan(sessions_dir, plugin_cache, sel).removals
     sel = Selectors(ids=(foreign, corrupt), include_damaged=True)
     res = prune.execute(prune.plan(sessions_dir, plugin_cache, sel))
-    assert res.removed == sorted([foreign, corrupt]) and os.listdir(sessions_dir) == []
+    # A foreign file is reported and never modified, not even when named: moved out by hand.
+    assert res.removed == [corrupt]
+    assert [(d.session_id, [r.code for r in d.reasons]) for d in res.refused] == [
+        (foreign, ["foreign"])
+    ]
+    assert os.listdir(sessions_dir) == [f"{foreign}.sqlite"]
+
+
+def test_foreign_file_with_a_trigger_is_still_foreign(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """Triggers are refused before identity is read; prune still sees the foreign id."""
+    foreign = foreign_file(sessions_dir, 200)
+    conn = apsw.Connection(str(sessions_dir / f"{foreign}.sqlite"))
+    conn.execute("CREATE TRIGGER tr AFTER INSERT ON t BEGIN DELETE FROM t; END")
+    conn.close()
+    sel = Selectors(ids=(foreign,), include_damaged=True)
+    plan = prune.plan(sessions_dir, plugin_cache, sel)
+    assert codes(plan) == {foreign: ["foreign"]} and not plan.removals
 
 
 # ------------------------------------------------------------------------------ dry run
@@ -272,7 +315,9 @@ def test_plan_changes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
     plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=dt.timedelta(0)))
     assert len(plan.removals) == 2 and len(plan.refusals) == 3
     res = prune.dry_run(plan)
-    assert res.dry_run and res.freed_bytes == plan.bytes > 0
+    assert res.dry_run and res.would_free_bytes == plan.bytes > 0
+    assert res.removed == [] and res.freed_bytes == 0 and res.files == []
+    assert res.would_remove == [d.session_id for d in plan.removals]
     assert snapshot(sessions_dir) == before
 
 

@@ -516,7 +516,7 @@ def test_prune_json_shape_and_reason_codes(tmp_path: Path) -> None:
         )
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["dry_run"] is True and isinstance(doc["removed"], list)
+    assert doc["dry_run"] is True and doc["removed"] == []
     reasons = {d["session_id"]: {x["code"] for x in d["reasons"]} for d in doc["refused"]}
     for d in doc["refused"]:
         assert all(isinstance(x["message"], str) and x["message"] for x in d["reasons"])
@@ -524,7 +524,7 @@ def test_prune_json_shape_and_reason_codes(tmp_path: Path) -> None:
     assert {"live", "pinned"} <= reasons[recent.session_id]  # every reason that applies
     assert {"running", "pinned"} <= reasons[state.by_role("running").session_id]
     assert "unreadable" in reasons[state.by_role("damaged").session_id]
-    assert child in doc["removed"]
+    assert child in doc["would_remove"]
 
 
 def test_prune_needs_confirmation_and_dry_run_changes_nothing(tmp_path: Path) -> None:
@@ -674,7 +674,7 @@ def test_kernel_never_looked_up_in_the_plugin_cache(tmp_path: Path, sessions_dir
     assert all(p["category"] != "kernel" for p in doc["missing"]), doc
     assert {p["state"] for p in doc["producers"] if p["category"] == "kernel"} == {"kernel"}
     r = agentdb(*opts, "prune", sid, "--dry-run", "--json")
-    assert json.loads(r.stdout)["removed"] == [sid], r.stdout  # not pinned by the kernel dir
+    assert json.loads(r.stdout)["would_remove"] == [sid], r.stdout  # not pinned by the kernel dir
     r = agentdb(*opts, "plugins", "refs", "--json")
     doc = json.loads(r.stdout)
     assert all(v.get("sessions", 0) == 0 for v in doc["versions"]), doc

@@ -59,11 +59,13 @@ def test_dry_run_json_changes_nothing(sessions_dir: Path, plugin_cache: Path) ->
     r = run(sessions_dir, plugin_cache, "prune", "--older-than", "0s", "--dry-run", "--json")
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["dry_run"] is True and gone in doc["removed"] and len(doc["removed"]) == 2
+    assert doc["dry_run"] is True and doc["confirmed"] is False and doc["removed"] == []
+    assert gone in doc["would_remove"] and len(doc["would_remove"]) == 2
     refused = {x["session_id"]: [c["code"] for c in x["reasons"]] for x in doc["refused"]}
-    assert refused == {pinned: ["pinned"], foreign: ["unreadable"]}
+    assert refused == {pinned: ["pinned"], foreign: ["foreign"]}
     assert all(set(c) == {"code", "message"} for x in doc["refused"] for c in x["reasons"])
-    assert doc["freed_bytes"] > 0
+    assert doc["would_free_bytes"] > 0 and doc["freed_bytes"] == 0 and doc["files"] == []
+    assert f"{gone}.sqlite" in doc["would_remove_files"]
     assert snapshot(sessions_dir) == before
 
 
@@ -72,6 +74,38 @@ def test_no_terminal_without_yes_deletes_nothing(sessions_dir: Path, plugin_cach
     before = snapshot(sessions_dir)
     r = run(sessions_dir, plugin_cache, "prune", "--older-than", "90d")
     assert r.returncode == 1 and "--yes" in r.stderr and "would remove" in r.stdout
+    assert snapshot(sessions_dir) == before
+
+
+def test_unconfirmed_json_never_reports_removed(sessions_dir: Path, plugin_cache: Path) -> None:
+    """No terminal and no --yes: nothing is removed, and ``removed`` says so (a script that
+    reads only ``removed`` is not misled); the plan is in ``would_remove``."""
+    sid = old_session(sessions_dir, 200)
+    before = snapshot(sessions_dir)
+    r = run(sessions_dir, plugin_cache, "prune", sid, "--json")
+    assert r.returncode == 1 and "--yes" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["removed"] == [] and doc["would_remove"] == [sid]
+    assert doc["dry_run"] is True and doc["confirmed"] is False
+    assert doc["freed_bytes"] == 0 and doc["would_free_bytes"] > 0
+    assert snapshot(sessions_dir) == before
+    r = run(sessions_dir, plugin_cache, "prune", sid, "--json", "--yes")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["removed"] == [sid] and doc["would_remove"] == []
+    assert doc["dry_run"] is False and doc["confirmed"] is True and doc["freed_bytes"] > 0
+
+
+def test_foreign_file_is_never_removed(sessions_dir: Path, plugin_cache: Path) -> None:
+    """Not even named with --include-damaged --yes: reason ``foreign``, the file stays."""
+    foreign = foreign_file(sessions_dir, 200)
+    before = snapshot(sessions_dir)
+    r = run(sessions_dir, plugin_cache, "prune", foreign, "--include-damaged", "--yes", "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["removed"] == []
+    [refused] = doc["refused"]
+    assert [c["code"] for c in refused["reasons"]] == ["foreign"]
+    assert "by hand" in refused["reasons"][0]["message"]
     assert snapshot(sessions_dir) == before
 
 

@@ -17,6 +17,8 @@ CODES: dict[str, tuple[str, str | None]] = {
     "insecure_owner": ("error", "insecure"),  # another user owns the db or a sidecar
     "insecure_sidecar": ("error", "insecure"),  # a sidecar that is not a regular file
     "not_opened": ("info", None),  # the file was not opened (it is insecure), so not checked
+    "readable_by_others": ("warning", None),  # group/other can read the db or a sidecar
+    "hard_linked": ("warning", None),  # the db has another name (st_nlink > 1)
     # identity
     "not_a_database": ("error", "unreadable"),  # SQLite cannot read it as a database
     "empty_database": ("error", "unreadable"),  # a database with no tables at all
@@ -46,6 +48,7 @@ CODES: dict[str, tuple[str, str | None]] = {
     "ended_at_inconsistent": ("error", "inconsistent"),
     "bad_parent_id": ("error", "inconsistent"),
     "bad_depth": ("error", "inconsistent"),
+    "depth_mismatch": ("warning", None),  # depth is not the (readable) parent's depth + 1
     "bad_kind": ("error", "inconsistent"),
     "bad_producer_category": ("error", "inconsistent"),
     "bad_decision": ("error", "inconsistent"),
@@ -55,6 +58,10 @@ CODES: dict[str, tuple[str, str | None]] = {
     "plan_item_not_plan": ("error", "inconsistent"),
     "producer_mismatch": ("error", "inconsistent"),  # first-seen event has another producer
     "producer_unlisted": ("error", "inconsistent"),  # events by a producer not in producers
+    # what agentdb's writer refuses to write, found in another writer's file
+    "kernel_kind_mismatch": ("warning", None),  # plan/apply not by the kernel producer, or
+    #                                             another kind by it
+    "message_without_cost": ("warning", None),  # a message event with no cost_ledger row
     # liveness and history
     "live": ("info", None),  # another process has the file open
     "interrupted": ("warning", None),  # status running, and no process has it open

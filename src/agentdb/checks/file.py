@@ -17,11 +17,12 @@ import apsw
 
 from agentdb import db, errors, locks
 from agentdb.checks.codes import finding, verdict_of
+from agentdb.checks.parent import parent_depth
 from agentdb.fileformat import scan_wal
-from agentdb.paths import is_valid_id, sidecar
+from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
-from agentdb.schema.identity import SchemaRows, identify, schema_differences, schema_rows
+from agentdb.schema.identity import SchemaRows, identify, schema_rows, table_differences
 from agentdb.schema.revisions import CURRENT_REVISION
 
 _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
@@ -63,6 +64,8 @@ class _Run:
     size: int | None = None
     live: int | None = None
     unstable: bool = False
+    parent: str | None = None  # session_meta.parent_session_id, when it is another's valid id
+    depth: int | None = None  # session_meta.depth, when it is an integer
 
     @property
     def fix_recover(self) -> str:
@@ -110,7 +113,33 @@ class _Run:
         if problems:
             self.add("not_opened", "not opened until its permissions are fixed")
             return False
+        self.warn_readable(stats)
+        if st.st_nlink > 1:
+            fix = f"cp -p {self.path} {self.path}.new && mv {self.path}.new {self.path}"
+            self.add(
+                "hard_linked",
+                f"has {st.st_nlink} names (hard links, e.g. from `cp -al` or `rsync "
+                "--link-dest`): a job that rewrites it in place would change the other names "
+                f"too; while no kernel has it open, break the link: `{fix}`",
+                fix,
+            )
         return True
+
+    def warn_readable(self, stats: db.FileStats) -> None:
+        """The database or a sidecar that group or others can read (not write: that is
+        ``insecure_mode``): a session's history is private to its user."""
+        for suffix, st in (("", stats.db), ("-wal", stats.wal), ("-shm", stats.shm)):
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o044:
+                p = sidecar(self.path, suffix) if suffix else self.path
+                fix = f"chmod 600 {p}"
+                self.add(
+                    "readable_by_others",
+                    f"{p.name}: mode {mode:04o} lets group or others read the session; run `{fix}`",
+                    fix,
+                )
 
     def probe(self) -> None:
         holder = locks.probe(self.path)
@@ -224,11 +253,7 @@ class _Run:
             )
 
     def schema(self, conn: apsw.Connection, revision: int, rows: SchemaRows) -> bool:
-        diffs = [
-            d
-            for d in schema_differences(conn, revision, rows=rows)
-            if not d.startswith(("unexpected trigger", "unexpected view"))
-        ]
+        diffs = table_differences(conn, revision, rows=rows)
         if diffs:
             self.add(
                 "schema_mismatch",
@@ -268,8 +293,25 @@ class _Run:
             not isinstance(parent, str) or not is_valid_id(parent) or parent == self.session_id
         ):
             self.add("bad_parent_id", f"parent_session_id {parent!r} is not another session's id")
+        elif parent is not None:
+            self.parent = parent
         if depth_type != "integer" or int(depth) < 0:
             self.add("bad_depth", f"depth {depth!r} is not a non-negative integer")
+        else:
+            self.depth = int(depth)
+
+    def parent_depth(self) -> None:
+        """A child's depth is its parent's + 1 (the writer refuses anything else); another
+        writer may count differently, so this is a warning. Needs the parent's file."""
+        if self.parent is None or self.depth is None:
+            return
+        want = parent_depth(self.path.with_name(self.parent + SESSION_SUFFIX), self.parent)
+        if want is not None and self.depth != want + 1:
+            self.add(
+                "depth_mismatch",
+                f"depth {self.depth}, but its parent {self.parent} has depth {want} (expected "
+                f"{want + 1}); written by another writer that counts depth differently",
+            )
 
     def consistency(self, conn: apsw.Connection) -> None:
         kinds, cats, decisions = (
@@ -291,10 +333,18 @@ class _Run:
             " OR e.producer_version IS NOT p.version), "
             "(SELECT count(*) FROM (SELECT DISTINCT producer_category AS c, producer_name AS n, "
             " producer_version AS v FROM events) d WHERE NOT EXISTS (SELECT 1 FROM producers p"
-            " WHERE p.category = d.c AND p.name = d.n AND p.version = d.v))"
+            " WHERE p.category = d.c AND p.name = d.n AND p.version = d.v)), "
+            f"(SELECT count(*) FROM events WHERE kind IN ('plan', 'apply')"
+            f" AND producer_category IS NOT '{enums.KERNEL}'), "
+            f"(SELECT count(*) FROM events WHERE producer_category = '{enums.KERNEL}'"
+            " AND kind NOT IN ('plan', 'apply')), "
+            "(SELECT count(*) FROM events WHERE kind = 'message' AND sequence NOT IN"
+            " (SELECT event_sequence FROM cost_ledger WHERE event_sequence IS NOT NULL))"
         ).fetchone()
         assert counts is not None
-        bad_kind, bad_cat, bad_dec, ledger, plan, prod, unlisted = (int(x) for x in counts)
+        bad_kind, bad_cat, bad_dec, ledger, plan, prod, unlisted, not_kernel, by_kernel, free = (
+            int(x) for x in counts
+        )
         if bad_kind:
             self.add("bad_kind", f"{bad_kind} events have a kind outside the spec's ten")
         if bad_cat:
@@ -312,6 +362,20 @@ class _Run:
             )
         if unlisted:
             self.add("producer_unlisted", f"{unlisted} producers wrote events but are not listed")
+        # What agentdb's writer refuses to write; another writer's file may hold it.
+        if not_kernel or by_kernel:
+            self.add(
+                "kernel_kind_mismatch",
+                f"{not_kernel} plan/apply events not written by the kernel producer, "
+                f"{by_kernel} other events written by it (the spec reserves the kernel "
+                "producer for plan and apply); written by another writer",
+            )
+        if free:
+            self.add(
+                "message_without_cost",
+                f"{free} message events have no cost_ledger row (the spec extracts every "
+                "message's usage into cost_ledger); costs of this session are understated",
+            )
 
     def foreign_keys(self, conn: apsw.Connection) -> None:
         missing: dict[str, list[int]] = {}
@@ -391,6 +455,8 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
             pass
         finally:
             conn.close()
+        if not quick:  # the parent's file is opened only after this one is closed
+            run.parent_depth()
     if immutable and _snapshot(db.file_stats(path)) != before:
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:

@@ -81,8 +81,9 @@ def prune_cmd(
     Selected = IDS plus the sessions matching every filter given (--older-than, --status,
     --profile, --keep-last). Refused, with every reason: running, live (open by a process),
     pinned (uses a plugin version in the plugin cache), has_children (a session that stays
-    names it as parent), unreadable (corrupt or foreign: only removed when named with
-    --include-damaged). Nothing is removed without --yes or a confirmation on a terminal.
+    names it as parent), unreadable (corrupt: only removed when named with
+    --include-damaged), foreign (another application's file: never removed). Nothing is
+    removed without --yes or a confirmation on a terminal.
     Exit 0: did all asked; 1: refused some; 2: usage error.
     """
     selectors = prune.Selectors(
@@ -131,7 +132,8 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
 
 def _show(result: prune.PruneResult, fmt: str) -> None:
     verb = "would remove" if result.dry_run else "removed"
-    rows: list[tuple[str, str, str]] = [(sid, verb, "") for sid in result.removed]
+    ids = result.would_remove if result.dry_run else result.removed
+    rows: list[tuple[str, str, str]] = [(sid, verb, "") for sid in ids]
     for d in result.refused:
         for i, r in enumerate(d.reasons):
             rows.append(
@@ -142,9 +144,10 @@ def _show(result: prune.PruneResult, fmt: str) -> None:
                 )
             )
     output.emit_table(rows, ["session", "action", "reason"], fmt)
-    freed = output.human_bytes(result.freed_bytes)
     if result.dry_run:
-        done = f"{len(result.removed)} session(s) would be removed, {freed} to free"
+        freed = output.human_bytes(result.would_free_bytes)
+        done = f"{len(ids)} session(s) would be removed, {freed} to free"
     else:
-        done = f"{len(result.removed)} session(s) removed, {freed} freed"
+        freed = output.human_bytes(result.freed_bytes)
+        done = f"{len(ids)} session(s) removed, {freed} freed"
     output.note(f"{done}; {len(result.refused)} refused")

@@ -34,18 +34,28 @@ Fault = Callable[[str], None]
 
 @dataclass
 class PruneResult:
-    """What a prune run did (or, for a dry run, would do)."""
+    """What a prune run did, and for a dry run (or an unconfirmed run) what it would do.
 
-    dry_run: bool  # True: nothing was changed
-    removed: list[str] = field(default_factory=list)  # session ids removed (or that would be)
+    ``removed``, ``freed_bytes`` and ``files`` are only ever what was actually removed: a dry
+    run reports its plan in the ``would_*`` fields, so a script reading ``removed`` is never
+    misled.
+    """
+
+    dry_run: bool  # True: nothing was changed (--dry-run, or no confirmation)
+    removed: list[str] = field(default_factory=list)  # session ids removed (empty in a dry run)
     refused: list[PruneDecision] = field(default_factory=list)  # sessions kept, with reasons
-    freed_bytes: int = 0  # bytes removed (dry run: bytes that would be freed)
+    freed_bytes: int = 0  # bytes removed
     files: list[str] = field(default_factory=list)  # names removed from the sessions directory
+    would_remove: list[str] = field(default_factory=list)  # dry run: ids the plan would remove
+    would_free_bytes: int = 0  # dry run: bytes the plan would free
+    would_remove_files: list[str] = field(default_factory=list)  # dry run: names it would remove
 
     def to_json(self) -> dict[str, object]:
         return {
             "dry_run": self.dry_run,
+            "confirmed": not self.dry_run,
             "removed": self.removed,
+            "would_remove": self.would_remove,
             "refused": [
                 {
                     "session_id": d.session_id,
@@ -54,7 +64,9 @@ class PruneResult:
                 for d in self.refused
             ],
             "freed_bytes": self.freed_bytes,
+            "would_free_bytes": self.would_free_bytes,
             "files": self.files,
+            "would_remove_files": self.would_remove_files,
         }
 
 
@@ -62,10 +74,10 @@ def dry_run(plan: PrunePlan) -> PruneResult:
     """The plan as a result that changed nothing."""
     return PruneResult(
         True,
-        [d.session_id for d in plan.removals],
-        plan.refusals,
-        plan.bytes,
-        [n for d in plan.removals for n in d.files],
+        refused=plan.refusals,
+        would_remove=[d.session_id for d in plan.removals],
+        would_free_bytes=plan.bytes,
+        would_remove_files=[n for d in plan.removals for n in d.files],
     )
 
 

@@ -69,8 +69,8 @@ class Selectors:
 class Reason:
     """Why a selected session stays."""
 
-    code: str  # running | live | pinned | has_children | unreadable | has_corrupt_copies |
-    #            not_found | changed
+    code: str  # running | live | pinned | has_children | unreadable | foreign |
+    #            has_corrupt_copies | not_found | changed
     message: str  # one line
 
 
@@ -172,6 +172,14 @@ def _own_reasons(
         problem = quick_check(sessions_dir, f.session_id) if f.holder is None else None
     if f.entry_kind == "directory":
         out.append(Reason("unreadable", f"{problem}; never removed, move it away by hand"))
+    elif f.foreign:
+        out.append(
+            Reason(
+                "foreign",
+                f"{problem}: another application's file, never removed (not even with "
+                "--include-damaged); move it out of the sessions directory by hand",
+            )
+        )
     elif problem is not None and not allow_damaged:
         hint = (
             "add --include-damaged to remove it"
@@ -290,18 +298,24 @@ def plan(
         if selectors.with_descendants:
             changed |= _refuse_whole_groups(decisions, top)
         for sid, d in decisions.items():
-            if d.reasons:
-                continue
+            # Every reason is listed: a session refused for its own reasons gets has_children
+            # too, and the message follows the children that stay as the fixed point grows.
             staying = [
-                c for c in children.get(sid, []) if decisions.get(c) is None or decisions[c].reasons
+                c
+                for c in children.get(sid, [])
+                if (decisions.get(c) is None or decisions[c].reasons)
+                and not (c in top and top[c] == top.get(sid))  # a subtree goes or stays whole
             ]
-            if staying:
-                d.reasons.append(
-                    Reason(
-                        "has_children", _members("named as parent by sessions that stay:", staying)
-                    )
-                )
-                changed = True
+            if not staying:
+                continue
+            reason = Reason(
+                "has_children", _members("named as parent by sessions that stay:", staying)
+            )
+            old = [r for r in d.reasons if r.code == "has_children" and not _inherited(r)]
+            if old == [reason]:
+                continue
+            d.reasons = [r for r in d.reasons if r not in old] + [reason]
+            changed = True
     for d in decisions.values():
         d.remove = not d.reasons
     result.candidates = [decisions[s] for s in sorted(decisions)]
@@ -309,6 +323,11 @@ def plan(
 
 
 _SUBTREE = "subtree of "
+
+
+def _inherited(r: Reason) -> bool:
+    """A reason copied from another member of a --with-descendants subtree."""
+    return r.message.startswith(_SUBTREE)
 
 
 def _resume_reasons(f: Facts, planned: Stamp | None) -> list[Reason]:
@@ -348,25 +367,24 @@ def _corrupt_bytes(sessions_dir: Path, f: Facts) -> int:
 
 
 def _refuse_whole_groups(decisions: dict[str, PruneDecision], top: dict[str, str]) -> bool:
-    """If any member of a subtree stays, every member stays, naming the member that caused it."""
+    """If any member of a subtree stays, every member stays, naming the member that caused it
+    (inherited reasons are rebuilt from the members' own reasons each round)."""
     changed = False
     by_group: dict[str, list[str]] = {}
     for sid, root in top.items():
         by_group.setdefault(root, []).append(sid)
     for root, members in by_group.items():
-        own = {
-            m: [r for r in decisions[m].reasons if not r.message.startswith(_SUBTREE)]
-            for m in members
-        }
-        culprits = [m for m in members if own[m]]
+        own = {m: [r for r in decisions[m].reasons if not _inherited(r)] for m in members}
         for m in members:
             d = decisions[m]
-            for c in culprits:
-                if c == m:
-                    continue
-                for r in own[c]:
-                    add = Reason(r.code, f"{_SUBTREE}{root}: member {c}: {r.message}")
-                    if add not in d.reasons:
-                        d.reasons.append(add)
-                        changed = True
+            inherited = [
+                Reason(r.code, f"{_SUBTREE}{root}: member {c}: {r.message}")
+                for c in members
+                if c != m
+                for r in own[c]
+            ]
+            new = own[m] + [r for r in inherited if r not in own[m]]
+            if new != d.reasons:
+                d.reasons = new
+                changed = True
     return changed

@@ -119,6 +119,7 @@ class Facts:
     info: SessionInfo | None = None  # session_meta, when the file could be read
     producers: list[plugins.PluginVersion] = field(default_factory=list)
     problem: str | None = None  # why it cannot be read (foreign, corrupt, ...), one line
+    foreign: bool = False  # another application's file: reported, never removed
     bytes: int = 0  # size of the main file and its sidecars
 
     @property
@@ -170,9 +171,34 @@ def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
         with SessionReader(main, session_id=session_id) as reader:
             facts.info = reader.info()
             facts.producers = plugins.session_producers(reader)
+    except errors.ForeignFile as e:
+        facts.problem, facts.foreign = _short(e, main), True
+    except errors.UnsafeSchema as e:
+        facts.problem = _short(e, main)
+        facts.foreign = _foreign_behind_triggers(main)
     except errors.AgentdbError as e:
         facts.problem = _short(e, main)
     return facts
+
+
+def _foreign_behind_triggers(main: Path) -> bool:
+    """A file refused for its triggers or views may still be another application's (its
+    application id says so): identify it without running its SQL (triggers and views stay
+    disabled on every connection)."""
+    from agentdb import db  # only here: the one extra open for such a file
+    from agentdb.schema.identity import identify
+
+    try:
+        conn = db.open_readonly(main, check_schema=False)
+    except errors.AgentdbError:
+        return False
+    try:
+        with db.translated(main):
+            return identify(conn).kind == "foreign"
+    except errors.AgentdbError:
+        return False
+    finally:
+        conn.close()
 
 
 def quick_check(sessions_dir: Path, session_id: str) -> str | None:

@@ -204,8 +204,19 @@ def identify(conn: apsw.Connection, *, rows: SchemaRows | None = None) -> Identi
         if app == 0 and not has_user_objects(conn):
             return Identity(app, ver, "empty")
         return Identity(app, ver, "foreign", "user_version 0: not a session file")
-    if app == 0 and schema_differences(conn, ver, rows=rows):
+    if app == 0 and table_differences(conn, ver, rows=rows):
         return Identity(
             app, ver, "foreign", f"application_id 0 and tables that do not match revision {ver}"
         )
     return Identity(app, ver, "session")
+
+
+_UNSAFE = ("unexpected trigger", "unexpected view")
+
+
+def table_differences(
+    conn: apsw.Connection, revision: int, *, rows: SchemaRows | None = None
+) -> list[str]:
+    """:func:`schema_differences` without added triggers and views: those make a file
+    ``unsafe_schema`` whatever its application id, they do not make its tables foreign."""
+    return [d for d in schema_differences(conn, revision, rows=rows) if not d.startswith(_UNSAFE)]
