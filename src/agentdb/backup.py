@@ -102,19 +102,18 @@ def _copy(src_path: Path, tmp: Path) -> int:
             db.backup_to(src, tmp)
     finally:
         src.close()
-    copy = db.open_readonly(tmp)
-    try:
-        with db.translated(tmp):
-            problems = db.integrity_problems(copy, limit=3)
-            if problems:
-                raise errors.Corrupt(
-                    f"{src_path}: the copy fails integrity_check ({one_line(problems[0])}); the "
-                    f"session is damaged — run `agentdb recover {sid}`",
-                    path=src_path,
-                )
-            return identify(copy).user_version
-    finally:
-        copy.close()
+    # The copy is judged by check's own rules (integrity, content hashes, TEXT, every row
+    # readable): a damaged session is refused, never reported as copied.
+    result = checks.check_path(tmp, sid)
+    if result.verdict in ("corrupt", "unreadable"):
+        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+        why = one_line(bad[0].message.split(": ", 1)[-1]) if bad else result.verdict
+        raise errors.Corrupt(
+            f"{src_path}: the copy is {result.verdict} ({why}); the session is damaged — run "
+            f"`agentdb recover {sid}`",
+            path=src_path,
+        )
+    return int(result.revision or 0)
 
 
 def backup_session(db_path: Path, dest_dir: Path, *, sync_dir: bool = True) -> BackupOutcome:

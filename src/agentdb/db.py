@@ -28,7 +28,7 @@ from urllib.parse import quote
 import apsw
 
 from agentdb import errors, fsutil
-from agentdb.hashing import SQL_FUNCTION, event_hash
+from agentdb.hashing import RAW_SQL_FUNCTION, SQL_FUNCTION, event_hash, event_hash_raw
 from agentdb.paths import sidecar
 
 BUSY_TIMEOUT_MS = 5000
@@ -43,6 +43,11 @@ _LIMITS = {
     apsw.SQLITE_LIMIT_EXPR_DEPTH: 200,
     apsw.SQLITE_LIMIT_ATTACHED: 2,
 }
+
+
+# What reading a session file can raise: SQLite's errors, and APSW's decoding of a TEXT value
+# that is not valid UTF-8 (no apsw.Error: it must be caught beside them).
+READ_ERRORS: tuple[type[BaseException], ...] = (apsw.Error, UnicodeDecodeError)
 
 
 # ---------------------------------------------------------------------------- file checks
@@ -198,6 +203,11 @@ def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
     try again later, and the rest (I/O error, read-only, constraint, misuse) are neither.
     """
     msg = str(e).split("\n")[0]
+    if isinstance(e, UnicodeDecodeError):
+        return errors.Corrupt(
+            f"{path}: a TEXT value is not valid UTF-8 (damaged text); run `agentdb recover` on it",
+            path=path,
+        )
     if isinstance(e, apsw.NotADBError):
         return errors.Unreadable(
             f"{path}: not a SQLite database ({msg}); run `agentdb check` to see what it is",
@@ -253,7 +263,7 @@ def translated(path: Path | str) -> Iterator[None]:
     """Translate APSW errors raised inside the block."""
     try:
         yield
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         raise translate(e, path) from e
 
 
@@ -275,10 +285,30 @@ def harden(conn: apsw.Connection) -> None:
         conn.limit(limit, value)
     exec_script(conn, "PRAGMA trusted_schema=OFF; PRAGMA cell_size_check=ON; PRAGMA mmap_size=0")
     conn.create_scalar_function(SQL_FUNCTION, _sql_event_hash, 9, deterministic=True)
+    conn.create_scalar_function(RAW_SQL_FUNCTION, _sql_event_hash_raw, 10, deterministic=True)
+    conn.create_scalar_function(UTF8_SQL_FUNCTION, _utf8_ok, -1, deterministic=True)
 
 
 def _sql_event_hash(*values: Any) -> bytes:
     return event_hash(*values)
+
+
+# agentdb_utf8_ok(CAST(x AS BLOB)): 1 when the bytes are valid UTF-8 (or not a blob), else 0.
+UTF8_SQL_FUNCTION = "agentdb_utf8_ok"
+
+
+def _sql_event_hash_raw(*values: Any) -> bytes | None:
+    return event_hash_raw(*values)
+
+
+def _utf8_ok(*args: Any) -> int:
+    value = args[0] if args else None
+    if type(value) is bytes:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return 0
+    return 1
 
 
 def unsafe_schema_objects(conn: apsw.Connection) -> list[tuple[str, str]]:
@@ -413,7 +443,7 @@ def _connect(
         harden(conn)
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         setup(conn)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         conn.close()
         raise translate(e, path) from e
     except BaseException:

@@ -73,3 +73,60 @@ def event_hash(
 
 
 SQL_FUNCTION = "agentdb_event_hash"
+
+
+HASHED_COLUMNS = (
+    "sequence",
+    "id",
+    "timestamp",
+    "kind",
+    "producer_category",
+    "producer_name",
+    "producer_version",
+    "schema_version",
+    "payload",
+)
+
+RAW_SQL_FUNCTION = "agentdb_event_hash_raw"
+
+
+def event_hash_raw(text_mask: int, *values: Value) -> bytes | None:
+    """:func:`event_hash` of a row read with its TEXT values as bytes.
+
+    Bit ``i`` of ``text_mask`` says value ``i`` is TEXT, passed as its stored bytes
+    (``CAST(col AS BLOB)``): framed with the text tag, valid UTF-8 gives exactly the hash of the
+    decoded string. Invalid UTF-8 gives None, which matches no stored hash (a damaged row is a
+    mismatch, never an exception).
+    """
+    parts: list[bytes] = []
+    add = parts.append
+    for i, v in enumerate(values):
+        if text_mask >> i & 1 and type(v) is bytes:
+            try:
+                v.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            add(b"t" + _pack_len(len(v)) + v)
+        elif type(v) is bytes:
+            add(b"b" + _pack_len(len(v)) + v)
+        else:
+            add(_frame(v))
+    return hashlib.blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
+
+
+def text_mask_sql(columns: tuple[str, ...]) -> str:
+    """SQL for the bitmask of which of ``columns`` hold TEXT in the current row."""
+    return " | ".join(f"((typeof({c}) = 'text') << {i})" for i, c in enumerate(columns))
+
+
+def as_bytes_sql(column: str) -> str:
+    """SQL giving ``column``'s value, TEXT as its stored bytes (so no decoding can fail)."""
+    return f"iif(typeof({column}) = 'text', CAST({column} AS BLOB), {column})"
+
+
+def hash_sql(prefix: str = "") -> str:
+    """SQL computing the content hash of the current ``events`` row from its stored bytes
+    (``prefix`` qualifies the columns, e.g. ``"e."``)."""
+    cols = tuple(prefix + c for c in HASHED_COLUMNS)
+    args = ", ".join(as_bytes_sql(c) for c in cols)
+    return f"{RAW_SQL_FUNCTION}({text_mask_sql(cols)}, {args})"

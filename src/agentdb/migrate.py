@@ -145,7 +145,34 @@ def _targets(sessions_dir: Path, ids: Sequence[str] | None) -> list[tuple[str, P
 
 
 def probe(session_id: str, path: Path) -> MigrationPlanItem:
-    """Look at one file read-only and say what migrating it means. Changes nothing."""
+    """Look at one file read-only and say what migrating it means. Changes nothing.
+
+    A file that would be migrated is judged by ``agentdb check``'s own rules too: one that check
+    calls corrupt or unreadable (a content hash or a TEXT value that fails, a row SQLite cannot
+    read) is refused, as ``corrupt``: a migration would bless damaged rows with fresh hashes.
+    """
+    item = _probe(session_id, path)
+    if item.action == MIGRATE:
+        _judge(item)
+    return item
+
+
+def _judge(item: MigrationPlanItem) -> None:
+    from agentdb.checks import check_path  # the one judge of damage (a job beside this one)
+
+    result = check_path(item.path, item.session_id)
+    if result.verdict in ("corrupt", "unreadable"):
+        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+        item.action = NONE
+        item.outcome = "corrupt"
+        why = bad[0].message if bad else result.verdict
+        item.message = (
+            f"{item.path}: check says {result.verdict} ({why}); not migrated — run "
+            f"`agentdb recover {item.session_id}`"
+        )
+
+
+def _probe(session_id: str, path: Path) -> MigrationPlanItem:
     leftover = backup_file(path)
     item = MigrationPlanItem(
         session_id, path, None, NONE, None, leftover=leftover if leftover.exists() else None
@@ -355,7 +382,13 @@ def migrate_one(
                 f"{path}: still locked by its writer after {waited:g}s; not migrated — "
                 "retry when it is idle",
             )
-        outcome = "too_new" if isinstance(e, errors.TooNew) else "failed"
+        outcome = (
+            "too_new"
+            if isinstance(e, errors.TooNew)
+            else "corrupt"
+            if isinstance(e, errors.Corrupt)
+            else "failed"
+        )
         return done(outcome, rev, str(e))
     finally:
         conn.close()

@@ -32,6 +32,7 @@ CODES: dict[str, tuple[str, str | None]] = {
     "integrity": ("error", "corrupt"),  # integrity_check / quick_check lines
     "read_error": ("error", "corrupt"),  # SQLite reported corruption while reading
     "content_hash_mismatch": ("error", "corrupt"),  # stored hash does not match the row
+    "invalid_text": ("error", "corrupt"),  # a TEXT value that is not valid UTF-8
     "wal_bad_header": ("error", "corrupt"),
     "wal_checksum_break": ("error", "corrupt"),
     "wal_frames_after_break": ("error", "corrupt"),

@@ -19,11 +19,13 @@ from agentdb import db, errors, locks
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.parent import parent_depth
 from agentdb.fileformat import scan_wal
+from agentdb.hashing import hash_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
 from agentdb.schema.identity import SchemaRows, identify, schema_rows, table_differences
 from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.schema.text import invalid_text
 
 _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
 _WAL_CODES |= {"wal_stale_frames"}
@@ -192,7 +194,7 @@ class _Run:
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
         return conn
 
-    def read_failed(self, e: apsw.Error) -> _Stop:
+    def read_failed(self, e: BaseException) -> _Stop:
         err = db.translate(e, self.path)
         msg = str(err).split(": ", 1)[-1]
         if isinstance(err, errors.Corrupt):
@@ -262,6 +264,20 @@ class _Run:
             )
             return False
         return True
+
+    def text(self, conn: apsw.Connection, revision: int) -> bool:
+        """TEXT that is not valid UTF-8 (read as bytes, never decoded). ``events`` is scanned
+        by a full check of a revision-1 file (from revision 2 its content hash covers it, as
+        bytes); the small tables always. False when session_meta itself is affected."""
+        skip = ("events",) if self.quick or revision >= 2 else ()
+        bad = invalid_text(conn, skip=skip)
+        for table, n in bad.items():
+            self.add(
+                "invalid_text",
+                f"{n} {table} rows hold TEXT that is not valid UTF-8; run `{self.fix_recover}`",
+                self.fix_recover,
+            )
+        return "session_meta" not in bad
 
     def session_meta(self, conn: apsw.Connection) -> None:
         rows = conn.execute(
@@ -398,9 +414,8 @@ class _Run:
         bad = [
             int(r[0])
             for r in conn.execute(
-                "SELECT sequence FROM events WHERE content_hash IS NOT agentdb_event_hash("
-                "sequence, id, timestamp, kind, producer_category, producer_name, "
-                "producer_version, schema_version, payload) ORDER BY sequence"
+                f"SELECT sequence FROM events WHERE content_hash IS NOT {hash_sql()} "
+                "ORDER BY sequence"
             )
         ]
         if bad:
@@ -425,6 +440,8 @@ class _Run:
                 self.integrity(conn)
                 if not self.schema(conn, revision, rows):
                     return
+                if not self.text(conn, revision):
+                    return
                 self.session_meta(conn)
                 if not self.quick:  # --quick: no cross-table references, no payload hashes
                     self.foreign_keys(conn)
@@ -434,7 +451,7 @@ class _Run:
             finally:
                 if not conn.get_autocommit():
                     conn.execute("COMMIT")
-        except apsw.Error as e:
+        except db.READ_ERRORS as e:
             raise self.read_failed(e) from e
 
 

@@ -444,6 +444,12 @@ def _describe(
     out.tables = {
         t: {"salvaged": len(merged.rows[t]), "sources": dict(merged.sources[t])} for t in TABLES
     }
+    if found is not None:
+        # The rows engine's reader: each restart begins past a new damaged region, so
+        # restarts <= damaged_regions (the scan runs at most damaged_regions + 1 times).
+        for t in TABLES:
+            out.tables[t]["restarts"] = found.restarts.get(t, 0)
+            out.tables[t]["damaged_regions"] = found.regions.get(t, 0)
     used: Counter[str] = Counter()
     for t in TABLES:
         used.update(merged.sources[t])

@@ -19,10 +19,12 @@ from typing import Any
 import apsw
 
 from agentdb import db, errors
+from agentdb.hashing import as_bytes_sql, hash_sql, text_mask_sql
 from agentdb.salvage import tables
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
+from agentdb.schema.text import invalid_text
 
 
 @dataclass
@@ -44,7 +46,9 @@ class RowSalvage:
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters
     event_hashes: dict[int, bytes] = field(default_factory=dict)  # stored content hashes
     rejected: Counter[str] = field(default_factory=Counter)
-    damaged_regions: int = 0  # times a read had to step around damage
+    damaged_regions: int = 0  # times a read had to step around damage (all tables)
+    restarts: dict[str, int] = field(default_factory=dict)  # table -> scans run again
+    regions: dict[str, int] = field(default_factory=dict)  # table -> damaged regions
     complete: bool = False  # every table was read start to end without an error
     notes: list[str] = field(default_factory=list)
 
@@ -62,7 +66,7 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         return Diagnosis(True, [f"SQLite cannot open it: {open_error}"])
     try:
         ident = identify(conn)
-    except apsw.Error as e:
+    except db.READ_ERRORS as e:
         return Diagnosis(True, [f"SQLite cannot read its header or schema: {e}"])
     if ident.kind in ("foreign", "too_new", "empty"):
         return Diagnosis(False, [ident.problem or ident.kind], refused=ident.kind)
@@ -71,7 +75,7 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         problems = db.integrity_problems(conn)
         if problems:
             d.reasons += [f"integrity_check: {p}" for p in problems[:5]]
-    except apsw.Error as e:
+    except db.READ_ERRORS as e:
         d.reasons.append(f"integrity_check fails: {type(e).__name__}: {e}")
     seen_by_integrity = len(d.reasons)
     try:
@@ -79,18 +83,20 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         if diffs:
             d.reasons.append(f"schema differs from revision {ident.revision}: {diffs[0]}")
         if not diffs:
-            ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
+            ids = [r[0] for r in conn.execute("SELECT rowid FROM session_meta LIMIT 2")]
             if len(ids) != 1:
                 d.reasons.append(f"session_meta holds {len(ids)} rows, expected 1")
             if ident.revision >= 2:
                 bad = conn.execute(
-                    "SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT "
-                    "agentdb_event_hash(sequence, id, timestamp, kind, producer_category, "
-                    "producer_name, producer_version, schema_version, payload)"
+                    f"SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT "
+                    f"{hash_sql()}"
                 ).fetchall()[0][0]
                 if bad:
                     d.reasons.append(f"{bad} events do not match their content_hash")
-    except apsw.Error as e:
+            skip = ("events",) if ident.revision >= 2 else ()  # the hash covers events
+            for table, n in invalid_text(conn, skip=skip).items():
+                d.reasons.append(f"{n} {table} rows hold TEXT that is not valid UTF-8")
+    except db.READ_ERRORS as e:
         d.reasons.append(f"reading it fails: {type(e).__name__}: {e}")
     d.integrity_only = seen_by_integrity > 0 and len(d.reasons) == seen_by_integrity
     d.damaged = bool(d.reasons)
@@ -102,6 +108,29 @@ def _columns(table: str, revision: int) -> list[str]:
     if table == "events" and revision >= 2:
         cols.append("content_hash")
     return cols
+
+
+def _select(table: str, cols: list[str], where: str) -> str:
+    """rowid, a bitmask of the TEXT columns, then every column with TEXT as its stored bytes:
+    a value that is not valid UTF-8 is rejected here, never raised by APSW's decoding."""
+    values = ", ".join(as_bytes_sql(c) for c in cols)
+    return (
+        f"SELECT rowid, {text_mask_sql(tuple(cols))}, {values} FROM {table} "
+        f"WHERE {where} ORDER BY rowid"
+    )
+
+
+def _decode(table: str, cols: list[str], r: tuple[Any, ...]) -> tuple[list[Any], str | None]:
+    """The values of a row read by :func:`_select`, TEXT decoded (strict UTF-8)."""
+    mask = int(r[1])
+    values = list(r[2:])
+    for i, v in enumerate(values):
+        if mask >> i & 1 and isinstance(v, bytes):
+            try:
+                values[i] = v.decode("utf-8")
+            except UnicodeDecodeError:
+                return values, f"{cols[i]} is not valid UTF-8"
+    return values, None
 
 
 def salvage_rows(
@@ -123,13 +152,21 @@ def salvage_rows(
         found: dict[Any, Row] = {}
         out.rows[table] = found
         cols = _columns(table, rev)
-        sql = f"SELECT rowid, {', '.join(cols)} FROM {table} WHERE rowid > ? ORDER BY rowid"
+        ncols = len(COLUMNS[1][table])
 
-        def take(r: tuple[Any, ...], table: str = table, found: dict[Any, Row] = found) -> None:
-            values = tables.normalise(table, r[1 : 1 + len(COLUMNS[1][table])])
-            why = tables.problem(table, values, session_id)
+        def take(
+            r: tuple[Any, ...],
+            table: str = table,
+            found: dict[Any, Row] = found,
+            cols: list[str] = cols,
+            ncols: int = ncols,
+        ) -> None:
+            raw, why = _decode(table, cols, r)
+            values = tables.normalise(table, raw[:ncols])
+            if why is None:
+                why = tables.problem(table, values, session_id)
             if why is None and table == "events" and rev >= 2:
-                stored = r[-1]
+                stored = raw[-1]
                 if known.get(values[0]) != (values, stored):
                     why = tables.hash_problem(values, stored)
                 if why is None:
@@ -139,93 +176,141 @@ def salvage_rows(
                 return
             found[tables.key_of(table, values)] = values
 
+        reader = _Reader(conn, table, cols, take)
         try:
-            complete &= _read_stepping(conn, table, sql, take, out)
+            complete &= reader.read()
         except apsw.Error as e:
             out.notes.append(f"rows engine: {table} unreadable ({type(e).__name__})")
             complete = False
+        out.restarts[table] = reader.restarts
+        out.regions[table] = reader.regions
+        out.damaged_regions += reader.regions
+        if reader.skipped:
+            out.rejected[f"{table}: rows unreadable through SQLite"] += reader.skipped
     try:
         for name, seq in conn.execute("SELECT name, seq FROM sqlite_sequence"):
             if isinstance(name, str) and isinstance(seq, int):
                 out.sequences[name] = max(seq, out.sequences.get(name, 0))
-    except apsw.Error:
+    except db.READ_ERRORS:
         complete = False
     out.complete = complete
     return out
 
 
-def _probe(conn: apsw.Connection, table: str, at: int) -> tuple[bool, int | None]:
-    """(seek succeeded, first rowid >= at)."""
-    try:
-        row = conn.execute(
-            f"SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1", (at,)
-        ).fetchone()
-    except apsw.Error:
-        return False, None
-    return True, None if row is None else int(row[0])
+class _OutOfOrder(Exception):
+    """The scan returned a rowid not above the last one: a garbage cell, the b-tree order broke."""
 
 
-def _read_stepping(
-    conn: apsw.Connection,
-    table: str,
-    sql: str,
-    take: Callable[[tuple[Any, ...]], None],
-    out: RowSalvage,
-) -> bool:
-    after = -(1 << 63)
-    clean = True
-    while True:
-        progressed = False
+# Probes one damaged region may spend finding the next readable row (exponential search over
+# 63 bits, then bisection): the search always ends.
+_MAX_PROBES = 2 * 64 + 8
+
+
+class _Reader:
+    """Reads one table in rowid order through SQLite and steps around damage without looping.
+
+    Progress is monotonic by rowid: a row is taken only when its rowid is above the last one
+    taken (a garbage cell that decodes to a smaller rowid ends the scan like an error does).
+    After a failure the reader finds the next position where a whole row reads cleanly (full
+    rows, probed at exponentially growing distances, then bisected; at most ``_MAX_PROBES``
+    probes) and only then restarts the scan there. So every restart starts past a new damaged
+    region: ``restarts == regions`` and the scan runs at most ``regions + 1`` times.
+    """
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        table: str,
+        cols: list[str],
+        take: Callable[[tuple[Any, ...]], None],
+    ) -> None:
+        self.conn = conn
+        self.table = table
+        self.scan_sql = _select(table, cols, "rowid > ?")
+        self.probe_sql = _select(table, cols, "rowid >= ?") + " LIMIT 1"
+        self.take = take
+        self.restarts = 0  # times the scan was run again after a failure
+        self.regions = 0  # damaged regions stepped around
+        self.skipped = 0  # keys the b-tree still finds inside those regions (rows lost here)
+
+    def read(self) -> bool:
+        """Read the whole table; True when no damage was met."""
+        after = -(1 << 63)
+        while True:
+            try:
+                for r in self.conn.execute(self.scan_sql, (after,)):
+                    rowid = int(r[0])
+                    if rowid <= after:
+                        raise _OutOfOrder
+                    after = rowid
+                    self.take(tuple(r))
+                return self.regions == 0
+            except (apsw.Error, _OutOfOrder) as e:
+                if isinstance(e, apsw.InterruptError | apsw.NoMemError):
+                    raise
+            self.regions += 1
+            if after >= tables.MAX_ROWID:
+                return False
+            nxt = self._next_readable(after)
+            if nxt is None:
+                return False
+            self._count_skipped(after, nxt)
+            after = nxt - 1
+            self.restarts += 1
+
+    def _readable(self, at: int) -> tuple[bool, bool]:
+        """(a whole row reads cleanly at the first rowid >= at, the table ends before it)."""
         try:
-            for r in conn.execute(sql, (after,)):
-                progressed = True
-                after = int(r[0])
-                take(tuple(r))
-            return clean
+            r = self.conn.execute(self.probe_sql, (at,)).fetchone()
         except apsw.Error as e:
             if isinstance(e, apsw.InterruptError | apsw.NoMemError):
                 raise
-            clean = False
-            out.damaged_regions += 1
-        if progressed:
-            continue
-        if after >= tables.MAX_ROWID:
-            return clean
-        ok, nxt = _probe(conn, table, after + 1)
-        if ok:
-            if nxt is None:
-                return clean
-            out.rejected[f"{table}: row unreadable through SQLite"] += 1
-            after = nxt  # the b-tree finds the key but not the row: skip that one row
-            continue
-        nxt_start = _next_readable(conn, table, after)
-        if nxt_start is None:
-            return clean
-        after = nxt_start - 1
+            return False, False
+        if r is None:
+            return True, True
+        return int(r[0]) >= at, False
 
+    def _next_readable(self, after: int) -> int | None:
+        """Smallest g > after + 1 (found by exponential search, then bisection) from which a
+        whole row reads cleanly; None when no such row exists."""
+        bad = after + 1
+        step = 1
+        probes = 0
+        while True:
+            step *= 2
+            g = min(after + step, tables.MAX_ROWID)
+            ok, end = self._readable(g)
+            probes += 1
+            if ok:
+                if end and g == after + 2:
+                    return None  # nothing readable lies beyond the damage
+                good = g
+                break
+            bad = g
+            if g == tables.MAX_ROWID or probes >= _MAX_PROBES:
+                return None
+        while good - bad > 1 and probes < _MAX_PROBES:
+            mid = (good + bad) // 2
+            ok, _ = self._readable(mid)
+            probes += 1
+            if ok:
+                good = mid
+            else:
+                bad = mid
+        return good
 
-def _next_readable(conn: apsw.Connection, table: str, after: int) -> int | None:
-    """Smallest g > after whose seek succeeds (exponential search, then bisection)."""
-    bad = after + 1
-    step = 1
-    good: int | None = None
-    while True:
-        step *= 2
-        g = after + step
-        if g > tables.MAX_ROWID:
-            g = tables.MAX_ROWID
-        ok, _ = _probe(conn, table, g)
-        if ok:
-            good = g
-            break
-        bad = g
-        if g == tables.MAX_ROWID:
-            return None
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        ok, _ = _probe(conn, table, mid)
-        if ok:
-            good = mid
-        else:
-            bad = mid
-    return good
+    def _count_skipped(self, after: int, nxt: int) -> None:
+        """Count the keys the b-tree still finds between ``after`` and ``nxt`` (rows it cannot
+        read); a seek that fails counts nothing."""
+        try:
+            r = self.conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM {self.table} "
+                "WHERE rowid > ? AND rowid < ? ORDER BY rowid LIMIT 100000)",
+                (after, nxt),
+            ).fetchone()
+        except apsw.Error as e:
+            if isinstance(e, apsw.InterruptError | apsw.NoMemError):
+                raise
+            return
+        if r is not None:
+            self.skipped += int(r[0])

@@ -28,7 +28,21 @@ DEFAULT_PAGE_ROWS = 1000
 
 
 def _capped(col: str, cap: int = MAX_TEXT) -> str:
-    return f"substr({col}, 1, {int(cap)})"
+    # As stored bytes: text that is not valid UTF-8 (a damaged file) must not raise in APSW's
+    # decoding; :func:`_text` decodes it for display, escaping what is not UTF-8.
+    return f"CAST(substr({col}, 1, {int(cap)}) AS BLOB)"
+
+
+def _text(v: Any) -> Any:
+    """A value read through :func:`_capped`: text again (invalid UTF-8 escaped as ``\\xNN``)."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
+
+
+def _texts(r: Sequence[Any], positions: range | tuple[int, ...]) -> list[Any]:
+    out = list(r)
+    for i in positions:
+        out[i] = _text(out[i])
+    return out
 
 
 _INFO_SQL = (
@@ -51,13 +65,18 @@ def _read_info_count(
 ) -> tuple[SessionInfo, int | None]:
     count = ", (SELECT count(*) FROM events)" if count_events else ""
     rows = db.rows(conn, f"{_INFO_SQL}{count} FROM session_meta LIMIT 2")
-    if len(rows) != 1 or (session_id is not None and rows[0][0] != session_id):
+    if len(rows) != 1:
         raise errors.Corrupt(
             f"{path}: expected exactly one session_meta row for {session_id}, found "
             f"{len(rows)}; run `agentdb check` on it",
             path=path,
         )
-    r = rows[0]
+    r = _texts(rows[0], range(7))
+    if session_id is not None and r[0] != session_id:
+        raise errors.Corrupt(
+            f"{path}: session_meta names {r[0]!r}, not {session_id}; run `agentdb check` on it",
+            path=path,
+        )
     info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
     return info, (int(r[8]) if count_events else None)
 
@@ -128,10 +147,9 @@ class SessionReader:
             f"{_capped('kind', 64)}, {_capped('producer_category', 64)}, "
             f"{_capped('producer_name')}, {_capped('producer_version')}, "
             f"{_capped('schema_version', 64)}, "
-            f"CASE WHEN typeof(payload) = 'text' THEN substr(payload, 1, {cap}) "
-            f"ELSE substr(CAST(payload AS BLOB), 1, {cap}) END, "
+            f"substr(CAST(payload AS BLOB), 1, {cap}), "
             "CASE WHEN typeof(payload) = 'text' THEN length(CAST(payload AS BLOB)) "
-            "ELSE length(payload) END "
+            "ELSE length(payload) END, typeof(payload) = 'text' "
             f"FROM events WHERE {where} ORDER BY sequence LIMIT ?"
         )
         args.append(int(limit) + 1)
@@ -140,8 +158,13 @@ class SessionReader:
         rows = []
         for r in raw[:limit]:
             payload = r[8] if r[8] is not None else b""
+            if r[10] and isinstance(payload, bytes):
+                try:  # stored as TEXT: str, unless it is not UTF-8 (then the bytes, as BLOB)
+                    payload = payload.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
             shown = len(payload.encode() if isinstance(payload, str) else payload)
-            seq, eid, ts, kind, cat, name, ver, sv = r[:8]
+            seq, eid, ts, kind, cat, name, ver, sv = _texts(r[:8], range(1, 8))
             rows.append(
                 EventRow(
                     seq, eid, ts, kind, cat, name, ver, sv, payload, int(r[9]), shown < int(r[9])
@@ -174,7 +197,7 @@ class SessionReader:
                 "name, version LIMIT ?",
                 (limit + 1,),
             )
-        return Page([ProducerRow(*r) for r in raw[:limit]], len(raw) > limit)
+        return Page([ProducerRow(*_texts(r, range(3))) for r in raw[:limit]], len(raw) > limit)
 
     def plan_items(self, *, after: int = 0, limit: int = DEFAULT_PAGE_ROWS) -> Page:
         with db.translated(self.path):
@@ -186,13 +209,14 @@ class SessionReader:
                 "FROM plan_items WHERE sequence > ? ORDER BY sequence LIMIT ?",
                 (after, limit + 1),
             )
-        return Page([PlanItemRow(*r) for r in raw[:limit]], len(raw) > limit)
+        rows = [PlanItemRow(*_texts(r, range(2, 8))) for r in raw[:limit]]
+        return Page(rows, len(raw) > limit)
 
     def cost_by_model(self) -> list[tuple[Any, ...]]:
         """(provider, model, turns, input, output, cache tokens, cost_usd) per model."""
         with db.translated(self.path):
             return [
-                tuple(r)
+                tuple(_texts(r, (0, 1)))
                 for r in self.conn.execute(
                     f"SELECT {_capped('provider_name')}, {_capped('model_id')}, count(*), "
                     "total(input_tokens), total(output_tokens), "
@@ -205,7 +229,7 @@ class SessionReader:
         """(decided_by, decision, count) for every rule and decision."""
         with db.translated(self.path):
             return [
-                (str(a), str(b), int(c))
+                (str(_text(a)), str(_text(b)), int(c))
                 for a, b, c in self.conn.execute(
                     f"SELECT {_capped('decided_by')}, {_capped('decision', 16)}, count(*) "
                     "FROM plan_items GROUP BY decided_by, decision ORDER BY 3 DESC LIMIT 1000"
