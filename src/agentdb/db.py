@@ -18,8 +18,9 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
+import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,19 +335,53 @@ def wal_in_use(path: Path) -> bool:
     return sidecar(path, "-wal").exists() or sidecar(path, "-shm").exists()
 
 
+class ReadConnection(apsw.Connection):
+    """A connection from :func:`open_readonly`; ``how`` says what it reads.
+
+    * ``"immutable"``: no ``-wal`` beside the file, so every commit is in the database file; it
+      is opened ``immutable`` (no locks, nothing created). A caller that must be sure the file
+      did not change under it (a writer starting meanwhile) compares ``lstat`` before and after.
+    * ``"wal"``: a ``-wal`` and its ``-shm``: read through the WAL index without writing it
+      (``readonly_shm``), beside a live writer as after a crash; the writer is never blocked.
+    * ``"copy"``: a ``-wal`` with no ``-shm`` (its writer is gone): SQLite would create the
+      ``-shm`` beside it, so a private copy of the database and its WAL is read instead
+      (copied while unchanged); the copy is removed when the connection is closed.
+    """
+
+    how = "immutable"
+    _cleanup: Callable[[], Any] | None = None
+
+    def close(self, force: bool = False) -> None:
+        try:
+            super().close(force)
+        finally:
+            if self._cleanup is not None:
+                self._cleanup()
+
+
+# A -wal with no -shm is copied while it stays unchanged; a file rewritten this many times in a
+# row while being copied is reported busy.
+_COPY_RETRIES = 3
+
+
+def _same(a: FileStats, b: FileStats) -> bool:
+    def key(st: os.stat_result | None) -> tuple[int, int, int, int] | None:
+        return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    return (key(a.db), key(a.wal), a.shm is None) == (key(b.db), key(b.wal), b.shm is None)
+
+
 def open_readonly(
     path: Path,
     *,
     max_length: int = MAX_VALUE,
     check_schema: bool = True,
     stats: FileStats | None = None,
-) -> apsw.Connection:
-    """Open an existing session file for reading only.
-
-    When the file has no ``-wal``/``-shm`` beside it, it is opened ``immutable`` so that SQLite
-    creates no sidecars and the directory is left exactly as found; a caller that must be sure
-    the file did not change under it compares ``os.stat`` before and after. Otherwise it is a
-    normal read-only WAL open that reads committed WAL frames and never blocks the writer.
+) -> ReadConnection:
+    """Open an existing session file for reading only: nothing is created, written or locked
+    in its directory, a live writer is never blocked, and what is read is the committed state
+    (see :class:`ReadConnection` for the three ways). Never ``immutable`` while a ``-wal``
+    exists: immutable ignores the WAL and would miss every commit still in it.
 
     ``stats`` is the caller's :func:`file_stats` of ``path`` taken just before this call (the
     "before" of its own before/after comparison); without it the files are ``lstat``-ed here.
@@ -354,22 +389,59 @@ def open_readonly(
     """
     if stats is None:
         stats = file_stats(path)
-    require_regular(path, stats.db)
-    require_secure(path, stats)
-    params = {"mode": "ro"}
-    if not stats.wal_in_use:
-        params["immutable"] = "1"
-    elif stats.wal is not None and stats.shm is not None:
-        # Use the WAL index without writing to it: a read-only open of a crashed session would
-        # otherwise rebuild its -shm (changing its bytes); beside a live writer it reads as usual.
-        params["readonly_shm"] = "1"
 
     def setup(conn: apsw.Connection) -> None:
         conn.limit(apsw.SQLITE_LIMIT_LENGTH, max_length)
         if check_schema:
             refuse_unsafe_schema(conn, path)
 
-    return _connect(path, _uri(path, **params), apsw.SQLITE_OPEN_READONLY, setup)
+    for _ in range(_COPY_RETRIES):
+        require_regular(path, stats.db)
+        require_secure(path, stats)
+        if stats.wal is None:
+            uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
+        elif stats.shm is not None:
+            uri, how = _uri(path, mode="ro", readonly_shm="1"), "wal"
+        else:
+            copied = _open_copy(path, stats, setup)
+            if copied is not None:
+                return copied
+            stats = file_stats(path)  # it changed while copied: judge it again
+            continue
+        conn = _connect(path, uri, apsw.SQLITE_OPEN_READONLY, setup, cls=ReadConnection)
+        assert isinstance(conn, ReadConnection)
+        conn.how = how
+        return conn
+    raise errors.Busy(
+        f"{path}: changed again and again while being copied for reading; retry later", path=path
+    )
+
+
+def _open_copy(
+    path: Path, stats: FileStats, setup: Callable[[apsw.Connection], None]
+) -> ReadConnection | None:
+    """Open a private copy of ``path`` and its ``-wal`` (None: they changed while copied)."""
+    assert stats.db is not None and stats.wal is not None
+    stack = ExitStack()
+    try:
+        work = stack.enter_context(fsutil.private_workdir("agentdb-read-"))
+        copy = work / path.name
+        copied = fsutil.copy_private(path, copy, stats.db) and fsutil.copy_private(
+            sidecar(path, "-wal"), sidecar(copy, "-wal"), stats.wal
+        )
+        if not copied or not _same(file_stats(path), stats):
+            stack.close()
+            return None
+        conn = _connect(
+            path, _uri(copy, mode="ro"), apsw.SQLITE_OPEN_READONLY, setup, cls=ReadConnection
+        )
+    except BaseException:
+        stack.close()
+        raise
+    assert isinstance(conn, ReadConnection)
+    conn.how = "copy"
+    conn._cleanup = weakref.finalize(conn, stack.close)
+    return conn
 
 
 def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
@@ -431,12 +503,17 @@ def has_moved(conn: apsw.Connection) -> bool:
 
 
 def _connect(
-    path: Path, uri: str, flags: int, setup: Callable[[apsw.Connection], None]
+    path: Path,
+    uri: str,
+    flags: int,
+    setup: Callable[[apsw.Connection], None],
+    *,
+    cls: type[apsw.Connection] = apsw.Connection,
 ) -> apsw.Connection:
     """Open ``uri``, harden the connection, give it the busy timeout and run ``setup``; on any
     failure the connection is closed and APSW's error translated."""
     try:
-        conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
+        conn = cls(uri, flags=flags | apsw.SQLITE_OPEN_URI)
     except apsw.Error as e:
         raise translate(e, path) from e
     try:

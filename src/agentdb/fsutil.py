@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,36 @@ def link_or_copy(src: Path, dst: Path) -> None:
         finally:
             os.unlink(tmp)
     fsync_dir(dst.parent)
+
+
+def copy_private(src: Path, dst: Path, expect: os.stat_result) -> bool:
+    """Copy the regular file ``src`` into the new private file ``dst`` (0600, not fsynced: it is
+    scratch). False, copying nothing, when ``src`` is no longer the file ``expect`` describes
+    (another inode, or not a regular file). Never follows a symlink, never blocks on a FIFO."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
+            return False
+        out = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, FILE_MODE)
+        try:
+            pos = 0
+            while pos < st.st_size:
+                chunk = os.pread(fd, min(1 << 22, st.st_size - pos), pos)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+                pos += len(chunk)
+        finally:
+            os.close(out)
+        return True
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -175,7 +175,7 @@ class _Run:
             self.add(a.code, f"WAL: {a.message}{suffix}", fix)
         return key
 
-    def open(self, stats: db.FileStats) -> apsw.Connection | None:
+    def open(self, stats: db.FileStats) -> db.ReadConnection | None:
         try:
             conn = db.open_readonly(self.path, check_schema=False, stats=stats)
         except errors.AgentdbError as e:
@@ -463,18 +463,20 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
     wal_key = run.wal()
     stats = db.file_stats(path)  # what open_readonly judges, and the "before" of the snapshot
     before = _snapshot(stats)
-    immutable = not stats.wal_in_use
     conn = run.open(stats)
+    # Read without SQLite's locks (immutable, or a private copy of a WAL whose writer is gone):
+    # a writer that started meanwhile shows in the before/after comparison below.
+    unlocked = stats.wal is None if conn is None else conn.how != "wal"
     if conn is not None:
         try:
-            run.tables(conn, immutable=immutable)
+            run.tables(conn, immutable=conn.how == "immutable")
         except _Stop:
             pass
         finally:
             conn.close()
         if not quick:  # the parent's file is opened only after this one is closed
             run.parent_depth()
-    if immutable and _snapshot(db.file_stats(path)) != before:
+    if unlocked and _snapshot(db.file_stats(path)) != before:
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:
         holder = locks.probe(path)
