@@ -122,6 +122,39 @@ def test_age_uses_session_times_never_mtimes(sessions_dir: Path, plugin_cache: P
     assert not plan.refusals
 
 
+def test_since_and_until_select_a_window(sessions_dir: Path, plugin_cache: Path) -> None:
+    """--until D (alias --older-than) and --since D: ended (or started) inside the window."""
+    ancient = old_session(sessions_dir, 400)
+    middle = old_session(sessions_dir, 100)
+    recent = old_session(sessions_dir, 2)
+
+    def chosen(**kw: dt.timedelta) -> list[str]:
+        return [
+            d.session_id for d in prune.plan(sessions_dir, plugin_cache, Selectors(**kw)).removals
+        ]
+
+    assert chosen(older_than=OLD) == [ancient, middle]
+    assert chosen(newer_than=dt.timedelta(days=200)) == [middle, recent]
+    assert chosen(older_than=OLD, newer_than=parse_duration("1y")) == [middle]
+    with pytest.raises(errors.UsageError, match="--since"):
+        Selectors(newer_than=-OLD).validate()
+
+
+def test_since_until_on_the_command_line(sessions_dir: Path, plugin_cache: Path) -> None:
+    old_session(sessions_dir, 400)
+    middle = old_session(sessions_dir, 100)
+    base = [
+        sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir),
+        "--plugin-cache", str(plugin_cache), "prune", "--dry-run", "--json",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for window in (["--until", "90d", "--since", "1y"], ["--older-than", "90d", "--since", "1y"]):
+        r = subprocess.run([*base, *window], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = __import__("json").loads(r.stdout)
+        assert doc.get("would_remove", doc.get("removed")) == [middle]
+
+
 def test_age_from_ended_at_not_start(sessions_dir: Path, plugin_cache: Path) -> None:
     # Started 200 days ago but ended 10 days ago: not older than 90 days.
     sid = old_session(sessions_dir, 200, ended_at=iso(NOW - dt.timedelta(days=10)))

@@ -22,9 +22,20 @@ def _statuses(
 @click.command("prune")
 @click.argument("ids", nargs=-1, type=SESSION_ID)
 @click.option(
+    "--until",
     "--older-than",
+    "older_than",
     type=DURATION,
-    help="Ended (or, never ended, started) at least this long ago: 90d, 12h, 2w, 0s.",
+    metavar="DURATION",
+    help="Ended (or, never ended, started) at least this long ago: 90d, 1d12h, 2w, 1y, 0s "
+    "(--older-than is the same option).",
+)
+@click.option(
+    "--since",
+    "newer_than",
+    type=DURATION,
+    metavar="DURATION",
+    help="Ended (or, never ended, started) less than this long ago.",
 )
 @click.option(
     "--keep-last",
@@ -66,6 +77,7 @@ def prune_cmd(
     app: App,
     ids: tuple[str, ...],
     older_than: dt.timedelta | None,
+    newer_than: dt.timedelta | None,
     keep_last: int | None,
     statuses: tuple[str, ...],
     profile: str | None,
@@ -78,9 +90,9 @@ def prune_cmd(
 ) -> int:
     """Remove the sessions you select, refusing those that must stay.
 
-    Selected = IDS plus the sessions matching every filter given (--older-than, --status,
-    --profile, --keep-last). Refused, with every reason: running, live (open by a process),
-    pinned (uses a plugin version in the plugin cache), has_children (a session that stays
+    Selected = IDS plus the sessions matching every filter given (--until/--older-than,
+    --since, --status, --profile, --keep-last). Refused, with every reason: running, live
+    (open by a process), pinned (uses a plugin version in the plugin cache), has_children (a session that stays
     names it as parent), unreadable (corrupt: only removed when named with
     --include-damaged), foreign (another application's file: never removed). Nothing is
     removed without --yes or a confirmation on a terminal.
@@ -89,6 +101,7 @@ def prune_cmd(
     selectors = prune.Selectors(
         ids=tuple(dict.fromkeys(ids)),
         older_than=older_than,
+        newer_than=newer_than,
         keep_last=keep_last,
         statuses=statuses,
         profile=profile,

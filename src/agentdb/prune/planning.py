@@ -33,6 +33,7 @@ class Selectors:
 
     ids: tuple[str, ...] = ()  # explicit session ids
     older_than: dt.timedelta | None = None  # filter: ended (or, never ended, started) this long ago
+    newer_than: dt.timedelta | None = None  # filter: ended (or started) less than this long ago
     keep_last: int | None = None  # filter: keep the N newest matching sessions out of the selection
     statuses: tuple[str, ...] = ()  # filter: status is one of these
     profile: str | None = None  # filter: profile is exactly this
@@ -43,6 +44,7 @@ class Selectors:
     def has_filter(self) -> bool:
         return (
             self.older_than is not None
+            or self.newer_than is not None
             or self.keep_last is not None
             or bool(self.statuses)
             or self.profile is not None
@@ -51,8 +53,8 @@ class Selectors:
     def validate(self) -> None:
         if not self.ids and not self.has_filter:
             raise errors.UsageError(
-                "prune needs a selector: session ids, --older-than, --keep-last, --status or "
-                "--profile (nothing is pruned by default)"
+                "prune needs a selector: session ids, --until (--older-than), --since, "
+                "--keep-last, --status or --profile (nothing is pruned by default)"
             )
         for sid in self.ids:
             paths.validate_id(sid)
@@ -62,7 +64,9 @@ class Selectors:
         if self.keep_last is not None and self.keep_last < 0:
             raise errors.UsageError("--keep-last must be 0 or more")
         if self.older_than is not None and self.older_than < dt.timedelta(0):
-            raise errors.UsageError("--older-than must not be negative")
+            raise errors.UsageError("--until/--older-than must not be negative")
+        if self.newer_than is not None and self.newer_than < dt.timedelta(0):
+            raise errors.UsageError("--since must not be negative")
 
 
 @dataclass(frozen=True)
@@ -123,10 +127,12 @@ def _age_time(f: Facts, notes: list[str]) -> dt.datetime:
     return t
 
 
-def _matches(f: Facts, sel: Selectors, cutoff: dt.datetime | None, notes: list[str]) -> bool:
+def _matches(f: Facts, sel: Selectors, now: dt.datetime, notes: list[str]) -> bool:
     """All given filters hold. A filter that cannot be judged (unreadable file) counts as a
     match, so the file is reported as refused rather than silently skipped."""
-    if cutoff is not None and _age_time(f, notes) > cutoff:
+    if sel.older_than is not None and _age_time(f, notes) > now - sel.older_than:
+        return False
+    if sel.newer_than is not None and _age_time(f, notes) <= now - sel.newer_than:
         return False
     if f.info is None:
         return True
@@ -238,11 +244,10 @@ def plan(
     # 1. The selection: explicit ids ∪ sessions matching every filter, minus --keep-last.
     matched: list[str] = []
     if selectors.has_filter:
-        cutoff = now - selectors.older_than if selectors.older_than is not None else None
         matched = [
             sid
             for sid, f in facts.items()
-            if f.entry_kind != "absent" and _matches(f, selectors, cutoff, result.notes)
+            if f.entry_kind != "absent" and _matches(f, selectors, now, result.notes)
         ]
         if selectors.keep_last is not None:
             readable = sorted((s for s in matched if facts[s].readable), reverse=True)
