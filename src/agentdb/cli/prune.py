@@ -92,8 +92,8 @@ def prune_cmd(
 
     Selected = IDS plus the sessions matching every filter given (--until/--older-than,
     --since, --status, --profile, --keep-last). Refused, with every reason: running, live
-    (open by a process), pinned (uses a plugin version in the plugin cache), has_children (a session that stays
-    names it as parent), unreadable (corrupt: only removed when named with
+    (open by a process), pinned (uses a plugin version in the plugin cache), has_children (a
+    session that stays names it as parent), unreadable (corrupt: only removed when named with
     --include-damaged), foreign (another application's file: never removed). Nothing is
     removed without --yes or a confirmation on a terminal.
     Exit 0: did all asked; 1: refused some; 2: usage error.
