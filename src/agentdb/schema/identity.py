@@ -156,12 +156,32 @@ def schema_differences(
     """Human-readable differences between the file's schema and ``revision``'s; [] if it matches.
 
     ``rows`` is :func:`schema_rows` of ``conn`` when the caller has already read it.
+
+    The answer depends only on the schema rows (the same text parses to the same structure),
+    so it is decided once per distinct ``sqlite_schema`` content per process: files another
+    writer created and agentdb migrated keep that writer's formatting for the tables the
+    migration did not rebuild, and every such file shares one decision.
     """
-    if revision in DDL and (rows if rows is not None else schema_rows(conn)) in known_schemas(
-        revision
-    ):
+    if rows is None:
+        rows = schema_rows(conn)
+    if revision in DDL and rows in known_schemas(revision):
         return []
-    return _fingerprint_differences(conn, revision)
+    key = (revision, rows)
+    decided = _DECIDED.get(key)
+    if decided is None:
+        decided = tuple(_fingerprint_differences(conn, revision))
+        if sum(len(r[3] or "") for r in rows) <= _DECIDED_MAX_TEXT:  # hostile schemas: no memo
+            if len(_DECIDED) >= _DECIDED_MAX:
+                _DECIDED.pop(next(iter(_DECIDED)))  # the oldest decision goes first
+            _DECIDED[key] = decided
+    return list(decided)
+
+
+# Schemas decided by fingerprint, per (revision, schema rows); bounded in count and in the size
+# of what it keeps, so a directory of hostile files cannot grow it.
+_DECIDED: dict[tuple[int, SchemaRows], tuple[str, ...]] = {}
+_DECIDED_MAX = 64
+_DECIDED_MAX_TEXT = 64 * 1024
 
 
 def _fingerprint_differences(conn: apsw.Connection, revision: int) -> list[str]:
