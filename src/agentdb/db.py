@@ -16,6 +16,7 @@ APSW exceptions are translated here into :mod:`agentdb.errors`.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import weakref
@@ -196,12 +197,31 @@ _MISUSE_MESSAGES = (
 )
 
 
-def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
+# OS errors a failing read or write reports (sqlite3_system_errno) that get their own message.
+_OS_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.EIO,
+)
+_READ_ERRORS = (apsw.SQLITE_IOERR_READ, apsw.SQLITE_IOERR_SHORT_READ)
+
+
+def translate(
+    e: BaseException, path: Path | str, conn: apsw.Connection | None = None
+) -> errors.AgentdbError:
     """An APSW exception as one of ours, naming the file and what to do.
 
     The kind decides what a harness does: :class:`~agentdb.errors.SessionUnusable` (corrupt,
     unreadable) means skip the session, :class:`~agentdb.errors.Retryable` (busy, full) means
     try again later, and the rest (I/O error, read-only, constraint, misuse) are neither.
+
+    With ``conn`` (the connection that failed), an I/O failure the operating system reported
+    (no space, file too large, permission, read-only file system, I/O error) names its errno
+    (``sqlite3_system_errno``) and the fix: :func:`agentdb.fsutil.errno_error`.
     """
     msg = str(e).split("\n")[0]
     if isinstance(e, UnicodeDecodeError):
@@ -209,6 +229,23 @@ def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
             f"{path}: a TEXT value is not valid UTF-8 (damaged text); run `agentdb recover` on it",
             path=path,
         )
+    if conn is not None and isinstance(
+        e, apsw.IOError | apsw.FullError | apsw.ReadOnlyError | apsw.CantOpenError
+    ):
+        try:
+            code = conn.system_errno
+        except apsw.Error:
+            code = 0
+        if code in _OS_ERRNOS:
+            extended = getattr(e, "extendedresult", 0)
+            doing = (
+                "read"
+                if extended in _READ_ERRORS
+                else "open"
+                if isinstance(e, apsw.CantOpenError)
+                else "write"
+            )
+            return fsutil.errno_error(code, path, doing)
     if isinstance(e, apsw.NotADBError):
         return errors.Unreadable(
             f"{path}: not a SQLite database ({msg}); run `agentdb check` to see what it is",
@@ -260,12 +297,12 @@ def translate(e: BaseException, path: Path | str) -> errors.AgentdbError:
 
 
 @contextmanager
-def translated(path: Path | str) -> Iterator[None]:
-    """Translate APSW errors raised inside the block."""
+def translated(path: Path | str, conn: apsw.Connection | None = None) -> Iterator[None]:
+    """Translate APSW errors raised inside the block (``conn``: see :func:`translate`)."""
     try:
         yield
     except READ_ERRORS as e:
-        raise translate(e, path) from e
+        raise translate(e, path, conn) from e
 
 
 def _uri(path: Path, **params: str) -> str:
@@ -599,7 +636,12 @@ def backup_to(src: apsw.Connection, dest: Path) -> None:
     or ``-shm``) and fsynced; the caller fsyncs the directory and renames it into place.
     """
     # Exclusive 0600 create under any umask; no fsync yet (the complete copy is fsynced below).
-    fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        raise fsutil.os_error(e, dest, "create") from e
     try:
         os.fchmod(fd, 0o600)
     finally:
@@ -608,7 +650,7 @@ def backup_to(src: apsw.Connection, dest: Path) -> None:
         conn = apsw.Connection(str(dest), flags=apsw.SQLITE_OPEN_READWRITE)
         try:
             harden(conn)
-            with translated(dest):
+            with translated(dest, conn):
                 # The copy is a temporary file until the caller renames it: no journal, no
                 # syncs while it is written; it is fsynced once, below, when complete.
                 exec_script(conn, "PRAGMA synchronous=OFF; PRAGMA journal_mode=OFF")
@@ -617,7 +659,10 @@ def backup_to(src: apsw.Connection, dest: Path) -> None:
                 pragma(conn, "journal_mode=DELETE")
         finally:
             conn.close()
-        fsutil.fsync_file(dest)
+        try:
+            fsutil.fsync_file(dest)
+        except OSError as e:
+            raise fsutil.os_error(e, dest) from e
     except BaseException:
         for p in (dest, sidecar(dest, "-wal"), sidecar(dest, "-shm"), sidecar(dest, "-journal")):
             p.unlink(missing_ok=True)

@@ -119,6 +119,12 @@ class SessionLive(AgentdbError):
     code = "live"
 
 
+class HardLinked(AgentdbError):
+    """A session file with more than one name: rewriting it in place would change them all."""
+
+    code = "hard_linked"
+
+
 class Busy(Retryable):
     """The database stayed locked longer than the busy timeout."""
 
@@ -153,6 +159,35 @@ class DiskIOError(AgentdbError):
 class ReadOnly(AgentdbError):
     """The file, its directory or its filesystem cannot be written (permissions, read-only
     mount)."""
+
+    code = "read_only"
+
+
+class FileSystemError(AgentdbError):
+    """The operating system refused a file operation: no space, file too large, permission
+    denied, read-only file system, I/O error. The message names the file and the errno."""
+
+    code = "os_error"
+
+    def __init__(self, message: str, *, path: str | Path | None = None, errno: int = 0) -> None:
+        super().__init__(message, path=path)
+        self.errno = errno  # the OSError's errno (0 when SQLite reported it without one)
+
+
+class FileSystemFull(FileSystemError, Full):
+    """No space, quota or file size left (ENOSPC, EDQUOT, EFBIG)."""
+
+    code = "full"
+
+
+class FileSystemIOError(FileSystemError, DiskIOError):
+    """The device reported an I/O error (EIO)."""
+
+    code = "io_error"
+
+
+class FileSystemReadOnly(FileSystemError, ReadOnly):
+    """Permission denied or a read-only file system (EACCES, EPERM, EROFS)."""
 
     code = "read_only"
 

@@ -1,8 +1,19 @@
-"""Crash-safe file-system steps: owner-only creation, fsync of files and directories."""
+"""File-system steps every job shares.
+
+* Safe opens of the files agentdb keeps beside the sessions (the recovery log, intent files,
+  scratch, temporary and backup copies): :func:`open_regular` never follows a symlink, never
+  blocks on a FIFO and accepts only a regular file; :func:`read_regular` and :func:`iter_lines`
+  never read more than a caller's cap.
+* OS errors as one line naming the file, the error and the fix (:func:`os_error`).
+* Hard links: :func:`refuse_hard_linked` for jobs that rewrite a session in place.
+* Crash-safe creation: owner-only files and directories, fsync of files and directories.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
 import shutil
@@ -11,8 +22,202 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentdb import paths
+from agentdb import errors, paths
 from agentdb.paths import DIR_MODE, FILE_MODE
+
+# ---------------------------------------------------------------------------- safe opens
+
+# Never follow a symlink, never wait for a FIFO's other end, never adopt a terminal.
+_SAFE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+# What a refused open of something that is not a regular file fails with.
+_NOT_REGULAR_ERRNOS = (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.ENOTDIR)
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular entry is, in words."""
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+def not_regular(path: Path | str, mode: int) -> errors.NotRegularFile:
+    return errors.NotRegularFile(
+        f"{path}: is a {kind_of(mode)}, not a regular file; agentdb does not follow or open "
+        "it — move it away",
+        path=path,
+    )
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
+    """Open a file that is not a session the way session files are opened: never through a
+    symlink (``O_NOFOLLOW``), never blocking on a FIFO (``O_NONBLOCK``, cleared once open),
+    and only a regular file (``fstat`` after the open). Returns the descriptor.
+
+    Raises :class:`~agentdb.errors.NotRegularFile` for anything else, ``OSError`` otherwise.
+    """
+    try:
+        fd = os.open(path, flags | _SAFE_FLAGS, mode)
+    except OSError as e:
+        if e.errno in _NOT_REGULAR_ERRNOS:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                raise e from None
+            if not stat.S_ISREG(st.st_mode):
+                raise not_regular(path, st.st_mode) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path | str, limit: int | None = None) -> bytes:
+    """The bytes of a regular file (see :func:`open_regular`): at most ``limit`` of them, or
+    with no ``limit`` the size it had when opened (a file that keeps growing is not followed).
+
+    Raises ``FileNotFoundError`` when absent and :class:`~agentdb.errors.NotRegularFile` when
+    the file is larger than ``limit`` (nothing beyond the cap is read).
+    """
+    fd = open_regular(path)
+    try:
+        data = read_fd(fd, os.fstat(fd).st_size if limit is None else limit + 1)
+    finally:
+        os.close(fd)
+    if limit is not None and len(data) > limit:
+        raise errors.NotRegularFile(
+            f"{path}: larger than {limit} bytes, more than agentdb reads from it; move it away",
+            path=path,
+        )
+    return data
+
+
+def read_fd(fd: int, limit: int, offset: int = 0) -> bytes:
+    """Up to ``limit`` bytes from ``offset`` of an open file, whatever its size claims."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = os.pread(fd, min(1 << 24, limit - got), offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def iter_lines(fd: int, max_line: int, offset: int = 0, *, limit: int) -> Iterator[bytes]:
+    """The lines in ``limit`` bytes of an open file from ``offset``; a line longer than
+    ``max_line`` is skipped without ever being held whole (memory stays within ``max_line``
+    plus one chunk), and a file that keeps growing is not followed past ``limit``."""
+    buf = b""
+    skipping = False
+    pos = offset
+    end = offset + limit
+    while pos < end:
+        chunk = os.pread(fd, min(1 << 16, end - pos), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        buf += chunk
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            line, start = buf[start : nl + 1], nl + 1
+            if skipping:
+                skipping = False  # the rest of an over-long line
+            elif len(line) <= max_line:
+                yield line
+        buf = buf[start:]
+        if len(buf) > max_line:
+            buf = b""
+            skipping = True
+    if buf and not skipping and len(buf) <= max_line:
+        yield buf
+
+
+# ---------------------------------------------------------------------------- OS errors
+
+_FIXES = {
+    errno.ENOSPC: "free space on that file system, then run it again",
+    errno.EDQUOT: "the disk quota is used up; free space, then run it again",
+    errno.EFBIG: "a file size limit was reached (see `ulimit -f`); raise it, then run it again",
+    errno.EACCES: "check the owner and mode of the file and its directory",
+    errno.EPERM: "check the owner and mode of the file and its directory",
+    errno.EROFS: "the file system is mounted read-only; remount it read-write",
+    errno.EIO: "the device reported an I/O error; check the disk (dmesg) before retrying",
+}
+
+
+# Each errno as the kind a harness acts on: full (retry later), I/O error, read-only.
+_KINDS: dict[int, type[errors.FileSystemError]] = {
+    errno.ENOSPC: errors.FileSystemFull,
+    errno.EDQUOT: errors.FileSystemFull,
+    errno.EFBIG: errors.FileSystemFull,
+    errno.EIO: errors.FileSystemIOError,
+    errno.EACCES: errors.FileSystemReadOnly,
+    errno.EPERM: errors.FileSystemReadOnly,
+    errno.EROFS: errors.FileSystemReadOnly,
+}
+
+
+def os_error(
+    e: OSError, path: Path | str | None = None, doing: str = "write"
+) -> errors.FileSystemError:
+    """``e`` as one line: ``<file>: cannot <doing>: <error> (<ERRNO>); <fix>``."""
+    where = path if path is not None else (e.filename or "?")
+    return errno_error(e.errno or 0, where, doing)
+
+
+def errno_error(code: int, path: Path | str, doing: str = "write") -> errors.FileSystemError:
+    name = errno.errorcode.get(code, str(code))
+    fix = _FIXES.get(code, "fix the cause, then run it again")
+    cls = _KINDS.get(code, errors.FileSystemError)
+    return cls(
+        f"{path}: cannot {doing}: {os.strerror(code)} ({name}); {fix}",
+        path=path,
+        errno=code,
+    )
+
+
+# ---------------------------------------------------------------------------- hard links
+
+
+def hard_link_problem(path: Path, st: os.stat_result | None = None) -> str | None:
+    """Why a job that rewrites ``path`` in place must not (it has other names), or None."""
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink <= 1:
+        return None
+    return (
+        f"{path}: has {st.st_nlink} hard links (a `cp -al` or `rsync --link-dest` backup?); "
+        "rewriting it in place would change every copy — break the link first: "
+        f"`cp -p {path} {path}.copy && mv {path}.copy {path}` while no kernel has it open"
+    )
+
+
+def refuse_hard_linked(path: Path, st: os.stat_result | None = None) -> None:
+    """Raise :class:`~agentdb.errors.HardLinked` if ``path`` has more than one name."""
+    problem = hard_link_problem(path, st)
+    if problem is not None:
+        raise errors.HardLinked(problem, path=path)
+
+
+# ---------------------------------------------------------------------------- creation
 
 
 def ensure_dir(path: Path) -> None:
@@ -36,20 +241,20 @@ def ensure_dir(path: Path) -> None:
         fsync_dir(d.parent)
 
 
-def _fsync(path: Path, flags: int) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    _fsync(path, os.O_DIRECTORY)
-
-
 def fsync_file(path: Path) -> None:
-    _fsync(path, os.O_NOFOLLOW)
+    fd = open_regular(path)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def create_exclusive(path: Path) -> None:
@@ -60,6 +265,26 @@ def create_exclusive(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def copy_regular(src: Path, dst: Path) -> None:
+    """Copy the regular file ``src`` into the new file ``dst`` (0600, exclusive), fsynced."""
+    fin = open_regular(src)
+    try:
+        fout = open_regular(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            os.fchmod(fout, FILE_MODE)
+            offset = 0
+            while chunk := os.pread(fin, 1 << 20, offset):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fout, view) :]
+                offset += len(chunk)
+            os.fsync(fout)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -74,13 +299,14 @@ def link_or_copy(src: Path, dst: Path) -> None:
         raise
     except OSError:
         tmp = dst.with_name(dst.name + ".agentdb-tmp")
-        shutil.copyfile(src, tmp, follow_symlinks=False)
-        os.chmod(tmp, FILE_MODE)
-        fsync_file(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # our own name, left by an interrupted copy
         try:
+            copy_regular(src, tmp)
             os.link(tmp, dst)  # fails if dst appeared meanwhile; never overwrites
         finally:
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     fsync_dir(dst.parent)
 
 

@@ -45,6 +45,9 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
     if out.outcome == "skipped_live":
         raise errors.SessionLive(f"{path}: open by another process; not recovered", path=path)
     reason = out.notes[-1] if out.notes else out.outcome
+    if out.outcome == "failed":  # the system refused a write (no space, ...): retry later
+        log.warning("%s: damaged; recovering it failed (%s)", path, reason)
+        raise errors.FileSystemError(reason, path=path)
     log.warning("%s: damaged and could not be recovered (%s); flagged unreadable", path, reason)
     raise errors.Unreadable(
         f"{path}: damaged and unsalvageable ({out.outcome}); kept as it is, see "

@@ -24,6 +24,7 @@ interrupted run left (only once the file has passed ``integrity_check``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -182,6 +183,11 @@ def _probe(session_id: str, path: Path) -> MigrationPlanItem:
     holder = locks.probe(path) if path.exists() else None
     item.live = holder is not None
     item.live_pid = holder.pid if holder else None
+    linked = fsutil.hard_link_problem(path)
+    if linked is not None:
+        item.outcome = "failed"
+        item.message = f"{linked}; not migrated"
+        return item
     try:
         conn = db.open_readonly(path)
     except errors.AgentdbError as e:
@@ -310,23 +316,61 @@ def _remove_leftover(item: MigrationPlanItem) -> str:
     return f"removed {item.leftover.name} left by an interrupted migration"
 
 
+class _Moved(Exception):
+    """The file migrate has open is no longer the session (a recover or restore renamed another
+    file into its place): roll back and judge the new file."""
+
+
+_MOVED_RETRIES = 5
+
+
 def migrate_one(
     item: MigrationPlanItem, *, wait: float | None = None, keep_backups: bool = False
 ) -> MigrationOutcome:
     """Execute one plan item. With ``wait`` (seconds), a file another process has open is
-    migrated too, waiting at most that long for the write lock; without it, it is skipped."""
+    migrated too, waiting at most that long for the write lock; without it, it is skipped.
+
+    If the session file is replaced (renamed over) between the open and ``BEGIN IMMEDIATE`` —
+    a rollback-journal file holds no lock in between, so a recover can swap it — the write
+    lock is let go, nothing is written, and the new file is probed and migrated afresh.
+    """
     started = time.monotonic()
+    for _ in range(_MOVED_RETRIES):
+        try:
+            out = _migrate_once(item, wait, keep_backups)
+        except _Moved:
+            item = probe(item.session_id, item.path)
+            continue
+        out.seconds = time.monotonic() - started
+        return out
+    return MigrationOutcome(
+        item.session_id,
+        item.revision,
+        item.revision,
+        "skipped_live",
+        None,
+        f"{item.path}: replaced again and again while being migrated; retry later",
+        time.monotonic() - started,
+    )
+
+
+def _migrate_once(
+    item: MigrationPlanItem, wait: float | None, keep_backups: bool
+) -> MigrationOutcome:
     path, sid, rev = item.path, item.session_id, item.revision
 
     def done(
         outcome: str, to: int | None, message: str = "", kept: Path | None = None
     ) -> MigrationOutcome:
-        return MigrationOutcome(sid, rev, to, outcome, kept, message, time.monotonic() - started)
+        return MigrationOutcome(sid, rev, to, outcome, kept, message)
 
     if item.action != MIGRATE:
         message = item.message
         if item.outcome == "current":
-            message = _remove_leftover(item)
+            try:
+                message = _remove_leftover(item)
+            except OSError as e:
+                message = str(fsutil.os_error(e, item.leftover, "remove"))
         return done(item.outcome or "failed", rev, message)
     holder = locks.probe(path)  # again: the plan may be old
     if holder is not None and wait is None:
@@ -339,14 +383,24 @@ def migrate_one(
     faults.point("after_probe")
     bak = backup_file(path)
     try:
+        fsutil.refuse_hard_linked(path)
         conn = db.open_writer(path)
+    except errors.HardLinked as e:
+        return done("failed", rev, f"{e}; not migrated")
     except errors.AgentdbError as e:
         return done(_refused(item, e).outcome or "failed", rev, item.message)
+
+    def after_begin() -> None:
+        """Under the write lock: the path still names the file we have open, with one name."""
+        if db.has_moved(conn):
+            raise _Moved
+        fsutil.refuse_hard_linked(path)
+
     committed = False
     try:
         if wait is not None:
             conn.set_busy_timeout(int(wait * 1000))
-        with db.translated(path):
+        with db.translated(path, conn):
             ident = identify(conn)
             if ident.kind == "too_new":
                 return done("too_new", rev, f"{path}: {ident.problem}; left untouched")
@@ -361,20 +415,37 @@ def migrate_one(
         fsutil.fsync_dir(path.parent)
         before = _backup_counts(bak)
         faults.point("after_backup")
-        with db.translated(path):  # BEGIN IMMEDIATE's BusyError comes out untranslated
-            start, to = apply_steps(conn, path, before_commit=lambda: faults.point("before_commit"))
+        faults.point("before_begin")  # no lock held: a rollback-journal file can be swapped here
+        with db.translated(path, conn):  # BEGIN IMMEDIATE's BusyError comes out untranslated
+            start, to = apply_steps(
+                conn,
+                path,
+                before_commit=lambda: faults.point("before_commit"),
+                after_begin=after_begin,
+            )
         committed = start != to
         faults.point("after_commit")
-        with db.translated(path):
+        with db.translated(path, conn):
             _verify(conn, path, before)
         faults.point("after_verify")
-    except errors.AgentdbError as e:
+    except _Moved:
         conn.close()
+        with contextlib.suppress(OSError):
+            _dispose(bak, path, rev or 0, keep=False)  # a copy of the file that was replaced
+        raise
+    except (errors.AgentdbError, OSError) as e:
+        conn.close()
+        failure = fsutil.os_error(e) if isinstance(e, OSError) else e
         if committed:  # committed but not verified: keep the backup for the operator
-            kept = _dispose(bak, path, rev or 0, keep=True)
-            return done("failed", CURRENT_REVISION, f"{e}; backup kept at {kept}", kept)
-        _dispose(bak, path, rev or 0, keep=False)  # rolled back: the file is its own backup
-        if isinstance(e, errors.Busy) or isinstance(e.__cause__, apsw.BusyError):
+            try:
+                kept = _dispose(bak, path, rev or 0, keep=True)
+            except OSError as e2:
+                kept = None
+                failure = fsutil.os_error(e2, bak, "keep the backup")
+            return done("failed", CURRENT_REVISION, f"{failure}; backup kept at {kept}", kept)
+        with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
+            _dispose(bak, path, rev or 0, keep=False)  # rolled back: the file is its own backup
+        if isinstance(failure, errors.Busy) or isinstance(failure.__cause__, apsw.BusyError):
             waited = wait if wait is not None else db.BUSY_TIMEOUT_MS / 1000
             return done(
                 "skipped_live",
@@ -384,18 +455,24 @@ def migrate_one(
             )
         outcome = (
             "too_new"
-            if isinstance(e, errors.TooNew)
+            if isinstance(failure, errors.TooNew)
             else "corrupt"
-            if isinstance(e, errors.Corrupt)
+            if isinstance(failure, errors.Corrupt)
             else "failed"
         )
-        return done(outcome, rev, str(e))
+        if isinstance(failure, errors.FileSystemError | errors.HardLinked):
+            return done(outcome, rev, f"{failure}; not migrated, the session is unchanged")
+        return done(outcome, rev, str(failure))
     finally:
         conn.close()
-    if not committed:  # a kernel migrated it between our probe and our transaction
-        _dispose(bak, path, rev or 0, keep=False)
-        return done("current", to, "already migrated by another process")
-    kept = _dispose(bak, path, rev or 0, keep=keep_backups)
+    try:
+        if not committed:  # a kernel migrated it between our probe and our transaction
+            _dispose(bak, path, rev or 0, keep=False)
+            return done("current", to, "already migrated by another process")
+        kept = _dispose(bak, path, rev or 0, keep=keep_backups)
+    except OSError as e:
+        failure = fsutil.os_error(e, bak, "remove the backup")
+        return done("migrated" if committed else "current", to, f"{failure}")
     return done("migrated", to, f"backup kept at {kept}" if kept else "", kept)
 
 

@@ -27,7 +27,8 @@ def recover_cmd(
     content_hash does not match, or its WAL holds intact commits after a broken frame. Healthy
     sessions are left alone; sessions another process has open are skipped. Every recovery is
     logged to the recovery log and warned about on stderr. Exit 1 when any session was
-    unreadable, skipped or refused.
+    unreadable, skipped, refused or failed (the system refused a write: the session is left as
+    it was).
     """
     sel = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
@@ -46,7 +47,7 @@ def recover_cmd(
                 f"{s.tables.get('events', {}).get('salvaged', 0)} events ({lost} known lost); "
                 f"{where}"
             )
-        elif s.outcome in ("unreadable", "refused", "skipped_live"):
+        elif s.outcome in ("unreadable", "refused", "skipped_live", "failed"):
             note = s.notes[-1] if s.notes else ""
             note = note.removeprefix(f"{s.path}: ")
             output.warn(f"{s.path}: {s.outcome}: {note}")

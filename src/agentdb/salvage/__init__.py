@@ -21,6 +21,7 @@ Nothing salvageable at all: the original is untouched and the outcome is ``unrea
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ from agentdb.salvage import protocol, replacement, rows
 from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
 
-OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused")
+OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused", "failed")
 
 
 @dataclass
@@ -45,7 +46,7 @@ class RecoveryOutcome:
     """What recovering one session did."""
 
     session_id: str
-    outcome: str  # recovered | healthy | unreadable | skipped_live | refused
+    outcome: str  # recovered | healthy | unreadable | skipped_live | refused | failed
     path: str  # the session file
     corrupt_path: str | None = None  # where the original bytes are kept (None if untouched)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> {"salvaged": N, ..}
@@ -57,6 +58,7 @@ class RecoveryOutcome:
     corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
     # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
     found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
 
     def log_entry(self, event: str) -> dict[str, Any]:
         return {
@@ -138,6 +140,12 @@ def recover_session(
     except errors.AgentdbError as e:
         out.notes.append(str(e))
         return out
+    if not dry_run:
+        try:
+            recoverylog.require_writable(log)  # before anything is written or locked
+        except errors.AgentdbError as e:
+            out.notes.append(f"{e}; not recovered")
+            return out
     holder = locks.probe(path)
     if holder is not None:
         out.outcome = "skipped_live"
@@ -151,19 +159,25 @@ def recover_session(
         out.outcome = "skipped_live"
         out.notes.append(str(e))
         return out
-
-
-def _read_fd(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    chunks: list[bytes] = []
-    pos = 0
-    while pos < size:
-        chunk = os.pread(fd, min(1 << 24, size - pos), pos)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        pos += len(chunk)
-    return b"".join(chunks)
+    except (OSError, errors.AgentdbError) as e:
+        # The system refused a read or write (no space, file too large, permission, read-only,
+        # I/O error), or something not a regular file sits where agentdb writes: nothing of
+        # this run stays behind. A swap the intent line already announced is finished by the
+        # next run (its steps are idempotent); before that line the session is as it was.
+        failure = fsutil.os_error(e) if isinstance(e, OSError) else e
+        if not dry_run:
+            with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
+                protocol.remove_job_files(path)
+        out.outcome = "failed"
+        if out.swap_started:
+            out.notes.append(
+                f"{failure}; the swap was interrupted — run `agentdb recover {session_id}` "
+                "again to finish it"
+            )
+        else:
+            out.corrupt_path = out.corrupt_wal = None
+            out.notes.append(f"{failure}; the session is unchanged")
+        return out
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -202,8 +216,11 @@ def _recover_held(
     wal_path = sidecar(path, "-wal")
     if not wal_path.exists() and interrupted is not None:
         wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
-    db_bytes = _read_fd(fd)
-    wal_bytes = wal_path.read_bytes() if wal_path.exists() else None
+    db_bytes = fsutil.read_fd(fd, st.st_size)
+    try:
+        wal_bytes: bytes | None = fsutil.read_regular(wal_path)
+    except FileNotFoundError:
+        wal_bytes = None
 
     with fsutil.private_workdir("agentdb-recover-") as work:
         copy = work / path.name
@@ -304,10 +321,21 @@ def _recover_held(
         if wal_bytes:
             out.corrupt_wal = str(sidecar(corrupt, "-wal"))
         recoverylog.append(log, out.log_entry("intent"))
+        out.swap_started = True
         _fault(fault, "after_intent")
         protocol.swap(path, target, corrupt, fault)
-        recoverylog.append(log, out.log_entry("outcome"))
+        out.swap_started = False
+        _log_outcome(log, out)
         return out
+
+
+def _log_outcome(log: Path, out: RecoveryOutcome) -> None:
+    """The outcome line of a finished swap; the swap stands even if the line cannot be written."""
+    try:
+        recoverylog.append(log, out.log_entry("outcome"))
+    except (OSError, errors.AgentdbError) as e:
+        failure = fsutil.os_error(e) if isinstance(e, OSError) else e
+        out.notes.append(f"recovered, but its outcome line is not in the recovery log: {failure}")
 
 
 def _check_rules(target: Path, session_id: str, check: replacement.ReplacementCheck) -> None:
@@ -366,7 +394,7 @@ def _healthy(path: Path, out: RecoveryOutcome, log: Path) -> RecoveryOutcome:
             out.found_by = last.get("found_by") or {}
             out.lost = last.get("lost") or {}
             out.notes = [*list(last.get("notes") or []), "finished an interrupted recovery"]
-            recoverylog.append(log, out.log_entry("outcome"))
+            _log_outcome(log, out)
     return out
 
 

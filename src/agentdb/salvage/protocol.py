@@ -63,13 +63,22 @@ def same_bytes(a: Path, b: Path, *, a_stat: os.stat_result | None = None) -> boo
         return True
     if sa.st_size != sb.st_size:
         return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
+    fa = fsutil.open_regular(a)
+    try:
+        fb = fsutil.open_regular(b)
+        try:
+            offset = 0
+            while True:
+                x, y = os.pread(fa, 1 << 20, offset), os.pread(fb, 1 << 20, offset)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+                offset += len(x)
+        finally:
+            os.close(fb)
+    finally:
+        os.close(fa)
 
 
 def existing_corrupt_of(db_path: Path, db_stat: os.stat_result) -> Path | None:

@@ -44,7 +44,7 @@ def write(path: Path, merged: Merged) -> None:
     """Create ``path`` (0600, exclusive, WAL, current revision) holding ``merged``; fsync."""
     conn = db.open_writer(path, create=True)
     try:
-        with db.translated(path):
+        with db.translated(path, conn):
             db.configure_writer(conn, path)
             conn.execute("PRAGMA foreign_keys=OFF")  # rows whose event was lost are kept
             create_schema(conn, CURRENT_REVISION)

@@ -139,19 +139,26 @@ def apply_steps(
     *,
     target: int = CURRENT_REVISION,
     before_commit: Callable[[], None] | None = None,
+    after_begin: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """Migrate the open file to ``target`` in one IMMEDIATE transaction. Returns (from, to).
 
     The caller has already identified the file as a session file. Raises
     :class:`~agentdb.errors.TooNew` for a newer file and :class:`~agentdb.errors.MigrationFailed`
     (after ROLLBACK) when a precheck, a step, ``foreign_key_check`` or ``integrity_check`` fails.
-    ``before_commit`` is a fault-injection hook for tests.
+    ``before_commit`` is a fault-injection hook for tests. ``after_begin`` runs once the write
+    lock is held (after ``BEGIN IMMEDIATE``): the caller re-checks that the file it has open is
+    still the session (an exception from it rolls back and propagates).
+    An I/O failure the system reports (no space, file too large, read-only, I/O error) raises
+    :class:`~agentdb.errors.FileSystemError` naming it (after ROLLBACK).
     """
     fk_was_on = bool(db.scalar(conn, "PRAGMA foreign_keys"))
     conn.execute("PRAGMA foreign_keys=OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if after_begin is not None:
+                after_begin()
             start = int(db.scalar(conn, "PRAGMA user_version"))
             if start > target:
                 raise errors.TooNew(
@@ -212,7 +219,10 @@ def apply_steps(
             conn.execute("COMMIT")
             return start, target
         except apsw.Error as e:
+            os_failure = db.translate(e, path, conn)  # before ROLLBACK resets the errno
             _rollback(conn)
+            if isinstance(os_failure, errors.FileSystemError):
+                raise os_failure from e
             raise errors.MigrationFailed(
                 f"{path}: migration failed ({e}); rolled back, file unchanged", path=path
             ) from e
