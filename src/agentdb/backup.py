@@ -14,6 +14,7 @@ rollback-journal mode: a single self-contained file, which opens without ``-wal`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -135,14 +136,17 @@ def backup_session(db_path: Path, dest_dir: Path, *, sync_dir: bool = True) -> B
         return out
 
     tmp = dest_dir / (db_path.name + TMP_SUFFIX)
-    if dest_dir.is_dir():
-        for leftover in (tmp, paths.sidecar(tmp, "-journal")):
-            leftover.unlink(missing_ok=True)  # our own temp name, left by an interrupted backup
+    try:
+        if dest_dir.is_dir():
+            for leftover in (tmp, paths.sidecar(tmp, "-journal")):
+                leftover.unlink(missing_ok=True)  # our own temp name, left by an interrupted run
+    except OSError as e:
+        return done("failed", str(fsutil.os_error(e, doing="remove a temporary copy")))
     if os.path.lexists(final):
         out.path = final
         return done("exists", f"{final}: already exists; not overwritten — choose another --to")
-    fsutil.ensure_dir(dest_dir)
     try:
+        fsutil.ensure_dir(dest_dir)
         out.revision = _copy(db_path, tmp)
         faults.point("backup_after_copy")  # copied, checked, fsynced; no final name yet
         try:
@@ -161,8 +165,11 @@ def backup_session(db_path: Path, dest_dir: Path, *, sync_dir: bool = True) -> B
         return done("corrupt", f"{e}")
     except errors.AgentdbError as e:
         return done("failed", str(e))
+    except OSError as e:  # no space, a size limit, permission, read-only, I/O error
+        return done("failed", str(fsutil.os_error(e)))
     finally:
-        tmp.unlink(missing_ok=True)  # a temp name a power cut brings back is removed next run
+        with contextlib.suppress(OSError):  # a temp name a power cut brings back: next run
+            tmp.unlink(missing_ok=True)
     return done("copied")
 
 

@@ -236,6 +236,10 @@ def translate(
             code = conn.system_errno
         except apsw.Error:
             code = 0
+        if code == 0 and isinstance(e, apsw.FullError):
+            # The unix VFS returns SQLITE_FULL for ENOSPC (and a short write); the backup API
+            # does not keep the errno on the destination connection.
+            code = errno.ENOSPC
         if code in _OS_ERRNOS:
             extended = getattr(e, "extendedresult", 0)
             doing = (
@@ -558,8 +562,9 @@ def _connect(
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         setup(conn)
     except READ_ERRORS as e:
+        failure = translate(e, path, conn)  # before close: the connection knows the errno
         conn.close()
-        raise translate(e, path) from e
+        raise failure from e
     except BaseException:
         conn.close()
         raise

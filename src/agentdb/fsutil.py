@@ -118,6 +118,14 @@ def read_fd(fd: int, limit: int, offset: int = 0) -> bytes:
     return b"".join(chunks)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a short write, as under a file size limit, is continued: the error
+    comes from the next write instead of leaving a silently truncated file)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def iter_lines(fd: int, max_line: int, offset: int = 0, *, limit: int) -> Iterator[bytes]:
     """The lines in ``limit`` bytes of an open file from ``offset``; a line longer than
     ``max_line`` is skipped without ever being held whole (memory stays within ``max_line``
@@ -148,6 +156,19 @@ def iter_lines(fd: int, max_line: int, offset: int = 0, *, limit: int) -> Iterat
 
 
 # ---------------------------------------------------------------------------- OS errors
+
+
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An ``OSError`` from the block that names no file (``write``, ``fsync`` on a descriptor)
+    is raised again naming ``path``, so its one-line message says which file failed."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno:
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from e
+        raise
+
 
 _FIXES = {
     errno.ENOSPC: "free space on that file system, then run it again",
@@ -189,6 +210,23 @@ def errno_error(code: int, path: Path | str, doing: str = "write") -> errors.Fil
         path=path,
         errno=code,
     )
+
+
+def refuse_unwritable(path: Path) -> None:
+    """Before a job rewrites ``path`` in place (SQLite also creates a journal or WAL beside
+    it): raise the error the system would give, read-only file system (EROFS) or permission
+    denied (EACCES), instead of SQLite's vaguer "unable to open database file"."""
+    try:
+        ro = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        ro = False
+    if ro:
+        raise errno_error(errno.EROFS, path, "write")
+    ids = os.access in os.supports_effective_ids
+    if not os.access(path, os.W_OK, effective_ids=ids):
+        raise errno_error(errno.EACCES, path, "write")
+    if not os.access(path.parent, os.W_OK | os.X_OK, effective_ids=ids):
+        raise errno_error(errno.EACCES, path.parent, "create files in")
 
 
 # ---------------------------------------------------------------------------- hard links
@@ -244,7 +282,8 @@ def ensure_dir(path: Path) -> None:
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        with naming(path):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -252,7 +291,8 @@ def fsync_dir(path: Path) -> None:
 def fsync_file(path: Path) -> None:
     fd = open_regular(path)
     try:
-        os.fsync(fd)
+        with naming(path):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -275,12 +315,11 @@ def copy_regular(src: Path, dst: Path) -> None:
         try:
             os.fchmod(fout, FILE_MODE)
             offset = 0
-            while chunk := os.pread(fin, 1 << 20, offset):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fout, view) :]
-                offset += len(chunk)
-            os.fsync(fout)
+            with naming(dst):
+                while chunk := os.pread(fin, 1 << 20, offset):
+                    write_all(fout, chunk)
+                    offset += len(chunk)
+                os.fsync(fout)
         finally:
             os.close(fout)
     finally:

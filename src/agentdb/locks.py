@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentdb import fsutil
 from agentdb.errors import SessionLive
 from agentdb.paths import sidecar
 
@@ -30,6 +31,9 @@ PENDING_BYTE = 0x40000000
 LOCK_RANGE = 512  # PENDING, RESERVED and the 510-byte SHARED range
 SHM_LOCK_START = 120  # WALINDEX_LOCK_OFFSET: 8 lock bytes then the DMS byte at 128
 SHM_LOCK_LEN = 9
+
+# Why opening a session for the lock can fail that is no sign of another user of it.
+_SYSTEM_REFUSALS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOSPC)
 
 _FLOCK = "@hhqqi4x"  # struct flock on Linux: type, whence, start, len, pid
 
@@ -91,6 +95,8 @@ def hold(db_path: Path) -> Iterator[int]:
     try:
         fd = os.open(db_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
+        if e.errno in _SYSTEM_REFUSALS:  # not someone else's use: the system's (read-only, ...)
+            raise fsutil.os_error(e, db_path, "open to lock") from e
         raise SessionLive(f"{db_path}: cannot open to lock ({e.strerror})", path=db_path) from e
     try:
         req = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, PENDING_BYTE, LOCK_RANGE, 0)

@@ -382,12 +382,18 @@ def _migrate_once(
         )
     faults.point("after_probe")
     bak = backup_file(path)
+    had_sidecars = db.wal_in_use(path)
     try:
         fsutil.refuse_hard_linked(path)
+        fsutil.refuse_unwritable(path)
         conn = db.open_writer(path)
-    except errors.HardLinked as e:
-        return done("failed", rev, f"{e}; not migrated")
+    except (errors.HardLinked, errors.FileSystemError) as e:
+        if not had_sidecars:
+            _drop_empty_sidecars(path)
+        return done("failed", rev, f"{e}; not migrated, the session is unchanged")
     except errors.AgentdbError as e:
+        if not had_sidecars:
+            _drop_empty_sidecars(path)
         return done(_refused(item, e).outcome or "failed", rev, item.message)
 
     def after_begin() -> None:
@@ -445,6 +451,8 @@ def _migrate_once(
             return done("failed", CURRENT_REVISION, f"{failure}; backup kept at {kept}", kept)
         with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
             _dispose(bak, path, rev or 0, keep=False)  # rolled back: the file is its own backup
+        if not had_sidecars:
+            _drop_empty_sidecars(path)
         if isinstance(failure, errors.Busy) or isinstance(failure.__cause__, apsw.BusyError):
             waited = wait if wait is not None else db.BUSY_TIMEOUT_MS / 1000
             return done(
@@ -474,6 +482,25 @@ def _migrate_once(
         failure = fsutil.os_error(e, bak, "remove the backup")
         return done("migrated" if committed else "current", to, f"{failure}")
     return done("migrated", to, f"backup kept at {kept}" if kept else "", kept)
+
+
+def _drop_empty_sidecars(path: Path) -> None:
+    """Remove an empty ``-wal`` and its ``-shm`` that SQLite left beside a file that had none
+    (its close cannot checkpoint and delete them on a full or failing disk), under the
+    session's lock, so that a failed migration leaves the directory as it found it. A kernel
+    that opened the session meanwhile holds them: then they stay."""
+    wal, shm = paths.sidecar(path, "-wal"), paths.sidecar(path, "-shm")
+    try:
+        if os.path.lexists(wal) and os.lstat(wal).st_size != 0:
+            return
+        if not (os.path.lexists(wal) or os.path.lexists(shm)):
+            return
+        with locks.hold(path):
+            for p in (wal, shm):
+                p.unlink(missing_ok=True)
+            fsutil.fsync_dir(path.parent)
+    except (errors.AgentdbError, OSError):
+        pass
 
 
 def execute(

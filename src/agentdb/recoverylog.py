@@ -44,8 +44,9 @@ def append(log_path: Path, entry: dict[str, Any]) -> None:
     line = (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
     fd = fsutil.open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        with fsutil.naming(log_path):
+            fsutil.write_all(fd, line)
+            os.fsync(fd)
     finally:
         os.close(fd)
 

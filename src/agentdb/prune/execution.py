@@ -17,6 +17,7 @@ checking the session is still as planned) and ``agentdb check`` reports it as a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -107,8 +108,12 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
         except _Changed as e:
             result.refused.append(_refused(d, "changed", str(e)))
             continue
+        except errors.FileSystemError as e:  # the system refused opening it to lock
+            result.refused.append(_refused(d, "failed", f"{e}; run prune again"))
+            continue
         except OSError as e:
-            result.refused.append(_refused(d, "failed", f"{e.strerror}; run prune again"))
+            failure = fsutil.os_error(e)  # names the file: the intent, the session or a sidecar
+            result.refused.append(_refused(d, "failed", f"{failure}; run prune again"))
             continue
         result.removed.append(d.session_id)
         result.freed_bytes += freed
@@ -192,11 +197,16 @@ def _write_intent(intent: Path, d: PruneDecision, planned: Stamp) -> None:
             return
         raise errors.SessionLive(f"{intent}: another prune is removing this session") from None
     try:
-        os.fchmod(fd, FILE_MODE)
-        os.write(fd, intent_bytes(d.session_id, planned, d.damaged))
-        os.fsync(fd)
-    finally:
+        with fsutil.naming(intent):
+            os.fchmod(fd, FILE_MODE)
+            fsutil.write_all(fd, intent_bytes(d.session_id, planned, d.damaged))
+            os.fsync(fd)
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(intent)  # not written whole: nothing was removed, leave nothing behind
+        raise
+    os.close(fd)
     fsutil.fsync_dir(intent.parent)
 
 

@@ -181,18 +181,12 @@ def recover_session(
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, paths.FILE_MODE)
+    fd = fsutil.open_regular(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, paths.FILE_MODE)
     try:
-        _write_all(fd, data)
+        with fsutil.naming(path):
+            fsutil.write_all(fd, data)
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _recover_held(
