@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import apsw
@@ -45,15 +46,28 @@ def test_copies_every_shape_with_every_row(sessions_dir: Path, tmp_path: Path) -
     assert all(k.endswith("-shm") and k[:-4] + "-wal" in listing for k in now.keys() - listing)
 
 
-def test_never_overwrites(sessions_dir: Path, tmp_path: Path) -> None:
-    sid, _ = make_session(sessions_dir)
+def test_garbage_old_copy_is_renamed_corrupt_and_a_fresh_copy_written(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    sid, path = make_session(sessions_dir)
     dest = tmp_path / "b"
     dest.mkdir(mode=0o700)
     (dest / f"{sid}.sqlite").write_bytes(b"an older backup")
+    os.chmod(dest / f"{sid}.sqlite", 0o600)
     out = backup.backup_sessions(sessions_dir, [sid], dest).sessions[0]
-    assert out.outcome == "exists"
-    assert (dest / f"{sid}.sqlite").read_bytes() == b"an older backup"
-    assert sorted(x.name for x in dest.iterdir()) == [f"{sid}.sqlite"]
+    assert out.outcome == "copied", out.message
+    assert out.corrupt_path == dest / f"{sid}.sqlite.corrupt"
+    assert out.corrupt_path.read_bytes() == b"an older backup"  # never deleted
+    assert rows(dest / f"{sid}.sqlite") == rows(path)
+    assert sorted(x.name for x in dest.iterdir()) == [f"{sid}.sqlite", f"{sid}.sqlite.corrupt"]
+    # a copy damaged later goes to the next free .corrupt name; the first stays as it was
+    demo.damage_page(dest / f"{sid}.sqlite", table="events", nth_leaf=0)
+    damaged = (dest / f"{sid}.sqlite").read_bytes()
+    out = backup.backup_sessions(sessions_dir, [sid], dest).sessions[0]
+    assert out.outcome == "copied" and out.corrupt_path == dest / f"{sid}.sqlite.corrupt.1"
+    assert (dest / f"{sid}.sqlite.corrupt.1").read_bytes() == damaged
+    assert (dest / f"{sid}.sqlite.corrupt").read_bytes() == b"an older backup"
+    assert backup.verify_dir(dest).ok  # .corrupt names are not copies
 
 
 def test_corrupt_and_foreign_not_copied(sessions_dir: Path, tmp_path: Path) -> None:
@@ -69,13 +83,29 @@ def test_corrupt_and_foreign_not_copied(sessions_dir: Path, tmp_path: Path) -> N
     assert list(dest.iterdir()) == []
 
 
-def test_leftover_temp_is_replaced(sessions_dir: Path, tmp_path: Path) -> None:
+def test_leftover_temps_of_dead_runs_are_removed(sessions_dir: Path, tmp_path: Path) -> None:
     sid, _ = make_session(sessions_dir)
     dest = tmp_path / "b"
     dest.mkdir(mode=0o700)
-    (dest / f"{sid}.sqlite{backup.TMP_SUFFIX}").write_bytes(b"half a copy")
+    gone = _exited_pid()
+    names = [
+        f"{sid}.sqlite.agentdb-backup-tmp",  # an older agentdb's name
+        f"{sid}.sqlite.agentdb-backup-tmp-{gone}",
+        f"{sid}.sqlite.agentdb-backup-tmp-{gone}-journal",
+    ]
+    for n in names:
+        (dest / n).write_bytes(b"half a copy")
+    # a temp of a run that is still going (this process' parent, say) is left alone
+    alive = dest / f"{sid}.sqlite.agentdb-backup-tmp-{os.getppid()}"
+    alive.write_bytes(b"being written")
     assert backup.backup_sessions(sessions_dir, [sid], dest).sessions[0].outcome == "copied"
-    assert sorted(x.name for x in dest.iterdir()) == [f"{sid}.sqlite"]
+    assert sorted(x.name for x in dest.iterdir()) == sorted([f"{sid}.sqlite", alive.name])
+
+
+def _exited_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
 
 
 def test_refuses_sessions_dir_as_destination(sessions_dir: Path) -> None:

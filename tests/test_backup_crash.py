@@ -1,38 +1,135 @@
-"""kill -9 ``agentdb backup`` at each step: never a half-written file under the final name;
-at most the job's temp file, which the next run removes; the re-run completes."""
+"""kill -9 ``agentdb backup`` at every named point of the copy and update paths: a final name
+only ever holds a complete, verified copy; never a copy that holds less than before, never a
+lost old copy; the re-run finishes and leaves no temp file."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import apsw
 import pytest
 
-from agentdb import backup
+from agentdb import backupdir
+from agentdb.checks import prefix
+from agentdb.store import Event, Producer, SessionWriter
 from tests.support import all_rows, make_session, run_cli
 
+TOOL = Producer("tool", "shell", "2.0.0")
 
-@pytest.mark.parametrize("point", ["backup_after_copy", "backup_after_link"])
-def test_backup_killed_at_each_step(sessions_dir: Path, tmp_path: Path, point: str) -> None:
-    sid, path = make_session(sessions_dir, turns=5)
+
+def _grow(sessions_dir: Path, sid: str, n: int) -> None:
+    with SessionWriter.open(sessions_dir, sid) as w:
+        for i in range(n):
+            w.emit(Event("tool_result", TOOL, b"later %d" % i))
+
+
+def _lose(path: Path, sequence: int) -> None:
+    c = apsw.Connection(str(path))
+    try:
+        c.execute("DELETE FROM events WHERE sequence = ?", (sequence,))
+    finally:
+        c.close()
+
+
+def _integrity_ok(path: Path) -> bool:
+    c = apsw.Connection(
+        f"file:{path}?immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        return c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        c.close()
+
+
+# point -> (scenario, outcome of the re-run)
+POINTS = {
+    "backup_after_copy": ("new", "copied"),
+    "backup_after_link": ("new", "unchanged"),
+    "backup_after_copy+grow": ("grow", "updated"),
+    "backup_before_replace": ("grow", "updated"),
+    "backup_after_replace": ("grow", "unchanged"),
+    "backup_after_corrupt_link": ("corrupt", "copied"),
+    "backup_before_replace_corrupt": ("corrupt", "copied"),
+    "backup_after_replace_corrupt": ("corrupt", "unchanged"),
+    "backup_before_stamped": ("lossy", "kept"),
+    "backup_after_stamped": ("lossy", "kept"),
+    "backup_before_replace_stamped": ("lossy_grow", "kept"),
+    "backup_after_replace_stamped": ("lossy_grow", "kept"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_backup_killed_at_each_point(sessions_dir: Path, tmp_path: Path, name: str) -> None:
+    point = name.split("+")[0]
+    scenario, rerun_outcome = POINTS[name]
+    sid, path = make_session(sessions_dir, turns=4, status=None)
     dest = tmp_path / "b"
-    args = ["--sessions-dir", str(sessions_dir), "backup", sid, "--to", str(dest)]
+    args = ["--sessions-dir", str(sessions_dir), "backup", sid, "--to", str(dest), "--json"]
+    final = dest / path.name
+    old = tmp_path / "old-copy.sqlite"  # the copy as it was before the killed run
+    stamped_before: Path | None = None
+    if scenario != "new":
+        assert run_cli(*args).returncode == 0
+    if scenario == "grow":
+        _grow(sessions_dir, sid, 3)
+    elif scenario == "corrupt":
+        raw = bytearray(final.read_bytes())
+        raw[len(raw) // 2 : len(raw) // 2 + 4096] = b"\xff" * 4096
+        final.write_bytes(bytes(raw))
+    elif scenario in ("lossy", "lossy_grow"):
+        _lose(path, 11)
+        if scenario == "lossy_grow":
+            r = run_cli(*args)
+            (s,) = json.loads(r.stdout)["sessions"]
+            assert s["outcome"] == "kept"
+            stamped_before = Path(s["current_path"])
+            shutil.copyfile(stamped_before, tmp_path / "old-stamped.sqlite")
+            _grow(sessions_dir, sid, 2)
+    if final.exists():
+        shutil.copyfile(final, old)
+    before = sorted(os.listdir(dest)) if dest.exists() else []
+
     r = run_cli(*args, env={"AGENTDB_FAULT": point})
     assert r.returncode == -9, r.stderr
-    final = dest / path.name
-    tmp = dest / (path.name + backup.TMP_SUFFIX)
+
     names = sorted(os.listdir(dest))
-    assert names == sorted({tmp.name} | ({final.name} if point == "backup_after_link" else set()))
-    if final.exists():  # a final name is only ever a complete, checked copy
-        c = apsw.Connection(str(final), flags=apsw.SQLITE_OPEN_READONLY)
-        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        c.close()
-        assert all_rows(final) == all_rows(path)
-    again = run_cli(*args, "--json")
-    # never overwritten: a final name left by the killed run is reported as already there
-    assert again.returncode == (1 if point == "backup_after_link" else 0), again.stderr
-    assert not tmp.exists()  # the next run cleans the temp name
-    assert os.listdir(dest) == [final.name]
-    assert all_rows(final) == all_rows(path)
-    assert backup.verify_dir(dest).ok
+    leftovers = [n for n in names if backupdir.TMP_RE.fullmatch(n)]
+    assert len(leftovers) <= 1  # at most the killed run's own temp file
+    if scenario == "new":
+        assert final.exists() == (point == "backup_after_link")
+    else:
+        assert final.exists()
+    if final.exists() and scenario != "corrupt":
+        assert _integrity_ok(final)
+        if old.exists():
+            assert prefix.compare_paths(old, final).is_prefix  # never a copy that holds less
+    if scenario == "corrupt":
+        # the old copy's bytes are under one name or the other, always
+        holders = [final, *dest.glob(f"{sid}.sqlite.corrupt*")]
+        assert any(p.read_bytes() == old.read_bytes() for p in holders)
+        if final.read_bytes() != old.read_bytes():
+            assert _integrity_ok(final) and all_rows(final) == all_rows(path)
+    if scenario in ("lossy", "lossy_grow"):
+        assert final.read_bytes() == old.read_bytes()  # the old copy stays
+    if stamped_before is not None:
+        assert prefix.compare_paths(tmp_path / "old-stamped.sqlite", stamped_before).is_prefix
+    assert set(before) <= set(names)  # nothing that was there is gone
+
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    (s,) = json.loads(again.stdout)["sessions"]
+    assert s["outcome"] == rerun_outcome, s
+    names = sorted(os.listdir(dest))
+    assert not [n for n in names if backupdir.TMP_RE.fullmatch(n)]  # the re-run cleaned up
+    assert backupdir.verify_dir(dest).ok
+    newest = backupdir.copies_of(dest, sid)[0]
+    assert all_rows(newest) == all_rows(path)  # the session's current state is backed up
+    if scenario == "corrupt":
+        assert [n for n in names if ".corrupt" in n] == [f"{sid}.sqlite.corrupt"]
+        assert (dest / f"{sid}.sqlite.corrupt").read_bytes() == old.read_bytes()
+    if scenario in ("lossy", "lossy_grow"):
+        assert final.read_bytes() == old.read_bytes()
+        assert len(backupdir.stamped_copies(dest, sid)) == 1

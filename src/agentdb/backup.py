@@ -1,20 +1,40 @@
-"""``agentdb backup``: consistent online copies of sessions, safe while the kernel writes.
+"""``agentdb backup``: consistent online copies of sessions, safe while the kernel writes;
+run it again and again into the same folder.
 
-Per session: the source is opened read-only (never blocks its writer; a file with no ``-wal``
-is opened ``immutable`` so nothing is created beside it), copied with SQLite's backup API in
-one pass inside one read transaction (:func:`agentdb.db.backup_to`: a transaction-consistent
-snapshot that cannot restart under a busy writer), written 0600 as
-``DIR/<id>.sqlite.agentdb-backup-tmp``, checked with ``integrity_check`` and its identity, fsynced,
-then given its final name ``DIR/<id>.sqlite`` with ``link(2)``, which fails rather than replace
-an existing file (outcome ``exists``; nothing is ever overwritten). The copy is in
-rollback-journal mode: a single self-contained file, which opens without ``-wal``/``-shm``.
+Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
 
-:func:`verify_dir` checks a backup folder with the rules of ``agentdb check``.
+1. **Snapshot.** The source is opened read-only (never blocks its writer; a file with no
+   ``-wal`` is opened ``immutable`` so nothing is created beside it) and copied with SQLite's
+   backup API in one pass inside one read transaction (:func:`agentdb.db.backup_to`: a
+   transaction-consistent snapshot that cannot restart under a busy writer) into a temp file
+   ``DIR/<id>.sqlite.agentdb-backup-tmp-<pid>``, 0600, in rollback-journal mode (one
+   self-contained file that opens without ``-wal``/``-shm``), fsynced.
+2. **Verify** the snapshot with ``agentdb check``'s own judge (:func:`agentdb.checks.check_path`:
+   integrity, identity, schema, content hashes...). A damaged one is ``corrupt`` and nothing
+   in ``DIR`` changes; a foreign file is ``foreign``.
+3. **Place** it, holding the session's lock in ``DIR`` (so concurrent runs take turns):
+
+   * no ``DIR/<id>.sqlite`` yet: ``link(2)`` it there (never replaces a file) — ``copied``;
+   * the old copy fails verification: it is renamed ``<id>.sqlite.corrupt[.N]`` (never
+     deleted) and the snapshot takes its place — ``copied``, with ``corrupt_path``;
+   * the old copy holds the same rows, or the old copy holds everything the snapshot does
+     (a concurrent run was there first) — ``unchanged``, the snapshot is dropped;
+   * the old copy is a prefix of the snapshot (:mod:`agentdb.checks.prefix`, compared with the
+     old copy as it is at that moment, under the lock) — the snapshot is renamed over it:
+     ``updated``. A copy is never replaced by one that holds less;
+   * neither is a prefix of the other (the session was recovered with losses) — the old copy
+     stays and the snapshot is written beside it as ``DIR/<id>.sqlite.<UTC timestamp>``
+     (``kept``); the newest such copy is itself updated, left unchanged or kept the same way on
+     later runs, so what the session gains after a lossy recovery is backed up too.
+
+``kill -9`` anywhere leaves every copy complete: the final names only ever change by an atomic
+``link``/``rename`` of a verified, fsynced file; a killed run's temp file is removed by the
+next run. :func:`agentdb.backupdir.verify_dir` checks a backup folder with the rules of
+``agentdb check``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -22,12 +42,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import checks, db, errors, faults, fsutil, paths
+from agentdb import backupdir, checks, db, errors, faults, fsutil, paths
+from agentdb.backupdir import VerifyReport, verify_dir
+from agentdb.checks import prefix
 from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.schema.identity import identify
 
-OUTCOMES = ("copied", "exists", "corrupt", "foreign", "failed")
-TMP_SUFFIX = ".agentdb-backup-tmp"
+__all__ = ["OUTCOMES", "BackupOutcome", "BackupReport", "VerifyReport", "verify_dir"]
+
+OUTCOMES = ("copied", "updated", "unchanged", "kept", "corrupt", "foreign", "failed")
+DONE = ("copied", "updated", "unchanged", "kept")  # the session's state is in DIR
+# check's verdicts under which a copy is a faithful backup: an older revision is, and so is a
+# session that is merely inconsistent (its copy is as good as the session; `check` reports it)
+USABLE = ("ok", "needs_migration", "inconsistent")
+# ...but never a copy whose session_meta does not name the session it is filed under
+_IDENTITY = ("meta_missing", "meta_multiple", "meta_id_mismatch")
+VERSION = 1  # of the JSON document
+_ATTEMPTS = 5  # placements tried when other runs keep creating and removing the copy
 
 
 @dataclass
@@ -36,21 +67,32 @@ class BackupOutcome:
 
     session_id: str  # the ULID in the file name
     outcome: str  # one of OUTCOMES
-    path: Path | None  # DIR/<id>.sqlite when copied (or when it already existed)
-    bytes: int = 0  # size of the copy
-    seconds: float = 0.0  # wall time for this session (copy, check, fsync, rename)
-    revision: int | None = None  # the copy's user_version
-    message: str = ""  # why not, in one line, with what to do
+    path: Path | None  # DIR/<id>.sqlite (None when nothing is there)
+    bytes: int = 0  # size of the file written this run (0 when nothing was written)
+    seconds: float = 0.0  # wall time for this session (copy, verify, compare, rename)
+    revision: int | None = None  # the snapshot's user_version
+    verdict: str | None = None  # check's verdict of the snapshot
+    message: str = ""  # why not, or what else to know, in one line
+    corrupt_path: Path | None = None  # where an old copy that failed verification went
+    current_path: Path | None = None  # kept: the timestamped copy that holds the current state
+    lost: str | None = None  # kept: what the old copy has that the session lost
 
     def as_json(self) -> dict[str, Any]:
+        def opt(p: Path | None) -> str | None:
+            return str(p) if p else None
+
         return {
             "session_id": self.session_id,
             "outcome": self.outcome,
-            "path": str(self.path) if self.path else None,
+            "path": opt(self.path),
             "bytes": self.bytes,
             "seconds": round(self.seconds, 6),
             "revision": self.revision,
+            "verdict": self.verdict,
             "message": self.message,
+            "corrupt_path": opt(self.corrupt_path),
+            "current_path": opt(self.current_path),
+            "lost": self.lost,
         }
 
 
@@ -63,19 +105,19 @@ class BackupReport:
 
     @property
     def ok(self) -> bool:
-        return all(s.outcome == "copied" for s in self.sessions)
+        return all(s.outcome in DONE for s in self.sessions)
 
     def summary(self) -> dict[str, Any]:
-        counts: dict[str, Any] = dict.fromkeys(OUTCOMES, 0)
+        counts: dict[str, Any] = {"total": len(self.sessions), **dict.fromkeys(OUTCOMES, 0)}
         for s in self.sessions:
             counts[s.outcome] += 1
-        copied = [s for s in self.sessions if s.outcome == "copied"]
-        counts["bytes"] = sum(s.bytes for s in copied)
+        counts["bytes"] = sum(s.bytes for s in self.sessions)
         counts["seconds"] = round(sum(s.seconds for s in self.sessions), 6)
         return counts
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "version": VERSION,
             "to": str(self.dest_dir),
             "sessions": [s.as_json() for s in self.sessions],
             "summary": self.summary(),
@@ -87,9 +129,8 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _copy(src_path: Path, tmp: Path) -> int:
-    """Snapshot ``src_path`` into the new file ``tmp`` and check the copy; returns its revision."""
-    sid = src_path.name.removesuffix(paths.SESSION_SUFFIX)
+def _snapshot(src_path: Path, tmp: Path) -> int:
+    """Copy ``src_path`` into the new file ``tmp`` (fsynced); returns its revision."""
     src = db.open_readonly(src_path)
     try:
         with db.translated(src_path):
@@ -97,80 +138,232 @@ def _copy(src_path: Path, tmp: Path) -> int:
             if ident.kind not in ("session", "too_new"):
                 why = ident.problem or "an empty file"
                 raise errors.ForeignFile(
-                    f"{src_path}: {why}; not a session file, not copied",
-                    path=src_path,
+                    f"{src_path}: {why}; not a session file, not copied", path=src_path
                 )
             db.backup_to(src, tmp)
+            return ident.user_version
     finally:
         src.close()
-    # The copy is judged by check's own rules (integrity, content hashes, TEXT, every row
-    # readable): a damaged session is refused, never reported as copied.
-    result = checks.check_path(tmp, sid)
-    if result.verdict in ("corrupt", "unreadable"):
-        bad = [f for f in result.findings if f.severity == "error"] or result.findings
-        why = one_line(bad[0].message.split(": ", 1)[-1]) if bad else result.verdict
-        raise errors.Corrupt(
-            f"{src_path}: the copy is {result.verdict} ({why}); the session is damaged — run "
-            f"`agentdb recover {sid}`",
-            path=src_path,
+
+
+def _judge(path: Path, sid: str, recovered: bool) -> backupdir.VerifyResult:
+    return backupdir.check_copy(path, sid, recovered)
+
+
+def _usable(judged: backupdir.VerifyResult) -> bool:
+    return judged.verdict in USABLE and not any(f.code in _IDENTITY for f in judged.findings)
+
+
+def _first_problem(judged: backupdir.VerifyResult) -> str:
+    """The first error check found (else the first finding), without the file name."""
+    errs = [f for f in judged.findings if checks.CODES.get(f.code, ("info", None))[0] == "error"]
+    for f in errs or judged.findings:
+        return one_line(f.message.split(": ", 1)[-1])
+    return judged.verdict
+
+
+class _Placed(Exception):
+    """The outcome is decided (raised out of the placing steps)."""
+
+    def __init__(self, outcome: str, message: str = "", written: Path | None = None) -> None:
+        super().__init__(outcome)
+        self.outcome, self.message, self.written = outcome, message, written
+
+
+def _replace(tmp: Path, target: Path, point: str) -> None:
+    """Rename the verified snapshot over ``target`` (atomic), durably."""
+    faults.point(f"backup_before_{point}")
+    os.rename(tmp, target)
+    fsutil.fsync_dir(target.parent)
+    faults.point(f"backup_after_{point}")
+
+
+def _place_beside(
+    tmp: Path, final: Path, out: BackupOutcome, sid: str, recovered: bool, fresh: bool
+) -> None:
+    """The session is not a superset of ``final``: keep it; put the snapshot in the newest
+    timestamped copy if that is a prefix of it, else in a new timestamped copy."""
+    dest = final.parent
+    stamped = backupdir.stamped_copies(dest, sid)
+    if stamped and _usable(_judge(stamped[-1], sid, recovered)):
+        newest = stamped[-1]
+        c = prefix.compare_paths(newest, tmp)
+        if c.identical:
+            out.current_path = newest
+            raise _Placed("kept", f"the session's current state is in {newest.name} already")
+        if not c.is_prefix and not fresh and prefix.compare_paths(tmp, newest).is_prefix:
+            raise _Stale
+        if c.is_prefix:
+            out.current_path = newest
+            _replace(tmp, newest, "replace_stamped")
+            raise _Placed("kept", f"{newest.name} updated to the session's current state", newest)
+    stamped_path = backupdir.new_stamped_path(dest, sid)
+    faults.point("backup_before_stamped")
+    os.link(tmp, stamped_path)  # a fresh name: never replaces anything
+    fsutil.fsync_dir(dest)
+    faults.point("backup_after_stamped")
+    out.current_path = stamped_path
+    raise _Placed(
+        "kept",
+        f"the session's current state written beside it as {stamped_path.name}",
+        stamped_path,
+    )
+
+
+class _Retry(Exception):
+    """Another run gave the copy its name between our look and our link: place again."""
+
+
+class _Stale(Exception):
+    """The copy holds everything our snapshot does and more: another run placed a newer
+    snapshot while ours was taken — or the session lost rows. A fresh snapshot, taken under
+    the lock, tells the two apart."""
+
+
+def _place(
+    tmp: Path,
+    final: Path,
+    st: os.stat_result | None,
+    out: BackupOutcome,
+    sid: str,
+    recovered: bool,
+    sync_dir: bool,
+    fresh: bool,
+) -> None:
+    """Step 3 of the module doc; ``st`` is the locked old copy (None: there is none).
+    ``fresh``: the snapshot was taken under the lock. Raises :class:`_Placed` (or
+    :class:`_Retry`, :class:`_Stale`)."""
+    if st is None:
+        try:
+            os.link(tmp, final)  # fails (EEXIST) rather than replace a file another run put there
+        except FileExistsError:
+            raise _Retry from None
+        if sync_dir:
+            fsutil.fsync_dir(final.parent)
+        faults.point("backup_after_link")  # final name made; the temp name still there
+        raise _Placed("copied", "", final)
+    old = _judge(final, sid, recovered)
+    if old.verdict in ("insecure", "too_new"):
+        raise _Placed(
+            "failed",
+            f"{final}: the existing copy is {old.verdict} ({_first_problem(old)}); "
+            "fix or move it by hand, then run the backup again",
         )
-    return int(result.revision or 0)
+    if not _usable(old):
+        corrupt = backupdir.corrupt_name_of(final, st)
+        if not os.path.lexists(corrupt):
+            os.link(final, corrupt)  # the old copy keeps its bytes under the .corrupt name
+            fsutil.fsync_dir(final.parent)
+        faults.point("backup_after_corrupt_link")
+        out.corrupt_path = corrupt
+        _replace(tmp, final, "replace_corrupt")
+        raise _Placed(
+            "copied",
+            f"the old copy failed verification ({old.verdict}: {_first_problem(old)}); "
+            f"kept as {corrupt.name}",
+            final,
+        )
+    c = prefix.compare_paths(final, tmp)  # the old copy as it is now, under the lock
+    if c.identical:
+        raise _Placed("unchanged")
+    if c.is_prefix:
+        _replace(tmp, final, "replace")
+        raise _Placed("updated", "", final)
+    if not fresh and prefix.compare_paths(tmp, final).is_prefix:
+        raise _Stale
+    out.lost = c.describe_loss()
+    _place_beside(tmp, final, out, sid, recovered, fresh)
 
 
-def backup_session(db_path: Path, dest_dir: Path, *, sync_dir: bool = True) -> BackupOutcome:
-    """Copy one session file into ``dest_dir/<id>.sqlite``; never overwrites.
+def _discard(tmp: Path) -> None:
+    for p in (tmp, paths.sidecar(tmp, "-journal")):
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
-    The copy's content is fsynced before it gets its final name; with ``sync_dir`` the
-    directory is fsynced after the link too (``backup_sessions`` does that once, at the end,
-    before it reports anything as copied).
+
+def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
+    """Steps 1 and 2: snapshot the session into ``tmp`` and verify it. Returns a note for the
+    report (the verdict when it is not ok); raises :class:`_Placed` when it is not usable."""
+    _discard(tmp)
+    out.revision = _snapshot(db_path, tmp)
+    faults.point("backup_after_copy")  # a complete, fsynced snapshot; nothing placed yet
+    judged = _judge(tmp, out.session_id, recovered)
+    out.verdict = judged.verdict
+    if judged.verdict == "too_new":
+        raise _Placed(
+            "failed",
+            f"{db_path}: {_first_problem(judged)}; this agentdb cannot verify it — "
+            "upgrade agentdb to back it up",
+        )
+    if not _usable(judged):
+        raise _Placed(
+            "corrupt",
+            f"{db_path}: the snapshot fails verification ({judged.verdict}: "
+            f"{_first_problem(judged)}); nothing in {tmp.parent} changed — run "
+            f"`agentdb check {out.session_id}`, then `agentdb recover {out.session_id}`",
+        )
+    return "" if judged.verdict == "ok" else f"the session is {judged.verdict}"
+
+
+def backup_session(
+    db_path: Path, dest_dir: Path, *, recovered: bool = False, sync_dir: bool = True
+) -> BackupOutcome:
+    """Back up one session file into ``dest_dir`` (module doc). ``recovered``: the recovery
+    log records a salvage of this session (check then expects rows whose event was lost).
+
+    Renames over existing copies are fsynced where they are made; a new copy's ``link`` is
+    fsynced here with ``sync_dir``, else by the caller (``backup_sessions`` does it once, at
+    the end, before it reports anything).
     """
     started = time.monotonic()
     sid = paths.session_id_of(db_path.name)
     if sid is None:
         raise errors.UsageError(f"{db_path}: not named like a session file (<ULID>.sqlite)")
-    final = dest_dir / db_path.name
+    final = backupdir.copy_path(dest_dir, sid)
     out = BackupOutcome(sid, "failed", None)
+    note = ""
 
-    def done(outcome: str, message: str = "") -> BackupOutcome:
+    def done(outcome: str, message: str = "", written: Path | None = None) -> BackupOutcome:
         out.outcome, out.message, out.seconds = outcome, message, time.monotonic() - started
+        if os.path.lexists(final):
+            out.path = final
+        if written is not None:
+            try:
+                out.bytes = os.stat(written).st_size
+            except OSError:
+                out.bytes = 0
         return out
 
-    tmp = dest_dir / (db_path.name + TMP_SUFFIX)
+    tmp = backupdir.tmp_path(dest_dir, sid)
     try:
-        if dest_dir.is_dir():
-            for leftover in (tmp, paths.sidecar(tmp, "-journal")):
-                leftover.unlink(missing_ok=True)  # our own temp name, left by an interrupted run
-    except OSError as e:
-        return done("failed", str(fsutil.os_error(e, doing="remove a temporary copy")))
-    if os.path.lexists(final):
-        out.path = final
-        return done("exists", f"{final}: already exists; not overwritten — choose another --to")
-    try:
-        fsutil.ensure_dir(dest_dir)
-        out.revision = _copy(db_path, tmp)
-        faults.point("backup_after_copy")  # copied, checked, fsynced; no final name yet
-        try:
-            os.link(tmp, final)  # fails if final exists: never replaces it
-        except FileExistsError:
-            out.path = final
-            return done("exists", f"{final}: appeared meanwhile; not overwritten")
-        if sync_dir:
-            fsutil.fsync_dir(dest_dir)
-        faults.point("backup_after_link")  # final name durable; the temp name still there
-        out.path = final
-        out.bytes = os.stat(final).st_size
+        backupdir.ensure(dest_dir)
+        note = _take(db_path, tmp, out, recovered)
+        for _ in range(_ATTEMPTS):
+            with backupdir.locked_copy(final) as st:
+                try:
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, fresh=False)
+                except _Retry:
+                    continue
+                except _Stale:
+                    # under the lock no run can place a newer copy: snapshot the session again
+                    note = _take(db_path, tmp, out, recovered)
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, fresh=True)
+        return done("failed", f"{final}: created and removed again and again meanwhile; retry")
+    except _Placed as placed:
+        message = "; ".join(m for m in (placed.message, note) if m)
+        return done(placed.outcome, message, placed.written)
     except errors.ForeignFile as e:
         return done("foreign", str(e))
     except (errors.Corrupt, errors.Unreadable) as e:
-        return done("corrupt", f"{e}")
+        return done("corrupt", str(e))
     except errors.AgentdbError as e:
         return done("failed", str(e))
     except OSError as e:  # no space, a size limit, permission, read-only, I/O error
         return done("failed", str(fsutil.os_error(e)))
     finally:
-        with contextlib.suppress(OSError):  # a temp name a power cut brings back: next run
-            tmp.unlink(missing_ok=True)
-    return done("copied")
+        _discard(tmp)
 
 
 def backup_sessions(
@@ -178,6 +371,7 @@ def backup_sessions(
     ids: Sequence[str] | None,
     dest_dir: Path,
     *,
+    recovery_log: Path | None = None,
     progress: Callable[[BackupOutcome, int, int], None] | None = None,
 ) -> BackupReport:
     """Back up ``ids`` (None: every session) into ``dest_dir``, one after another."""
@@ -188,85 +382,17 @@ def backup_sessions(
         targets = [e.path for e in paths.iter_session_entries(sessions_dir)]
     else:
         targets = [paths.session_path(sessions_dir, sid) for sid in dict.fromkeys(ids)]
+    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
+    recovery = read_recovery_index(log)
+    if dest_dir.is_dir():
+        backupdir.sweep_leftovers(dest_dir)
     for i, path in enumerate(targets, 1):
-        out = backup_session(path, dest_dir, sync_dir=False)
+        sid = path.name.removesuffix(paths.SESSION_SUFFIX)
+        recovered = was_recovered(recovery.get(sid, []))
+        out = backup_session(path, dest_dir, recovered=recovered, sync_dir=False)
         report.sessions.append(out)
         if progress:
             progress(out, i, len(targets))
     if dest_dir.is_dir():
         fsutil.fsync_dir(dest_dir)  # every link made above is durable before the report
-    return report
-
-
-# ------------------------------------------------------------------------------------ verify
-
-
-@dataclass
-class VerifyFinding:
-    code: str  # stable code, as agentdb check uses
-    message: str  # one line
-
-
-@dataclass
-class VerifyResult:
-    """One backup file checked with the rules of ``agentdb check``."""
-
-    session_id: str
-    path: Path
-    verdict: str  # "ok", or the first problem (insecure, foreign, too_new, corrupt, ...)
-    findings: list[VerifyFinding] = field(default_factory=list)
-
-
-@dataclass
-class VerifyReport:
-    directory: Path
-    sessions: list[VerifyResult] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(s.verdict == "ok" for s in self.sessions)
-
-    def as_json(self) -> dict[str, Any]:
-        verdicts: dict[str, int] = {}
-        for s in self.sessions:
-            verdicts[s.verdict] = verdicts.get(s.verdict, 0) + 1
-        return {
-            "directory": str(self.directory),
-            "sessions": [
-                {
-                    "session_id": s.session_id,
-                    "path": str(s.path),
-                    "verdict": s.verdict,
-                    "findings": [{"code": f.code, "message": f.message} for f in s.findings],
-                }
-                for s in self.sessions
-            ],
-            "summary": {"total": len(self.sessions), **verdicts},
-        }
-
-
-def _check_one(path: Path, session_id: str, recovered: bool = False) -> VerifyResult:
-    """``check``'s own rules, applied to a backup copy."""
-    found = checks.check_path(path, session_id, recovered=recovered)
-    return VerifyResult(
-        session_id,
-        path,
-        str(found.verdict),
-        [VerifyFinding(str(f.code), str(f.message)) for f in found.findings],
-    )
-
-
-def verify_dir(directory: Path, recovery_log: Path | None = None) -> VerifyReport:
-    """Check every ``<ULID>.sqlite`` in a backup folder. Read-only.
-
-    ``recovery_log`` (the sessions' own) says which sessions were salvaged: in a copy of one,
-    rows whose event was lost are expected, as ``check`` judges the session itself.
-    """
-    if not directory.is_dir():
-        raise errors.UsageError(f"{directory}: no such backup directory")
-    recovery = read_recovery_index(recovery_log)
-    report = VerifyReport(directory)
-    for entry in paths.iter_session_entries(directory):
-        recovered = was_recovered(recovery.get(entry.session_id, []))
-        report.sessions.append(_check_one(entry.path, entry.session_id, recovered))
     return report

@@ -547,10 +547,18 @@ def test_backup_contract(tmp_path: Path) -> None:
     out = json.loads(r.stdout)["sessions"][0]
     assert out["session_id"] == sid and (dest / f"{sid}.sqlite").is_file()
     assert stat.S_IMODE(os.stat(dest).st_mode) == 0o700
+    r = agentdb(*global_opts(state), "backup", sid, "--to", str(dest), "--json")
+    assert r.returncode == 0  # a repeated backup is the normal case
+    doc = json.loads(r.stdout)
+    assert doc["version"] == 1 and doc["sessions"][0]["outcome"] == "unchanged"
+    assert doc["summary"]["unchanged"] == 1
     (dest / f"{sid}.sqlite").write_bytes(b"someone else's file")
     r = agentdb(*global_opts(state), "backup", sid, "--to", str(dest), "--json")
-    assert r.returncode == 1  # not silently overwritten
-    assert (dest / f"{sid}.sqlite").read_bytes() == b"someone else's file"
+    out = json.loads(r.stdout)["sessions"][0]
+    # a copy that fails verification is renamed, never overwritten, and a fresh copy written
+    assert r.returncode == 0 and out["outcome"] == "copied"
+    assert out["corrupt_path"] == str(dest / f"{sid}.sqlite.corrupt")
+    assert (dest / f"{sid}.sqlite.corrupt").read_bytes() == b"someone else's file"
 
 
 def test_events_json_lines(demo_state: demo.DemoState) -> None:

@@ -101,8 +101,8 @@ def test_backup_and_verify(
         str(dest / f"{sid}.sqlite"),
     )
     assert s["bytes"] > 0 and s["seconds"] >= 0
-    code, out, _ = run(capsys, *argv)  # again: the copy exists and is kept
-    assert code == 1 and json.loads(out)["sessions"][0]["outcome"] == "exists"
+    code, out, _ = run(capsys, *argv)  # again: nothing changed, nothing written, exit 0
+    assert code == 0 and json.loads(out)["sessions"][0]["outcome"] == "unchanged"
     code, out, _ = run(capsys, "backup", "--verify", str(dest), "--json")
     assert code == 0
     assert [(x["session_id"], x["verdict"]) for x in json.loads(out)["sessions"]] == [(sid, "ok")]

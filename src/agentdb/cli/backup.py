@@ -18,14 +18,14 @@ from agentdb.cli.common import App, fmt_option, json_option, make_selection, ses
     "dest",
     type=click.Path(path_type=Path, file_okay=False),
     metavar="DIR",
-    help="Write DIR/<id>.sqlite (DIR is created 0700 if missing; existing files are kept).",
+    help="Write DIR/<id>.sqlite (DIR created 0700 if missing); rerun to bring it up to date.",
 )
 @click.option(
     "--verify",
     "verify",
     type=click.Path(path_type=Path, file_okay=False),
     metavar="DIR",
-    help="Check the backups in DIR with the rules of `agentdb check` instead of copying.",
+    help="Check the copies in DIR (timestamped ones too) with the rules of `agentdb check`.",
 )
 @json_option
 @fmt_option
@@ -39,14 +39,28 @@ def backup_cmd(
     as_json: bool,
     fmt: str,
 ) -> int:
-    """Copy sessions consistently, even while the kernel is writing them.
+    """Copy sessions consistently, even while the kernel is writing them; run it again and
+    again into the same folder.
 
-    Each copy is a transaction-consistent snapshot taken through SQLite's backup API in one
-    pass (the writer goes on meanwhile), written 0600 under a temporary name, checked with
-    integrity_check, fsynced and renamed to DIR/<id>.sqlite. An existing DIR/<id>.sqlite is
-    never overwritten (outcome `exists`). Copies are single files in rollback-journal mode.
+    Each session is snapshotted through SQLite's backup API in one pass (the writer goes on
+    meanwhile) into a temporary file, verified with `agentdb check`'s rules, fsynced, then:
+    `copied` (DIR/<id>.sqlite is new), `unchanged` (the copy already holds the same rows),
+    `updated` (the session grew: the copy is replaced atomically by the verified superset;
+    never by one that holds less), or `kept` (the session lost rows the copy has, e.g. it was
+    recovered with losses: the copy stays and the current state goes beside it as
+    DIR/<id>.sqlite.<UTC timestamp>). A copy that fails verification is renamed
+    DIR/<id>.sqlite.corrupt[.N], never deleted, and a fresh one written. A damaged session is
+    `corrupt` and changes nothing in DIR. Copies are single files in rollback-journal mode.
+    Concurrent runs into one DIR take turns per session.
 
-    Exit status 1 when any session was not copied (or, with --verify, any backup is not ok).
+    Exit status 1 when any session was not backed up (corrupt, foreign, failed) or, with
+    --verify, any copy is not ok.
+
+    \b
+    Examples:
+      agentdb backup --all --to /srv/agent-backups
+      agentdb backup --all --to /srv/agent-backups --json | jq .summary
+      agentdb backup --verify /srv/agent-backups
     """
     if verify is not None:
         if ids or all_ or dest is not None:
@@ -57,10 +71,10 @@ def backup_cmd(
         else:
             output.emit_table(
                 [
-                    (s.session_id, s.verdict, "; ".join(f.message for f in s.findings))
+                    (s.path.name, s.verdict, "; ".join(f.message for f in s.findings))
                     for s in vreport.sessions
                 ],
-                ["backup", "verdict", "findings"],
+                ["copy", "verdict", "findings"],
                 fmt,
             )
             if not vreport.sessions:
@@ -76,6 +90,7 @@ def backup_cmd(
             sessions_dir,
             None if selection.all else list(selection.ids),
             dest,
+            recovery_log=app.recovery_log,
             progress=bar.session,
         )
     finally:
@@ -88,21 +103,29 @@ def backup_cmd(
                 (
                     s.session_id,
                     s.outcome,
-                    output.human_bytes(s.bytes) if s.outcome == "copied" else "",
+                    output.human_bytes(s.bytes) if s.bytes else "",
                     f"{s.seconds:.3f}s",
                     s.message,
                 )
                 for s in report.sessions
+                if s.outcome != "unchanged" or s.message
             ],
-            ["session", "outcome", "size", "time", "detail"],
+            ["session", "outcome", "written", "time", "detail"],
             fmt,
         )
         sm = report.summary()
         secs = sm["seconds"]
         rate = sm["bytes"] / secs / 1e6 if secs > 0 else 0.0
         output.note(
-            f"{sm['copied']} copied ({output.human_bytes(sm['bytes'])} in {secs:.2f}s, "
-            f"{rate:.1f} MB/s), {sm['exists']} already there, "
-            f"{sm['corrupt'] + sm['foreign'] + sm['failed']} not copied, into {dest}"
+            f"{sm['copied']} copied, {sm['updated']} updated, {sm['unchanged']} unchanged, "
+            f"{sm['kept']} kept, {sm['corrupt'] + sm['foreign'] + sm['failed']} not backed up "
+            f"({output.human_bytes(sm['bytes'])} written in {secs:.2f}s, {rate:.1f} MB/s), "
+            f"into {dest}"
         )
+        for s in report.sessions:
+            if s.outcome == "kept" and s.lost:
+                output.note(
+                    f"{s.session_id}: the session no longer has {s.lost} that {s.path} holds; "
+                    "that copy is kept"
+                )
     return 0 if report.ok else 1
