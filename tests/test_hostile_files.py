@@ -4,6 +4,7 @@ bounded reads, a one-line error. Real processes with a timeout: the old code hun
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -273,3 +274,51 @@ def test_plugin_versions_are_only_tested_for_existence(
             assert (i.state == "cached") == expected[key], (key, i.state)
     cached = plugins.cached_versions(plugin_cache)
     assert {k for k, v in expected.items() if v} == cached
+
+
+def test_symlinked_sessions_dir_and_backup_dir_stay_legal(tmp_path: Path) -> None:
+    """The rule is for the files agentdb opens, not the directories it is pointed at."""
+    real = tmp_path / "real-sessions"
+    fsutil.ensure_dir(real)
+    sid, path = make_session(real, turns=20)
+    corpus.d_zeroed_page(path)
+    state = tmp_path / "state" / "agent"
+    fsutil.ensure_dir(state)
+    os.symlink(real, state / "sessions")
+    proc = cli(state / "sessions", "recover", "--json", sid)
+    assert proc.returncode == 0, proc.stderr
+    assert '"outcome": "recovered"' in proc.stdout
+    assert any(e.get("event") == "outcome" for e in recoverylog.read(state / "recovery.log"))
+    real_to = tmp_path / "real-backups"
+    real_to.mkdir(mode=0o700)
+    os.symlink(real_to, tmp_path / "backups")
+    proc = cli(state / "sessions", "backup", "--to", str(tmp_path / "backups"), sid)
+    assert proc.returncode == 0, proc.stderr
+    assert (real_to / f"{sid}.sqlite").is_file()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink_to_dev_zero"])
+def test_prune_reads_no_intent_file_that_is_not_regular(sessions_dir: Path, kind: str) -> None:
+    """An interrupted prune's intent file is read like the log: old code crashed on a
+    directory (IsADirectoryError traceback)."""
+    sid, _ = make_session(sessions_dir, turns=2)
+    intent = sessions_dir / f"{sid}.sqlite.agentdb-prune-intent"
+    if kind == "directory":
+        intent.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(intent)
+    else:
+        os.symlink("/dev/zero", intent)
+    proc = cli(sessions_dir, "prune", "--older-than", "0s", "--dry-run", "--json", mem=1 << 30)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["dry_run"] is True
+
+
+def test_check_reads_no_wal_that_is_not_regular(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=2)
+    os.mkfifo(path.with_name(path.name + "-wal"))
+    proc = cli(sessions_dir, "check", "--json", sid)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["sessions"][0]["verdict"] != "ok"

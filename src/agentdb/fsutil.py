@@ -307,8 +307,9 @@ def create_exclusive(path: Path) -> None:
         os.close(fd)
 
 
-def copy_regular(src: Path, dst: Path) -> None:
-    """Copy the regular file ``src`` into the new file ``dst`` (0600, exclusive), fsynced."""
+def copy_regular(src: Path, dst: Path, *, fsync: bool = True) -> None:
+    """Copy the regular file ``src`` into the new file ``dst`` (0600, exclusive); fsynced
+    unless ``fsync`` is False (a private scratch copy)."""
     fin = open_regular(src)
     try:
         fout = open_regular(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -319,7 +320,8 @@ def copy_regular(src: Path, dst: Path) -> None:
                 while chunk := os.pread(fin, 1 << 20, offset):
                     write_all(fout, chunk)
                     offset += len(chunk)
-                os.fsync(fout)
+                if fsync:
+                    os.fsync(fout)
         finally:
             os.close(fout)
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 import apsw
 
-from agentdb import db, errors, locks
+from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.parent import parent_depth
 from agentdb.fileformat import scan_wal
@@ -161,11 +161,12 @@ class _Run:
             return None
         wal = sidecar(self.path, "-wal")
         try:
-            fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read()
+            data = fsutil.read_regular(wal)  # no symlink, no FIFO; its size when opened
         except OSError as e:
             self.add("wal_unreadable", f"cannot read its WAL ({e.strerror})")
+            return key
+        except errors.NotRegularFile as e:
+            self.add("wal_unreadable", f"cannot read its WAL ({str(e).split(': ', 1)[-1]})")
             return key
         for a in scan_wal(data).anomalies:
             if a.code not in _WAL_CODES:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import ulid
 
-from agentdb import errors, locks, paths, plugins
+from agentdb import errors, fsutil, locks, paths, plugins
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
 
@@ -233,14 +233,10 @@ class Intent:
 
 def read_intent(sessions_dir: Path, session_id: str) -> Intent:
     path = sessions_dir / (paths.session_filename(session_id) + INTENT)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    try:  # a regular file only (no symlink, FIFO or directory), and no more than the cap
+        raw = fsutil.read_regular(path, MAX_INTENT_BYTES)
+    except (OSError, errors.NotRegularFile):
         return Intent(None, False)
-    try:
-        raw = os.read(fd, MAX_INTENT_BYTES)
-    finally:
-        os.close(fd)
     try:
         doc = json.loads(raw)
     except ValueError:

@@ -238,21 +238,18 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _copy(src: Path, dst: Path) -> int:
-    """Copy without following a symlink at ``src``; the copy is 0600. Returns bytes copied."""
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    n = 0
-    with os.fdopen(fd, "rb") as fin:
-        out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(out_fd, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-                n += len(chunk)
-    return n
+    """Copy a regular file (no symlink followed, no FIFO waited on); the copy is 0600 and new.
+    Returns bytes copied."""
+    fsutil.copy_regular(src, dst, fsync=False)
+    return os.stat(dst).st_size
 
 
 def _header_user_version(path: Path) -> int | None:
-    with open(path, "rb") as f:
-        head = f.read(100)
+    fd = fsutil.open_regular(path)
+    try:
+        head = os.pread(fd, 100, 0)
+    finally:
+        os.close(fd)
     if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
         return None
     return int.from_bytes(head[60:64], "big")
@@ -304,8 +301,11 @@ def shell_salvage(
             notes.append(f".recover printed more than {cap} bytes; stopped, partial output used")
         elif rc != 0:
             notes.append(f".recover exited with status {rc}; its complete statements used")
-        with open(out_path, "rb") as f:
-            text = f.read(cap).decode("utf-8", "surrogateescape")
+        fd = fsutil.open_regular(out_path)
+        try:
+            text = fsutil.read_fd(fd, cap).decode("utf-8", "surrogateescape")
+        finally:
+            os.close(fd)
         conn = shell_load.open_scratch(priv / "scratch.sqlite")
         try:
             loaded = shell_load.load(conn, text)
