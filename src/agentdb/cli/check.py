@@ -23,7 +23,8 @@ def _size(n: int | None) -> str:
     return "" if n is None else output.human_bytes(n)
 
 
-def render(report: CheckReport, fmt: str) -> None:
+def render(report: CheckReport, fmt: str, *, problems: bool = False) -> None:
+    shown = [s for s in report.sessions if not s.ok] if problems else report.sessions
     output.emit_table(
         [
             (
@@ -34,7 +35,7 @@ def render(report: CheckReport, fmt: str) -> None:
                 s.verdict + (" (live)" if s.live is not None else ""),
                 _first(s),
             )
-            for s in report.sessions
+            for s in shown
         ],
         ["session", "status", "rev", "size", "verdict", "first finding"],
         fmt,
@@ -68,6 +69,12 @@ def render(report: CheckReport, fmt: str) -> None:
     help="PRAGMA quick_check instead of integrity_check; skip cross-table references and "
     "content hashes.",
 )
+@click.option(
+    "--problems",
+    is_flag=True,
+    help="Show only what is not ok (sessions whose verdict is not ok); the summary still "
+    "counts every session checked.",
+)
 @jobs_option("Check files")
 @json_option
 @fmt_option
@@ -77,6 +84,7 @@ def check_cmd(
     ids: tuple[str, ...],
     all_: bool,
     quick: bool,
+    problems: bool,
     jobs: int | None,
     as_json: bool,
     fmt: str,
@@ -91,13 +99,16 @@ def check_cmd(
     Verdicts, most serious first: insecure, foreign, too_new, unsafe_schema, unreadable,
     corrupt, inconsistent, needs_migration; ok otherwise. Each finding names the fix. Exit 0
     when every session is ok, 1 when any is not (or Ctrl-C cut the run short).
+
+    Each verdict is also recorded, with the file's identity, in the verdict cache under
+    $XDG_CACHE_HOME/agentdb/ (derived data: delete it any time), which `agentdb status` reads.
     """
     if ids and all_:
         raise click.UsageError("give session ids or --all, not both")
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("checking")
     try:
-        report = checks.check_sessions(
+        report, recorded = checks.check_and_record(
             sessions_dir,
             ids or None,
             quick=quick,
@@ -107,10 +118,17 @@ def check_cmd(
         )
     finally:
         bar.close()
+    if not recorded:
+        output.note(
+            "note: the verdict cache could not be written; `agentdb status` will not see this run"
+        )
     if as_json:
         output.emit_json(
             {
-                "sessions": report.sessions,
+                "version": 1,
+                "sessions": [s for s in report.sessions if not s.ok]
+                if problems
+                else report.sessions,
                 "directory": [
                     {"path": d.path, "session_id": d.session_id, **output.jsonable(d.finding)}
                     for d in report.directory
@@ -119,7 +137,7 @@ def check_cmd(
             }
         )
     else:
-        render(report, fmt)
+        render(report, fmt, problems=problems)
     if report.interrupted:
         output.warn("interrupted: the report covers only the sessions checked before Ctrl-C")
     return 0 if report.ok else 1

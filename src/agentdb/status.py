@@ -1,0 +1,259 @@
+"""``agentdb status``: the whole sessions directory on one screen, and what to run next.
+
+Status, revision and liveness are read fresh from the files (the same scan as ``sessions
+list``); verdicts come from the verdict cache (:mod:`agentdb.verdicts`) — the last recorded
+``check`` of each file, believed only while the file's identity is the one it was checked with.
+Read-only: nothing here writes a session file or the cache.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentdb import locks, paths, plugins, recoverylog, verdicts
+from agentdb.results import OK
+from agentdb.schema.enums import RUNNING
+from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.sessions import UNREADABLE, scan
+
+VERSION = 1  # of the JSON document
+LISTED = 20  # ids listed per category (the counts are always whole)
+DAMAGED = frozenset({"corrupt", "inconsistent", "unreadable"})  # verdicts recover is for
+REFUSED = frozenset({"insecure", "foreign", "too_new", "unsafe_schema"})  # fixed by hand
+
+
+@dataclass(frozen=True)
+class NextCommand:
+    """A command the operator should run next, and why."""
+
+    command: str  # exactly what to type (destructive jobs only in their --dry-run form)
+    why: str  # one line
+
+
+@dataclass
+class Recoveries:
+    """What the recovery log says."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)  # outcome line -> count
+    events_lost: int = 0  # events known lost, summed over recovered outcomes
+    last: str | None = None  # time of the newest outcome line
+
+
+@dataclass
+class StatusReport:
+    """Everything ``agentdb status`` shows."""
+
+    sessions_dir: Path
+    generated_at: str  # UTC ISO time
+    summary: dict[str, Any]  # counts (see :func:`status`)
+    by_status: dict[str, int]  # session_meta.status (or "unreadable") -> sessions
+    by_verdict: dict[str, int]  # last recorded verdict -> sessions whose file is unchanged since
+    interrupted: list[str]  # running, but no process holds the file (first LISTED)
+    needs_migration: list[str]  # revision older than this build's (first LISTED)
+    damaged: list[str]  # recorded verdict corrupt/inconsistent/unreadable, or unreadable now
+    refused: list[str]  # recorded verdict insecure/foreign/too_new/unsafe_schema
+    unchecked: list[str]  # changed since their last check, or never checked (not live)
+    pinned: list[dict[str, Any]]  # cached plugin versions that sessions reference
+    recoveries: Recoveries
+    next: list[NextCommand]
+
+    @property
+    def needs_attention(self) -> bool:
+        return bool(self.next)
+
+
+def read_recoveries(log: Path) -> Recoveries:
+    out = Recoveries()
+    counts: Counter[str] = Counter()
+    for e in recoverylog.read(log):
+        if e.get("event") != "outcome":
+            continue
+        outcome = e.get("outcome")
+        if not isinstance(outcome, str):
+            continue
+        counts[outcome] += 1
+        t = e.get("time")
+        if isinstance(t, str):
+            out.last = t
+        lost = e.get("lost")
+        if outcome == "recovered" and isinstance(lost, dict):
+            n = lost.get("events_missing")
+            if isinstance(n, int) and n > 0:
+                out.events_lost += n
+    out.outcomes = dict(sorted(counts.items()))
+    return out
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _ids_hint(ids: list[str], total: int) -> str:
+    return " ".join(ids) if total <= 5 else ""
+
+
+def status(
+    sessions_dir: Path,
+    plugin_cache: Path,
+    *,
+    recovery_log: Path | None = None,
+    cache_dir: Path | None = None,
+    jobs: int = 1,
+    now: dt.datetime | None = None,
+) -> StatusReport:
+    """Count, judge from the last recorded checks, and say what to run next."""
+    paths.require_sessions_dir(sessions_dir)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
+    by_status: Counter[str] = Counter()
+    by_verdict: Counter[str] = Counter()
+    interrupted: list[str] = []
+    migration: list[str] = []
+    damaged: list[str] = []
+    refused: list[str] = []
+    unchecked: list[str] = []
+    counts: Counter[str] = Counter()
+    size = 0
+    oldest: float | None = None
+    newest: float | None = None
+    for row in scan(sessions_dir, count_events=False, jobs=jobs):
+        sid = row.session_id
+        counts["sessions"] += 1
+        by_status[row.status] += 1
+        ident = verdicts.identity_of(row.path)
+        if ident is not None and ident.regular:
+            size += ident.size
+        live = row.status == RUNNING and locks.probe(row.path) is not None
+        if live:
+            counts["live"] += 1
+        elif row.status == RUNNING:
+            counts["interrupted"] += 1
+            interrupted.append(sid)
+        if row.revision is not None and row.revision < CURRENT_REVISION:
+            counts["needs_migration"] += 1
+            migration.append(sid)
+        entry = recorded.get(row.path.name)
+        verdict: str | None = None
+        if entry is not None and entry.matches(ident):
+            verdict = entry.verdict
+            by_verdict[verdict] += 1
+            counts["checked"] += 1
+            age = entry.age_seconds(now)
+            if age is not None:
+                oldest = age if oldest is None else max(oldest, age)
+                newest = age if newest is None else min(newest, age)
+        elif entry is not None:
+            counts["changed_since_check"] += 1
+        else:
+            counts["never_checked"] += 1
+        if verdict is None and not live:
+            unchecked.append(sid)
+        now_bad = row.error_code if verdict is None and row.status == UNREADABLE else None
+        if verdict in DAMAGED or now_bad in ("corrupt", "unreadable"):
+            counts["damaged"] += 1
+            damaged.append(sid)
+        elif verdict in REFUSED or now_bad is not None:
+            counts["refused"] += 1
+            refused.append(sid)
+    cached = plugins.cached_versions(plugin_cache)
+    pinned: list[dict[str, Any]] = []
+    if cached:
+        for v in plugins.refs(sessions_dir, plugin_cache).versions:
+            if v.sessions:
+                pinned.append(
+                    {
+                        "category": v.category,
+                        "name": v.name,
+                        "version": v.version,
+                        "sessions": v.sessions,
+                    }
+                )
+    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
+    rec = read_recoveries(log)
+    nxt: list[NextCommand] = []
+    if damaged:
+        nxt.append(
+            NextCommand(
+                "agentdb recover --all --dry-run",
+                f"{len(damaged)} damaged: see what recovery would salvage (then run it without "
+                "--dry-run)",
+            )
+        )
+    if refused:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{len(refused)} refused (insecure, foreign, too new or unsafe schema): each "
+                "finding names its fix",
+            )
+        )
+    if migration:
+        nxt.append(
+            NextCommand(
+                "agentdb migrate --all",
+                f"{len(migration)} at an older schema revision (each migration is verified "
+                "before it replaces the file)",
+            )
+        )
+    if interrupted:
+        hint = _ids_hint(interrupted, len(interrupted))
+        nxt.append(
+            NextCommand(
+                f"agentdb sessions end {hint} --dry-run"
+                if hint
+                else "agentdb sessions list --status running",
+                f"{len(interrupted)} interrupted: status running, but no process has the file open",
+            )
+        )
+    if unchecked:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{len(unchecked)} changed since their last check or never checked",
+            )
+        )
+    # one line per command, reasons joined
+    merged: dict[str, list[str]] = {}
+    for n in nxt:
+        merged.setdefault(n.command, []).append(n.why)
+    nxt = [NextCommand(c, "; ".join(w)) for c, w in merged.items()]
+    summary = {
+        "sessions": counts["sessions"],
+        "size_bytes": size,
+        "live": counts["live"],
+        "interrupted": counts["interrupted"],
+        "needs_migration": counts["needs_migration"],
+        "damaged": counts["damaged"],
+        "refused": counts["refused"],
+        "checked": counts["checked"],
+        "ok": by_verdict.get(OK, 0),
+        "changed_since_check": counts["changed_since_check"],
+        "never_checked": counts["never_checked"],
+        "oldest_check_age_seconds": None if oldest is None else round(oldest),
+        "newest_check_age_seconds": None if newest is None else round(newest),
+        "recoveries_logged": sum(rec.outcomes.values()),
+        "recovered": rec.outcomes.get("recovered", 0),
+        "events_lost_in_recoveries": rec.events_lost,
+        "cached_plugin_versions": len(cached),
+        "pinned_plugin_versions": len(pinned),
+        "needs_attention": bool(nxt),
+    }
+    return StatusReport(
+        sessions_dir,
+        _iso(now),
+        summary,
+        dict(sorted(by_status.items())),
+        dict(sorted(by_verdict.items())),
+        interrupted[:LISTED],
+        migration[:LISTED],
+        damaged[:LISTED],
+        refused[:LISTED],
+        unchecked[:LISTED],
+        pinned,
+        rec,
+        nxt,
+    )

@@ -1,0 +1,336 @@
+"""The verdict cache: the last verdict ``check`` gave each session file, and the file's identity
+when it gave it. Derived data under ``$XDG_CACHE_HOME/agentdb/`` (CONTRACT.md): deleting it, or
+finding it damaged, changes no answer — a session without a trusted entry is "never checked".
+
+An entry is keyed by the sessions directory and the file name, and carries the file's identity
+``(dev, ino, size, mtime_ns, ctime_ns)`` of the database and of its ``-wal`` (a live session
+changes only there; ``ctime`` cannot be set back by ``touch``), taken *before* the check read the
+file. A recorded verdict is believed only while the identity is the same, and only if the
+file's newest timestamp is older than the moment the identity was taken by more than the
+file system's timestamp granularity (git's "racily clean" rule: a change in the same clock tick
+as the stat would leave every field equal). Anything else is "changed since last check".
+
+This is the smallest piece of issue 13's derived index: one SQLite file, opened with the same
+hardened settings as every session (``db.open_writer``), rebuilt from nothing on any doubt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from agentdb import db, errors, fsutil, paths
+
+CACHE_NAME = "verdicts.sqlite"
+APPLICATION_ID = 0x41474456  # "AGDV": not a session file; a cache file with any other id is rebuilt
+USER_VERSION = 1
+# Linux stamps files from a coarse clock (one jiffy, at most 10 ms at HZ=100); a file whose
+# timestamps are all whole seconds lives on a file system that keeps only seconds.
+FINE_GRANULARITY_NS = 50_000_000
+COARSE_GRANULARITY_NS = 2_000_000_000
+
+_DDL = f"""
+CREATE TABLE IF NOT EXISTS verdicts (
+  directory TEXT NOT NULL,      -- the sessions directory, absolute
+  name TEXT NOT NULL,           -- the entry's file name, <ULID>.sqlite
+  identity TEXT NOT NULL,       -- Identity.key(): db and -wal (dev, ino, size, mtime_ns, ctime_ns)
+  stamped_ns INTEGER NOT NULL,  -- time.time_ns() just before the identity was taken
+  verdict TEXT NOT NULL,        -- the check's verdict
+  quick INTEGER NOT NULL,       -- 1: quick_check ran instead of integrity_check
+  checked_at TEXT NOT NULL,     -- UTC ISO time the check finished
+  status TEXT,                  -- session_meta.status the check read, if any
+  revision INTEGER,             -- user_version the check read, if any
+  PRIMARY KEY (directory, name)
+) WITHOUT ROWID;
+PRAGMA application_id = {APPLICATION_ID};
+PRAGMA user_version = {USER_VERSION};
+"""
+
+
+# ------------------------------------------------------------------------------ identity
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What ``lstat`` says about a session file and its ``-wal`` (None: no ``-wal``)."""
+
+    db: tuple[int, int, int, int, int]  # (dev, ino, size, mtime_ns, ctime_ns)
+    wal: tuple[int, int, int, int, int] | None
+    regular: bool  # the entry is a regular file (a link, FIFO or directory is never trusted)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the database plus its ``-wal``."""
+        return self.db[2] + (self.wal[2] if self.wal else 0)
+
+    def key(self) -> str:
+        wal = "-" if self.wal is None else ",".join(map(str, self.wal))
+        return ",".join(map(str, self.db)) + ";" + wal + (";" if self.regular else ";x")
+
+    def newest_ns(self) -> int:
+        return max(self.db[3], self.db[4], *(self.wal[3:5] if self.wal else ()))
+
+    def granularity_ns(self) -> int:
+        stamps = [self.db[3], self.db[4], *(self.wal[3:5] if self.wal else ())]
+        whole = all(s % 1_000_000_000 == 0 for s in stamps)
+        return COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
+
+
+def _five(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def identity_of(path: Path) -> Identity | None:
+    """The identity of ``path`` and ``path-wal`` (``lstat``, never followed); None if absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    try:
+        wal: os.stat_result | None = os.lstat(paths.sidecar(path, "-wal"))
+    except FileNotFoundError:
+        wal = None
+    return Identity(_five(st), None if wal is None else _five(wal), stat.S_ISREG(st.st_mode))
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """An identity and the moment it was taken."""
+
+    identity: Identity
+    stamped_ns: int  # time.time_ns() just before the lstat
+
+    @property
+    def settled(self) -> bool:
+        """The file's timestamps are older than the stamp by more than their granularity, so
+        any later change must change the identity (not "racily clean")."""
+        i = self.identity
+        return i.regular and i.newest_ns() < self.stamped_ns - i.granularity_ns()
+
+
+def stamp(path: Path) -> Stamp | None:
+    t = time.time_ns()
+    ident = identity_of(path)
+    return None if ident is None else Stamp(ident, t)
+
+
+# ------------------------------------------------------------------------------ the cache
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One cache entry as read back."""
+
+    name: str  # <ULID>.sqlite
+    identity: str  # Identity.key() when the check started
+    stamped_ns: int
+    verdict: str
+    quick: bool
+    checked_at: str  # UTC ISO time
+    status: str | None
+    revision: int | None
+
+    def matches(self, now: Identity | None) -> bool:
+        """The file is provably the one this verdict was given to."""
+        if now is None or now.key() != self.identity or not now.regular:
+            return False
+        return now.newest_ns() < self.stamped_ns - now.granularity_ns()
+
+    def age_seconds(self, now: dt.datetime | None = None) -> float | None:
+        try:
+            t = dt.datetime.fromisoformat(self.checked_at.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return max(0.0, (now - t).total_seconds())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A verdict to record for one session file."""
+
+    name: str  # <ULID>.sqlite
+    stamp: Stamp  # taken before the check read the file
+    verdict: str
+    quick: bool
+    status: str | None = None
+    revision: int | None = None
+
+
+def cache_path(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or paths.agentdb_cache_dir()) / CACHE_NAME
+
+
+def directory_key(sessions_dir: Path) -> str:
+    return os.path.realpath(sessions_dir)
+
+
+def _remove(path: Path) -> None:
+    for p in (path, paths.sidecar(path, "-wal"), paths.sidecar(path, "-shm")):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def _usable(conn: apsw.Connection) -> bool:
+    return (
+        db.pragma(conn, "application_id") == APPLICATION_ID
+        and db.pragma(conn, "user_version") == USER_VERSION
+        and db.scalar(conn, "SELECT count(*) FROM sqlite_schema WHERE name = 'verdicts'") == 1
+    )
+
+
+def _open_once(path: Path) -> apsw.Connection:
+    fsutil.ensure_dir(path.parent)
+    exists = os.path.lexists(path)
+    conn = db.open_writer(path, create=not exists)
+    try:
+        with db.translated(path):
+            db.configure_writer(conn, path)
+            if db.pragma(conn, "user_version") == 0:
+                with conn:  # IMMEDIATE: two processes creating it at once do it one by one
+                    db.exec_script(conn, _DDL)
+            if not _usable(conn):
+                raise errors.Unreadable(f"{path}: not agentdb's verdict cache", path=path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_cache(cache_dir: Path | None = None) -> apsw.Connection | None:
+    """The cache, created if missing and rebuilt from nothing if it is damaged, foreign or
+    insecure; None when it cannot be had (a read-only home, another process rebuilding)."""
+    path = cache_path(cache_dir)
+    for attempt in range(2):
+        try:
+            return _open_once(path)
+        except errors.Busy:
+            return None
+        except errors.SessionExists:
+            continue  # another process created it a moment ago: open theirs
+        except (errors.AgentdbError, apsw.Error, OSError):
+            if attempt:
+                return None
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    return None  # a directory where the cache goes: leave it alone
+                _remove(path)
+            except OSError:
+                return None
+    return None
+
+
+def lookup(sessions_dir: Path, *, cache_dir: Path | None = None) -> dict[str, Recorded]:
+    """Every entry recorded for ``sessions_dir``, by file name (empty without a cache)."""
+    if not os.path.lexists(cache_path(cache_dir)):
+        return {}  # a reader never creates the cache
+    conn = open_cache(cache_dir)
+    if conn is None:
+        return {}
+    try:
+        with db.translated(cache_path(cache_dir)):
+            rows = db.rows(
+                conn,
+                "SELECT name, identity, stamped_ns, verdict, quick, checked_at, status, revision "
+                "FROM verdicts WHERE directory = ?",
+                (directory_key(sessions_dir),),
+            )
+    except errors.AgentdbError:
+        return {}
+    finally:
+        conn.close()
+    out: dict[str, Recorded] = {}
+    for name, ident, ns, verdict, quick, at, status, rev in rows:
+        if not (isinstance(name, str) and paths.session_id_of(name)):
+            continue
+        if not (isinstance(ident, str) and isinstance(ns, int) and isinstance(verdict, str)):
+            continue
+        out[name] = Recorded(
+            name,
+            ident,
+            ns,
+            verdict,
+            bool(quick),
+            str(at),
+            status if isinstance(status, str) else None,
+            rev if isinstance(rev, int) else None,
+        )
+    return out
+
+
+def record(
+    sessions_dir: Path,
+    entries: Iterable[Entry],
+    *,
+    cache_dir: Path | None = None,
+    checked_at: str | None = None,
+) -> bool:
+    """Record verdicts in one transaction; False when the cache could not be written (the
+    caller may say so; no answer depends on it)."""
+    conn = open_cache(cache_dir)
+    if conn is None:
+        return False
+    at = checked_at or (
+        dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
+    directory = directory_key(sessions_dir)
+    rows = [
+        (
+            directory,
+            e.name,
+            e.stamp.identity.key(),
+            e.stamp.stamped_ns,
+            e.verdict,
+            int(e.quick),
+            at,
+            e.status,
+            e.revision,
+        )
+        for e in entries
+    ]
+    try:
+        with db.translated(cache_path(cache_dir)), conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+        return True
+    except errors.AgentdbError:
+        return False
+    finally:
+        conn.close()
+
+
+def forget_missing(
+    sessions_dir: Path, present: Iterable[str], *, cache_dir: Path | None = None
+) -> None:
+    """Drop the entries of ``sessions_dir`` whose file name is not in ``present``."""
+    conn = open_cache(cache_dir)
+    if conn is None:
+        return
+    keep = set(present)
+    directory = directory_key(sessions_dir)
+    try:
+        with db.translated(cache_path(cache_dir)), conn:
+            names = [
+                r[0]
+                for r in db.rows(
+                    conn, "SELECT name FROM verdicts WHERE directory = ?", (directory,)
+                )
+            ]
+            conn.executemany(
+                "DELETE FROM verdicts WHERE directory = ? AND name = ?",
+                [(directory, n) for n in names if n not in keep],
+            )
+    except errors.AgentdbError:
+        pass
+    finally:
+        conn.close()

@@ -1,0 +1,137 @@
+"""The verdict cache: identity-checked, racily-clean aware, rebuilt on any doubt."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from agentdb import checks, verdicts
+from agentdb.store import SessionWriter
+from tests.support import make_session
+
+
+def _entry(path: Path, verdict: str = "ok") -> verdicts.Entry:
+    st = verdicts.stamp(path)
+    assert st is not None
+    return verdicts.Entry(path.name, st, verdict, False, "completed", 2)
+
+
+def _settle() -> None:
+    time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)
+
+
+def test_record_and_lookup_until_the_file_changes(sessions_dir: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    sid, path = make_session(sessions_dir, status="running")
+    _settle()
+    assert verdicts.record(sessions_dir, [_entry(path)], cache_dir=cache)
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)
+    assert got[path.name].verdict == "ok"
+    assert got[path.name].matches(verdicts.identity_of(path))
+    # a write lands in the -wal (or the file): the identity changes, the verdict is not trusted
+    w = SessionWriter.open(sessions_dir, sid)
+    w.set_status("completed")
+    w.close()
+    assert not got[path.name].matches(verdicts.identity_of(path))
+
+
+def test_same_size_same_mtime_other_inode_is_not_trusted(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "c"
+    _, path = make_session(sessions_dir)
+    _settle()
+    verdicts.record(sessions_dir, [_entry(path)], cache_dir=cache)
+    st = os.stat(path)
+    copy = tmp_path / "copy"
+    shutil.copyfile(path, copy)
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(copy, path)
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)
+    assert not got[path.name].matches(verdicts.identity_of(path))
+
+
+def test_a_stamp_in_the_same_tick_as_the_last_write_is_never_trusted(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "c"
+    _, path = make_session(sessions_dir)
+    ident = verdicts.identity_of(path)
+    assert ident is not None
+    racy = verdicts.Stamp(ident, ident.newest_ns() + 1000)  # stamped right after the write
+    verdicts.record(sessions_dir, [verdicts.Entry(path.name, racy, "ok", False)], cache_dir=cache)
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)
+    assert not got[path.name].matches(verdicts.identity_of(path))
+    assert not racy.settled
+
+
+def test_two_directories_do_not_share_entries(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    _, pa = make_session(a)
+    _settle()
+    verdicts.record(a, [_entry(pa)], cache_dir=cache)
+    shutil.copy2(pa, b / pa.name)
+    assert verdicts.lookup(b, cache_dir=cache) == {}
+    assert pa.name in verdicts.lookup(a, cache_dir=cache)
+
+
+def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "c"
+    _, path = make_session(sessions_dir)
+    _settle()
+    report, recorded = checks.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded and report.ok
+    cpath = verdicts.cache_path(cache)
+    assert path.name in verdicts.lookup(sessions_dir, cache_dir=cache)
+    # garbage over the cache: readers see nothing, the next check rebuilds it
+    for p in (cpath, Path(str(cpath) + "-wal"), Path(str(cpath) + "-shm")):
+        p.unlink(missing_ok=True)
+    cpath.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))
+    os.chmod(cpath, 0o600)
+    assert verdicts.lookup(sessions_dir, cache_dir=cache) == {}
+    again, recorded = checks.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded
+    assert [s.verdict for s in again.sessions] == [s.verdict for s in report.sessions]
+    assert verdicts.lookup(sessions_dir, cache_dir=cache)[path.name].verdict == "ok"
+    # an SQLite file that is not ours (another application id) is replaced, not trusted
+    import apsw
+
+    for p in (cpath, Path(str(cpath) + "-wal"), Path(str(cpath) + "-shm")):
+        p.unlink(missing_ok=True)
+    conn = apsw.Connection(str(cpath))
+    conn.execute(
+        "CREATE TABLE verdicts(directory, name, identity, stamped_ns, verdict, quick, "
+        "checked_at, status, revision); PRAGMA application_id=7; PRAGMA user_version=1"
+    )
+    conn.close()
+    os.chmod(cpath, 0o600)
+    assert verdicts.lookup(sessions_dir, cache_dir=cache) == {}
+    assert verdicts.record(sessions_dir, [_entry(path)], cache_dir=cache)
+    assert path.name in verdicts.lookup(sessions_dir, cache_dir=cache)
+
+
+def test_a_reader_never_creates_the_cache(sessions_dir: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    make_session(sessions_dir)
+    assert verdicts.lookup(sessions_dir, cache_dir=cache) == {}
+    assert not cache.exists()
+
+
+def test_removed_files_are_forgotten_by_a_full_check(sessions_dir: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    _, p1 = make_session(sessions_dir)
+    _, p2 = make_session(sessions_dir)
+    _settle()
+    checks.check_and_record(sessions_dir, cache_dir=cache)
+    assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name, p2.name}
+    p2.unlink()
+    checks.check_and_record(sessions_dir, cache_dir=cache)
+    assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name}
