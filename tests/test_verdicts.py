@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from agentdb import checks, verdicts
+from agentdb import checked, verdicts
 from agentdb.store import SessionWriter
 from tests.support import make_session
 
@@ -87,7 +87,7 @@ def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
     cache = tmp_path / "c"
     _, path = make_session(sessions_dir)
     _settle()
-    report, recorded = checks.check_and_record(sessions_dir, cache_dir=cache)
+    report, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
     assert recorded and report.ok
     cpath = verdicts.cache_path(cache)
     assert path.name in verdicts.lookup(sessions_dir, cache_dir=cache)
@@ -97,7 +97,7 @@ def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
     cpath.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))
     os.chmod(cpath, 0o600)
     assert verdicts.lookup(sessions_dir, cache_dir=cache) == {}
-    again, recorded = checks.check_and_record(sessions_dir, cache_dir=cache)
+    again, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
     assert recorded
     assert [s.verdict for s in again.sessions] == [s.verdict for s in report.sessions]
     assert verdicts.lookup(sessions_dir, cache_dir=cache)[path.name].verdict == "ok"
@@ -130,8 +130,8 @@ def test_removed_files_are_forgotten_by_a_full_check(sessions_dir: Path, tmp_pat
     _, p1 = make_session(sessions_dir)
     _, p2 = make_session(sessions_dir)
     _settle()
-    checks.check_and_record(sessions_dir, cache_dir=cache)
+    checked.check_and_record(sessions_dir, cache_dir=cache)
     assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name, p2.name}
     p2.unlink()
-    checks.check_and_record(sessions_dir, cache_dir=cache)
+    checked.check_and_record(sessions_dir, cache_dir=cache)
     assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name}

@@ -3,17 +3,14 @@
 * :func:`check_path` / :func:`check_file`: one file, pure (returns a :class:`SessionCheck`).
 * :func:`check_directory_extras`: orphan sidecars, job leftovers, ``.corrupt`` siblings.
 * :func:`check_sessions`: many files, in parallel processes, results in session-id order.
-* :func:`check_and_record`: the same, leaving each verdict in the verdict cache for ``status``.
 """
 
 from agentdb.checks.codes import CODES, verdict_of
 from agentdb.checks.file import check_path
-from agentdb.checks.recorded import check_and_record
 from agentdb.checks.run import check_directory_extras, check_file, check_sessions
 
 __all__ = [
     "CODES",
-    "check_and_record",
     "check_directory_extras",
     "check_file",
     "check_path",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentdb import checks
+from agentdb import checked
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, jobs_option, json_option
 from agentdb.results import CheckReport, SessionCheck
@@ -108,7 +108,7 @@ def check_cmd(
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("checking")
     try:
-        report, recorded = checks.check_and_record(
+        report, recorded = checked.check_and_record(
             sessions_dir,
             ids or None,
             quick=quick,

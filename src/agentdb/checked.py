@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import paths, verdicts
-from agentdb.checks.run import check_sessions
+from agentdb.checks import check_sessions
 from agentdb.results import CheckReport
 
 
