@@ -18,7 +18,7 @@ from agentdb import locks, paths, plugins, recoverylog, verdicts
 from agentdb.results import OK
 from agentdb.schema.enums import RUNNING
 from agentdb.schema.revisions import CURRENT_REVISION
-from agentdb.sessions import UNREADABLE, scan
+from agentdb.sessions import UNREADABLE, SessionRow, scan
 
 VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
@@ -60,6 +60,10 @@ class StatusReport:
     pinned: list[dict[str, Any]]  # cached plugin versions that sessions reference
     recoveries: Recoveries
     next: list[NextCommand]
+    # every id in a category and every row read (for ``report``; not in the JSON document)
+    interrupted_all: list[str] = field(default_factory=list)
+    needs_migration_all: list[str] = field(default_factory=list)
+    rows: list[SessionRow] = field(default_factory=list)
 
     @property
     def needs_attention(self) -> bool:
@@ -118,10 +122,12 @@ def status(
     unchecked: list[str] = []
     counts: Counter[str] = Counter()
     size = 0
+    rows: list[SessionRow] = []
     oldest: float | None = None
     newest: float | None = None
     for row in scan(sessions_dir, count_events=False, jobs=jobs):
         sid = row.session_id
+        rows.append(row)
         counts["sessions"] += 1
         by_status[row.status] += 1
         ident = verdicts.identity_of(row.path)
@@ -256,4 +262,7 @@ def status(
         pinned,
         rec,
         nxt,
+        interrupted,
+        migration,
+        rows,
     )

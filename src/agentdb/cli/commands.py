@@ -25,6 +25,7 @@ LAZY: dict[str, str] = {
     "preflight": "agentdb.cli.preflight:preflight_cmd",
     "prune": "agentdb.cli.prune:prune_cmd",
     "recover": "agentdb.cli.recover:recover_cmd",
+    "report": "agentdb.cli.report:report_cmd",
     "sessions": "agentdb.cli.sessions:sessions_cmd",
     "status": "agentdb.cli.status:status_cmd",
 }

@@ -225,6 +225,23 @@ class SessionReader:
                 )
             ]
 
+    def cost_by_day_model(self) -> list[tuple[str, str, str, int, float]]:
+        """(day, provider, model, turns, cost_usd) per UTC day of the event's timestamp and
+        model; ``day`` is ``YYYY-MM-DD``, or ``unknown`` when the timestamp does not start so."""
+        with db.translated(self.path):
+            return [
+                (str(d), str(p), str(m), int(n), float(u))
+                for d, p, m, n, u in self.conn.execute(
+                    "SELECT CASE WHEN substr(e.timestamp, 1, 10) GLOB "
+                    "'[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]' "
+                    "THEN substr(e.timestamp, 1, 10) ELSE 'unknown' END, "
+                    f"{_capped('c.provider_name', 256)}, {_capped('c.model_id', 256)}, "
+                    "count(*), total(c.cost_usd) "
+                    "FROM cost_ledger c LEFT JOIN events e ON e.sequence = c.event_sequence "
+                    "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT 100000"
+                )
+            ]
+
     def plan_decisions(self) -> list[tuple[str, str, int]]:
         """(decided_by, decision, count) for every rule and decision."""
         with db.translated(self.path):

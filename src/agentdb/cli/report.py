@@ -1,0 +1,83 @@
+"""``agentdb report --html FILE``: one self-contained page about the whole sessions directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agentdb import errors, report
+from agentdb.cli import output
+from agentdb.cli.common import App, default_jobs, jobs_option, json_option
+
+
+def document(r: report.Report) -> dict[str, object]:
+    """The JSON document every number on the page comes from."""
+    return {
+        "version": report.VERSION,
+        "generated_at": r.generated_at,
+        "sessions_dir": r.sessions_dir,
+        "summary": r.summary,
+        "by_status": r.by_status,
+        "by_verdict": r.by_verdict,
+        "cost_by_day": r.cost_by_day,
+        "cost_by_model": r.cost_by_model,
+        "sessions": r.sessions,
+        "sessions_complete": r.sessions_complete,
+        "pinned": r.pinned,
+        "recoveries": r.recoveries,
+        "next": r.next,
+    }
+
+
+@click.command("report")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Write the page to FILE (created 0600; never over an existing file without --force; "
+    "refused inside the sessions directory).",
+)
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (written beside, renamed).")
+@jobs_option("Read files")
+@json_option
+@click.pass_obj
+def report_cmd(
+    app: App, html_file: Path | None, force: bool, jobs: int | None, as_json: bool
+) -> int:
+    """One self-contained HTML page (inline SVG, no script, no network): health overview, cost
+    per day and per model, the session tree, the cached plugin versions sessions pin, and the
+    recovery history with the event sequences each recovery lost.
+
+    Verdicts are the last recorded `agentdb check` of each unchanged file, as in `agentdb
+    status`. Beyond 500 sessions the page keeps the summaries and the 100 sessions most in
+    need of attention. --json prints the document the page's numbers come from.
+
+    Exit 0 when the report was written and nothing needs doing, 1 when something does (the
+    page's "Next" list says what), 2 on a usage error.
+
+    \b
+    Examples:
+      agentdb report --html ~/agentdb-report.html
+      agentdb report --html ~/agentdb-report.html --force   # replace yesterday's
+      agentdb report --json | jq .summary
+    """
+    if html_file is None and not as_json:
+        raise click.UsageError("give --html FILE, --json, or both")
+    sessions_dir = app.require_sessions_dir()
+    r = report.collect(
+        sessions_dir,
+        app.plugin_cache,
+        recovery_log=app.recovery_log,
+        jobs=jobs or default_jobs(),
+    )
+    if html_file is not None:
+        from agentdb.report import html
+
+        report.write_report(html_file, html.render(r), sessions_dir=sessions_dir, force=force)
+        output.note(f"wrote {html_file} ({r.summary['sessions']} sessions)")
+    if as_json:
+        output.emit_json(document(r))
+    return errors.EXIT_PROBLEMS if r.next else errors.EXIT_OK

@@ -1,0 +1,257 @@
+"""``agentdb report``: health, costs, the session tree, pinned plugins and recovery history,
+gathered once (:func:`collect`) and rendered as one self-contained HTML file
+(:mod:`agentdb.report.html`) or as the JSON document the page's numbers come from.
+
+Bounded at any number of sessions: the tree and the per-session table are drawn in full only up
+to ``TREE_LIMIT`` sessions; beyond that the page keeps the summaries and the ``PROBLEM_LIMIT``
+sessions most in need of attention. Read-only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import signal
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentdb import errors, paths, recoverylog, verdicts
+from agentdb import status as status_job
+from agentdb.report.files import write_report
+from agentdb.sessions import UNREADABLE
+from agentdb.store import SessionReader
+
+VERSION = 1
+TREE_LIMIT = 500  # sessions drawn one by one (tree and table) when there are at most this many
+PROBLEM_LIMIT = 100  # problem sessions listed when there are more
+DAY_LIMIT = 366  # most recent days in the cost chart
+MODEL_LIMIT = 25  # models listed by cost (the rest summed as "other")
+RECOVERY_LIMIT = 200  # newest recovery outcomes listed
+POOL_THRESHOLD = 200
+CHUNK = 250
+
+__all__ = ["Report", "collect", "write_report"]
+
+
+@dataclass
+class SessionLine:
+    """One session as the report shows it."""
+
+    session_id: str
+    status: str  # session_meta.status, or "unreadable"
+    profile: str | None
+    parent_session_id: str | None
+    depth: int | None
+    started_at: str | None
+    cost_usd: float
+    verdict: str | None  # last recorded verdict, None when changed since or never checked
+    problems: list[str] = field(default_factory=list)  # why it is listed among the problems
+
+
+@dataclass
+class Report:
+    """Everything the page shows (its JSON form is the ``report --json`` document)."""
+
+    generated_at: str
+    sessions_dir: Path
+    summary: dict[str, Any]  # status's summary plus cost totals and what was left out
+    by_status: dict[str, int]
+    by_verdict: dict[str, int]
+    cost_by_day: list[dict[str, Any]]  # {day, cost_usd, turns}, oldest first
+    cost_by_model: list[dict[str, Any]]  # {provider, model, cost_usd, turns, sessions}
+    sessions: list[SessionLine]  # every session (<= TREE_LIMIT) or the top problem ones
+    sessions_complete: bool  # True when ``sessions`` holds every session
+    pinned: list[dict[str, Any]]  # cached plugin versions sessions reference, with counts
+    recoveries: list[dict[str, Any]]  # newest first: time, session_id, outcome, lost ranges
+    next: list[status_job.NextCommand]
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+_Costs = list[tuple[str, str, str, int, float]]
+
+
+def _read(entry: paths.Entry) -> tuple[str, _Costs | None]:
+    try:
+        with SessionReader(entry.path, session_id=entry.session_id) as r:
+            return entry.session_id, r.cost_by_day_model()
+    except errors.AgentdbError:
+        return entry.session_id, None
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _read_chunk(entries: list[paths.Entry]) -> list[tuple[str, _Costs | None]]:
+    return [_read(e) for e in entries]
+
+
+def _costs(sessions_dir: Path, jobs: int) -> dict[str, _Costs | None]:
+    entries = list(paths.iter_session_entries(sessions_dir))
+    if jobs <= 1 or len(entries) < POOL_THRESHOLD:
+        return dict(_read(e) for e in entries)
+    chunks = [entries[i : i + CHUNK] for i in range(0, len(entries), CHUNK)]
+    out: dict[str, _Costs | None] = {}
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
+    try:
+        for part in pool.imap(_read_chunk, chunks):
+            out.update(part)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+    return out
+
+
+def _recoveries(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for e in recoverylog.read(log):
+        if e.get("event") != "outcome" or not isinstance(e.get("outcome"), str):
+            continue
+        sid = e.get("session_id")
+        raw = e.get("lost")
+        lost: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        ranges = [
+            [int(a), int(b)]
+            for r in (lost.get("event_sequences") or [])
+            if isinstance(r, list | tuple) and len(r) == 2
+            for a, b in [r]
+            if isinstance(a, int) and isinstance(b, int)
+        ]
+        n = lost.get("events_missing")
+        out.append(
+            {
+                "time": str(e.get("time", "")),
+                "session_id": sid if isinstance(sid, str) and paths.is_valid_id(sid) else None,
+                "outcome": str(e["outcome"]),
+                "events_lost": n if isinstance(n, int) else sum(b - a + 1 for a, b in ranges),
+                "lost_ranges": ranges,
+            }
+        )
+    out.reverse()
+    return out[:RECOVERY_LIMIT]
+
+
+# ------------------------------------------------------------------------------ collect
+
+
+def collect(
+    sessions_dir: Path,
+    plugin_cache: Path,
+    *,
+    recovery_log: Path | None = None,
+    cache_dir: Path | None = None,
+    jobs: int = 1,
+    now: dt.datetime | None = None,
+) -> Report:
+    """Read every session once for costs, and take ``status``'s view for the rest."""
+    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
+    st = status_job.status(
+        sessions_dir, plugin_cache, recovery_log=log, cache_dir=cache_dir, jobs=jobs, now=now
+    )
+    recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
+    costs = _costs(sessions_dir, jobs)
+    by_day: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    by_model: dict[tuple[str, str], list[Any]] = {}
+    lines: list[SessionLine] = []
+    total_cost = 0.0
+    for row in st.rows:  # the same rows as ``sessions list``
+        per = costs.get(row.session_id) or []
+        for day, provider, model, turns, cost in per:
+            d = by_day[day]
+            d[0] += cost
+            d[1] += turns
+            m = by_model.setdefault((provider, model), [0.0, 0, set()])
+            m[0] += cost
+            m[1] += turns
+            m[2].add(row.session_id)
+        cost = row.cost_usd or 0.0
+        total_cost += cost
+        entry = recorded.get(row.path.name)
+        verdict = (
+            entry.verdict
+            if entry is not None and entry.matches(verdicts.identity_of(row.path))
+            else None
+        )
+        lines.append(
+            SessionLine(
+                row.session_id,
+                row.status,
+                row.profile,
+                row.parent_session_id,
+                row.depth,
+                row.started_at,
+                cost,
+                verdict,
+            )
+        )
+    problem_sets = _problem_sets(st, lines)
+    for line in lines:
+        for name, members in problem_sets.items():
+            if line.session_id in members:
+                line.problems.append(name)
+    complete = len(lines) <= TREE_LIMIT
+    if not complete:
+        order = {n: i for i, n in enumerate(problem_sets)}
+        flagged = [ln for ln in lines if ln.problems]
+        flagged.sort(key=lambda ln: (min(order[p] for p in ln.problems), -ln.cost_usd))
+        lines = flagged[:PROBLEM_LIMIT]
+    days = sorted(by_day.items())
+    models = sorted(by_model.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    cost_by_model = [
+        {"provider": p, "model": m, "cost_usd": v[0], "turns": v[1], "sessions": len(v[2])}
+        for (p, m), v in models[:MODEL_LIMIT]
+    ]
+    if len(models) > MODEL_LIMIT:
+        rest = models[MODEL_LIMIT:]
+        cost_by_model.append(
+            {
+                "provider": "",
+                "model": f"{len(rest)} other models",
+                "cost_usd": sum(v[0] for _, v in rest),
+                "turns": sum(v[1] for _, v in rest),
+                "sessions": len(set().union(*(v[2] for _, v in rest))),
+            }
+        )
+    summary = {
+        **st.summary,
+        "cost_usd": total_cost,
+        "cost_days": len(days),
+        "days_shown": min(len(days), DAY_LIMIT),
+        "models": len(models),
+        "sessions_shown": len(lines),
+    }
+    return Report(
+        st.generated_at,
+        sessions_dir,
+        summary,
+        st.by_status,
+        st.by_verdict,
+        [{"day": d, "cost_usd": v[0], "turns": v[1]} for d, v in days[-DAY_LIMIT:]],
+        cost_by_model,
+        lines,
+        complete,
+        st.pinned,
+        _recoveries(log),
+        st.next,
+    )
+
+
+def _problem_sets(st: status_job.StatusReport, lines: list[SessionLine]) -> dict[str, set[str]]:
+    """Problem name -> sessions, most serious first (status lists only the first ids, so the
+    sets are rebuilt from the lines where they can be)."""
+    return {
+        "damaged": {
+            ln.session_id
+            for ln in lines
+            if ln.verdict in status_job.DAMAGED or ln.status == UNREADABLE
+        },
+        "refused": {ln.session_id for ln in lines if ln.verdict in status_job.REFUSED},
+        "interrupted": set(st.interrupted_all),
+        "needs_migration": set(st.needs_migration_all),
+        "not_ok": {ln.session_id for ln in lines if ln.verdict is not None and ln.verdict != "ok"},
+    }
