@@ -105,6 +105,7 @@ class MigrationReport:
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "version": 1,
             "dry_run": self.dry_run,
             "target": self.target,
             "sessions": [s.as_json() for s in self.sessions],

@@ -148,6 +148,19 @@ def list_sessions(
     return out
 
 
+def list_summary(rows: Sequence[SessionRow]) -> dict[str, object]:
+    """``sessions list``'s summary: how many, by status, total cost and events."""
+    by: dict[str, int] = {}
+    for r in rows:
+        by[r.status] = by.get(r.status, 0) + 1
+    return {
+        "sessions": len(rows),
+        "by_status": dict(sorted(by.items())),
+        "cost_usd": sum(r.cost_usd or 0.0 for r in rows),
+        "events": sum(r.events or 0 for r in rows),
+    }
+
+
 # ------------------------------------------------------------------------------ show
 
 

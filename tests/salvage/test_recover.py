@@ -220,10 +220,14 @@ def test_report_names_engines_and_what_each_found(
         assert sum(e["used"].get(table, 0) for e in by.values()) == t["salvaged"], table
     assert 0 < by["rows"]["used"]["events"] <= by["rows"]["found"]["events"]
     assert by["pages"]["found"]["events"] >= by["rows"]["found"]["events"]
-    # the human table names every engine that ran, with rows found/used
+    # the human table names, in plain words, every engine that ran and the rows it gave, and
+    # what is known lost
     assert main(["--sessions-dir", str(sessions_dir), "recover", sid]) == 0
     out = capsys.readouterr().out
-    assert f"rows {sum(by['rows']['found'].values())}/" in out and "pages " in out
+    assert f"SQLite {sum(by['rows']['used'].values())} rows" in out and "page scan " in out
+    assert "lost" in out.splitlines()[0] and "rows found/used" not in out
+    missing = s["lost"].get("events_missing", 0)
+    assert (f"{missing} events (" if missing else "none") in out
     [entry] = [e for e in recoverylog.entries_for(log_of(sessions_dir), sid)][-1:]
     assert entry["found_by"]["rows"]["found"]["events"] == by["rows"]["found"]["events"]
 

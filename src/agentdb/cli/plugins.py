@@ -27,7 +27,18 @@ def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
     """
     refs = plugins.refs(app.require_sessions_dir(), app.plugin_cache)
     if as_json:
-        output.emit_json(refs)
+        output.emit_json(
+            {
+                "version": 1,
+                **output.jsonable(refs),
+                "summary": {
+                    "cached_versions": len(refs.versions),
+                    "referenced": len(refs.versions) - len(refs.unreferenced),
+                    "unreferenced": len(refs.unreferenced),
+                    "unreadable_sessions": len(refs.unreadable),
+                },
+            }
+        )
     else:
         output.emit_table(
             [(v.category, v.name, v.version, v.sessions) for v in refs.versions],

@@ -26,10 +26,12 @@ def preflight_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
     if as_json:
         output.emit_json(
             {
+                "version": 1,
                 "session_id": report.session_id,
                 "plugin_cache": report.plugin_cache,
                 "producers": report.items,
                 "missing": missing,
+                "summary": {"producers": len(report.items), "missing": len(missing)},
             }
         )
     else:

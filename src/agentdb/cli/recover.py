@@ -54,6 +54,7 @@ def recover_cmd(
     if as_json:
         output.emit_json(
             {
+                "version": 1,
                 "dry_run": dry_run,
                 "sessions": [
                     {
@@ -70,6 +71,7 @@ def recover_cmd(
                     }
                     for s in report.sessions
                 ],
+                "summary": _summary(report),
             }
         )
     else:
@@ -81,28 +83,75 @@ def recover_cmd(
                     " ".join(
                         f"{t}={v['salvaged']}" for t, v in s.tables.items() if v.get("salvaged")
                     ),
-                    _engines(s),
+                    _lost(s),
+                    _sources(s),
                     s.corrupt_path or "",
                 )
                 for s in report.sessions
             ],
-            [
-                "session",
-                "outcome",
-                "rows salvaged",
-                "engines (rows found/used)",
-                "original kept as",
-            ],
+            ["session", "outcome", "rows salvaged", "lost", "read by", "original kept as"],
             fmt,
         )
     return 0 if report.ok else 1
 
 
-def _engines(s: salvage.RecoveryOutcome) -> str:
-    """Each engine that ran, with the rows it found and the rows the replacement took from it."""
+# What each salvage engine is, in words an operator knows.
+ENGINE_WORDS = {
+    "rows": "SQLite",
+    "pages": "page scan",
+    "sqlite-recover": "sqlite3 .recover",
+    "free-space": "free space",
+    "index-rebuild": "index rebuild",
+    "derived": "derived",
+}
+
+
+def _sources(s: salvage.RecoveryOutcome) -> str:
+    """Where the replacement's rows came from: "SQLite 235 rows, page scan 16 rows"."""
     parts = []
     for name, got in s.found_by.items():
-        found = sum(got.get("found", {}).values())
         used = sum(got.get("used", {}).values())
-        parts.append(f"{name} {found}/{used}")
-    return ", ".join(parts) or ",".join(s.engines)
+        word = ENGINE_WORDS.get(name, name)
+        parts.append(f"{word} {used} rows" if used else f"{word} nothing new")
+    return ", ".join(parts) or ", ".join(ENGINE_WORDS.get(e, e) for e in s.engines)
+
+
+def _ranges(ranges: object) -> str:
+    if not isinstance(ranges, list):
+        return ""
+    shown = [
+        f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}"
+        for r in ranges[:3]
+        if isinstance(r, list) and len(r) == 2
+    ]
+    return ", ".join(shown) + (", ..." if len(ranges) > 3 else "")
+
+
+def _lost(s: salvage.RecoveryOutcome) -> str:
+    """Events known lost, with their sequence ranges: "19 events (22-40)"."""
+    if s.outcome != "recovered":
+        return ""
+    n = s.lost.get("events_missing", 0)
+    parts = [f"{n} events ({_ranges(s.lost.get('event_sequences'))})"] if n else []
+    for table in ("cost_ledger", "plan_items"):
+        m = s.lost.get(f"{table}_missing", 0)
+        if m:
+            parts.append(f"{m} {table}")
+    if "session_meta" in s.lost:
+        parts.append("session_meta rebuilt")
+    return "; ".join(parts) or "none"
+
+
+def _summary(report: salvage.RecoveryReport) -> dict[str, object]:
+    counts: dict[str, int] = dict.fromkeys(salvage.OUTCOMES, 0)
+    for s in report.sessions:
+        counts[s.outcome] = counts.get(s.outcome, 0) + 1
+    return {
+        "sessions": len(report.sessions),
+        "outcomes": counts,
+        "events_lost": sum(
+            int(s.lost.get("events_missing", 0) or 0)
+            for s in report.sessions
+            if s.outcome == "recovered"
+        ),
+    }

@@ -74,7 +74,7 @@ def list_cmd(
         jobs=jobs or default_jobs(),
     )
     if as_json:
-        output.emit_json({"sessions": rows})
+        output.emit_json({"version": 1, "sessions": rows, "summary": sessions.list_summary(rows)})
         return 0
     output.emit_table(
         [
@@ -111,7 +111,7 @@ def show_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
     """Show one session: its row, cost by model, plan decisions by rule, and producers."""
     d = sessions.show_session(app.require_sessions_dir(), session_id)
     if as_json:
-        output.emit_json(d)
+        output.emit_json({"version": 1, **output.jsonable(d)})
         return 0
     r = d.session
     output.emit_table(
@@ -215,7 +215,7 @@ def tree_cmd(app: App, session_id: str | None, as_json: bool) -> int:
     found by scanning every file's parent_session_id."""
     roots = sessions.session_tree(app.require_sessions_dir(), session_id)
     if as_json:
-        output.emit_json({"roots": [_tree_json(n) for n in roots]})
+        output.emit_json({"version": 1, "roots": [_tree_json(n) for n in roots]})
     else:
         for line in tree_lines(roots):
             output.emit_text(line)

@@ -52,7 +52,12 @@ class PruneResult:
     would_remove_files: list[str] = field(default_factory=list)  # dry run: names it would remove
 
     def to_json(self) -> dict[str, object]:
+        reasons: dict[str, int] = {}
+        for d in self.refused:
+            for r in d.reasons:
+                reasons[r.code] = reasons.get(r.code, 0) + 1
         return {
+            "version": 1,
             "dry_run": self.dry_run,
             "confirmed": not self.dry_run,
             "removed": self.removed,
@@ -68,6 +73,14 @@ class PruneResult:
             "would_free_bytes": self.would_free_bytes,
             "files": self.files,
             "would_remove_files": self.would_remove_files,
+            "summary": {
+                "removed": len(self.removed),
+                "would_remove": len(self.would_remove),
+                "refused": len(self.refused),
+                "reasons": dict(sorted(reasons.items())),
+                "freed_bytes": self.freed_bytes,
+                "would_free_bytes": self.would_free_bytes,
+            },
         }
 
 

@@ -1,0 +1,76 @@
+"""Every --json document validates against the JSON Schema shipped in the package, on real
+command output (the demo state, before and after recovery), and has an integer "version"."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentdb import demo, schemas
+from agentdb.cli.main import main
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(list(args))
+    out = capsys.readouterr().out
+    assert code in (0, 1), (args, code)
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def validate(name: str, doc: dict[str, Any]) -> None:
+    assert isinstance(doc["version"], int), name
+    if "sessions" in doc and isinstance(doc["sessions"], list):
+        assert isinstance(doc.get("summary"), dict), f"{name}: sessions[] without summary{{}}"
+    jsonschema.validate(doc, schemas.load(name), cls=jsonschema.Draft202012Validator)
+
+
+def test_every_schema_is_a_valid_schema() -> None:
+    assert {"check", "recover", "migrate", "prune", "sessions-list", "plugins-refs"} <= set(
+        schemas.names()
+    )
+    for name in schemas.names():
+        jsonschema.Draft202012Validator.check_schema(schemas.load(name))
+
+
+def test_real_output_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = demo.build(tmp_path / "demo")
+    g = ["--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache)]
+    sid = state.by_role("parent").session_id
+    seen = set()
+
+    def check(name: str, *args: str) -> dict[str, Any]:
+        doc = run(capsys, *g, *args, "--json")
+        validate(name, doc)
+        seen.add(name)
+        return doc
+
+    check("status", "status")
+    check("check", "check", "--all")
+    check("recover", "recover", "--all", "--dry-run")
+    rec = check("recover", "recover", state.by_role("damaged").session_id)
+    assert rec["summary"]["outcomes"]["recovered"] == 1
+    time.sleep(0.12)
+    check("check", "check", "--problems")
+    check("migrate", "migrate", "--all", "--dry-run")
+    check("prune", "prune", "--older-than", "90d", "--dry-run")
+    check("sessions-list", "sessions", "list")
+    check("sessions-show", "sessions", "show", sid)
+    check("sessions-tree", "sessions", "tree")
+    check("plugins-refs", "plugins", "refs")
+    check("preflight", "preflight", sid)
+    check("status", "status")
+    report = check("report", "report")
+    assert report["recoveries"] and report["recoveries"][0]["lost_ranges"]
+    check("migrate", "migrate", "--all")
+    # a schema rejects a document that breaks it (the test can fail)
+    bad = dict(report, version="1")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schemas.load("report"))
+    assert seen <= set(schemas.names())
