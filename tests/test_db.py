@@ -9,7 +9,7 @@ import apsw
 import pytest
 import ulid
 
-from agentdb import db, errors
+from agentdb import checks, db, errors
 from agentdb.store import Event, Producer, SessionReader, SessionWriter
 from tests.support import make_session
 
@@ -73,8 +73,14 @@ def test_file_owned_by_another_user_is_refused(sessions_dir: Path) -> None:
         pytest.skip("needs root to chown")
     sid, path = make_session(sessions_dir)
     os.chown(path, 12345, 12345)
-    with pytest.raises(errors.InsecureFile, match="owned by uid 12345"):
+    with pytest.raises(errors.InsecureFile, match="owned by uid 12345") as e:
         db.open_readonly(path)
+    # the fix is to run as the owner, never to chown the harness's files to whoever runs agentdb
+    assert "run agentdb as that user" in str(e.value) and "sudo -u 12345" in str(e.value)
+    assert "chown 0" not in str(e.value) and f"chown {os.geteuid()}" not in str(e.value)
+    report = checks.check_file(sessions_dir, sid)
+    [f] = [f for f in report.findings if f.code == "insecure_owner"]
+    assert "chown" not in f.message.split(";", 1)[1].replace("do not chown", "")
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import pwd
 import stat
 import weakref
 from collections.abc import Callable, Iterator
@@ -142,14 +143,36 @@ def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[
             )
         owner = db_st.st_uid if suffix else me
         if st.st_uid != owner:
-            problems.append(
-                (
-                    "insecure_owner",
-                    f"{p}: owned by uid {st.st_uid}, expected {owner}; `chown {owner} {p}` "
-                    "(session files belong to the user that runs the harness)",
-                )
-            )
+            problems.append(("insecure_owner", _owner_problem(p, st.st_uid, owner, me)))
     return problems
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def _owner_problem(p: Path, found: int, expected: int, me: int) -> str:
+    """Another user owns ``p``: the fix is to act as that user, never to give the harness's
+    files to whoever ran agentdb (as root, ``chown 0`` would take them from the harness)."""
+    if expected == me:  # the database itself is someone else's
+        who = _user(found)
+        return (
+            f"{p}: owned by uid {found} ({who}), not by the user running agentdb (uid {me}); "
+            f"run agentdb as that user (`sudo -u {who} agentdb ...`); do not chown the "
+            "harness's files"
+        )
+    if expected == 0:  # a root-owned database with someone else's sidecar
+        return (
+            f"{p}: owned by uid {found} ({_user(found)}) but its database by root; session files "
+            "belong to the user that runs the harness: run agentdb as that user"
+        )
+    return (
+        f"{p}: owned by uid {found}, but its database by uid {expected} ({_user(expected)}); "
+        f"run `chown {expected} {p}` as root, or remove it when no process has the session open"
+    )
 
 
 def require_secure(path: Path, stats: FileStats | None = None) -> None:

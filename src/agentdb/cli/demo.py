@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import tempfile
 from pathlib import Path
 
 import click
 
+import agentdb.man
 from agentdb import demo
 from agentdb.cli import output
 
@@ -26,6 +29,7 @@ WALKTHROUGH: list[tuple[str, list[str]]] = [
     ("healthy again: only the interrupted session is flagged", ["check", "--all"]),
     ("what an operator could prune (dry run)", ["prune", "--older-than", "90d", "--dry-run"]),
     ("cached plugin versions retained sessions still use", ["plugins", "refs"]),
+    ("one screen: what needs doing, and the next commands", ["status"]),
 ]
 
 
@@ -42,11 +46,14 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
     """
     from agentdb.cli.main import main  # the walk-through runs the real commands
 
-    root = directory or Path(tempfile.mkdtemp(prefix="agentdb-demo-"))
+    temporary = directory is None
+    root = (directory or Path(tempfile.mkdtemp(prefix="agentdb-demo-"))).absolute()
     if directory is not None and directory.exists() and any(directory.iterdir()):
         raise click.UsageError(f"{directory}: not empty; give a new or empty directory")
     state = demo.build(root)
     output.emit_text(f"Sample state in {root}")
+    if temporary:
+        output.emit_text(f"(a temporary folder: remove it with `rm -rf {root}` when done)")
     output.emit_table(
         [(s.session_id, s.role, s.path.name) for s in state.sessions],
         ["session", "what it shows", "file"],
@@ -57,19 +64,37 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
         "--plugin-cache",
         str(state.plugin_cache),
     ]
+    # The walk-through runs as the "try it yourself" lines below do: with the demo's own XDG
+    # homes, so what check records there is what `agentdb status` shows afterwards.
+    homes = {"XDG_STATE_HOME": str(root / "state"), "XDG_CACHE_HOME": str(root / "cache")}
     if not no_walkthrough:
-        for title, template in WALKTHROUGH:
-            argv = [_fill(a, root, state) for a in template]
-            shown = " ".join(["agentdb", *argv])
-            output.emit_text(f"\n$ {shown}    # {title}")
-            code = main([*globals_, *argv])
-            output.emit_text(f"(exit {code})")
+        saved = {k: os.environ.get(k) for k in homes}
+        os.environ.update(homes)
+        try:
+            for title, template in WALKTHROUGH:
+                argv = [_fill(a, root, state) for a in template]
+                shown = " ".join(["agentdb", *argv])
+                output.emit_text(f"\n$ {shown}    # {title}")
+                code = main([*globals_, *argv])
+                output.emit_text(f"(exit {code})")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    page = Path(agentdb.man.__file__).parent / "agentdb-check.1"
     output.emit_text(
-        "\nTry it yourself:\n"
-        f"  export XDG_STATE_HOME={root / 'state'} XDG_CACHE_HOME={root / 'cache'}\n"
-        "  agentdb sessions list\n  agentdb check --all --json\n"
-        "  agentdb prune --older-than 90d          # asks before removing anything\n"
-        "  man -l man/agentdb-check.1               # from a checkout: every command has a page\n"
+        "\nTry it yourself (copy these lines as they are):\n"
+        f"  export XDG_STATE_HOME={shlex.quote(homes['XDG_STATE_HOME'])} "
+        f"XDG_CACHE_HOME={shlex.quote(homes['XDG_CACHE_HOME'])}\n"
+        "  agentdb sessions list\n"
+        "  agentdb check --problems\n"
+        "  agentdb status\n"
+        f"  agentdb report --html {shlex.quote(str(root / 'report.html'))}\n"
+        "  agentdb prune --older-than 90d --dry-run\n"
+        f"  man -l {shlex.quote(str(page))}\n"
+        + (f"Remove the demo with: rm -rf {shlex.quote(str(root))}\n" if temporary else "")
     )
     return 0
 

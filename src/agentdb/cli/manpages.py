@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from agentdb import __version__
+from agentdb.cli import mansections
 
 DATE = "2026-11-30"
 
@@ -37,7 +38,8 @@ def iter_commands(cmd: click.Command, path: list[str]) -> list[tuple[list[str], 
 
 def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
     name = page_name(path)
-    help_text = (cmd.help or "").strip()
+    full_help = (cmd.help or "").strip()
+    help_text = mansections.without_examples(full_help).replace("\b\n", "")
     summary = cmd.get_short_help_str(200).rstrip(".")
     lines = [
         f'.TH {name.upper()} 1 "{DATE}" "agentdb {__version__}" "agentdb manual"',
@@ -66,15 +68,41 @@ def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
             if rec is None:
                 continue
             lines += [".TP", f".B {_esc(rec[0])}", _esc(rec[1] or "")]
+    examples = mansections.examples_from_help(full_help) or mansections.EXAMPLES.get(
+        " ".join(path), []
+    )
+    if examples:
+        lines.append(".SH EXAMPLES")
+        for command, why in examples:
+            lines += [".TP", f".B {_esc(command)}", _esc(why or "")]
     lines += [
         ".SH EXIT STATUS",
         "0: nothing wrong, or everything asked was done.",
+        ".br",
         "1: problems found, or part of the job refused or not done.",
+        ".br",
         "2: usage error (bad option, bad id, missing sessions directory).",
-        ".SH SEE ALSO",
-        "\\fBagentdb\\fR(1)" if path != ["agentdb"] else "\\fBsqlite3\\fR(1)",
+        ".br",
+        "130: interrupted (Ctrl\\-C); what was finished before is reported.",
+        ".SH ENVIRONMENT",
     ]
+    for var, what in mansections.ENVIRONMENT:
+        lines += [".TP", f".B {_esc(var)}", _esc(what)]
+    lines.append(".SH FILES")
+    for name, what in mansections.FILES:
+        lines += [".TP", f".I {_esc(name)}", _esc(what)]
+    lines += [".SH SEE ALSO", _see_also(path, cmd, ctx)]
     return "\n".join(lines) + "\n"
+
+
+def _see_also(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
+    """The parent page, the pages of subcommands, and sqlite3(1)."""
+    refs = []
+    if len(path) > 1:
+        refs.append(page_name(path[:-1]))
+    if isinstance(cmd, click.Group):
+        refs += [page_name([*path, sub]) for sub in cmd.list_commands(ctx)]
+    return ", ".join(f"\\fB{_esc(r)}\\fR(1)" for r in [*refs, "sqlite3"])
 
 
 def all_pages() -> dict[str, str]:
