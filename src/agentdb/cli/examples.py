@@ -13,6 +13,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     ],
     "check": [
         ("agentdb check", "verify every session (exit 1 if any is not ok)"),
+        ("agentdb check --problems", "only the sessions that are not ok"),
         ("agentdb check --quick --json", "a faster pass, as one JSON document"),
         ("agentdb check 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "verify one session"),
     ],
@@ -47,6 +48,11 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("agentdb recover --all --dry-run", "what would be salvaged, changing nothing"),
         ("agentdb recover 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "salvage one damaged session"),
     ],
+    "report": [
+        ("agentdb report --html ~/agentdb-report.html", "the page: health, costs, tree, history"),
+        ("agentdb report --html ~/agentdb-report.html --force", "replace yesterday's page"),
+        ("agentdb report --json", "the numbers the page is made of"),
+    ],
     "sessions": [("agentdb sessions list", "every session, oldest first")],
     "sessions list": [
         ("agentdb sessions list", "every session, oldest first"),
@@ -58,6 +64,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "sessions tree": [
         ("agentdb sessions tree", "the parent/child tree of every session"),
         ("agentdb sessions tree 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "the tree around one session"),
+    ],
+    "status": [
+        ("agentdb status", "counts, verdicts from the last check, and the next commands"),
+        ("agentdb status --json", "the same as one JSON document"),
     ],
 }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from agentdb import __version__
+from agentdb.cli import examples as examples_of
 from agentdb.cli import mansections
 
 DATE = "2026-11-30"
@@ -38,8 +39,7 @@ def iter_commands(cmd: click.Command, path: list[str]) -> list[tuple[list[str], 
 
 def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
     name = page_name(path)
-    full_help = (cmd.help or "").strip()
-    help_text = mansections.without_examples(full_help).replace("\b\n", "")
+    help_text = (cmd.help or "").strip()
     summary = cmd.get_short_help_str(200).rstrip(".")
     lines = [
         f'.TH {name.upper()} 1 "{DATE}" "agentdb {__version__}" "agentdb manual"',
@@ -68,8 +68,10 @@ def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
             if rec is None:
                 continue
             lines += [".TP", f".B {_esc(rec[0])}", _esc(rec[1] or "")]
-    examples = mansections.examples_from_help(full_help) or mansections.EXAMPLES.get(
-        " ".join(path), []
+    examples = (
+        examples_of.EXAMPLES.get(" ".join(path[1:]), [])
+        if len(path) > 1
+        else mansections.TOP_EXAMPLES
     )
     if examples:
         lines.append(".SH EXAMPLES")

@@ -57,12 +57,6 @@ def report_cmd(
 
     Exit 0 when the report was written and nothing needs doing, 1 when something does (the
     page's "Next" list says what), 2 on a usage error.
-
-    \b
-    Examples:
-      agentdb report --html ~/agentdb-report.html
-      agentdb report --html ~/agentdb-report.html --force   # replace yesterday's
-      agentdb report --json | jq .summary
     """
     if html_file is None and not as_json:
         raise click.UsageError("give --html FILE, --json, or both")
