@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-import agentdb.man
+import agentdb
 from agentdb import demo
 from agentdb.cli import output
 
@@ -83,7 +83,7 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    page = Path(agentdb.man.__file__).parent / "agentdb-check.1"
+    page = Path(agentdb.__file__).parent / "man" / "agentdb-check.1"  # package data
     output.emit_text(
         "\nTry it yourself (copy these lines as they are):\n"
         f"  export XDG_STATE_HOME={shlex.quote(homes['XDG_STATE_HOME'])} "
