@@ -322,3 +322,13 @@ def test_check_reads_no_wal_that_is_not_regular(sessions_dir: Path) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["sessions"][0]["verdict"] != "ok"
+
+
+def test_an_append_after_a_cut_short_line_is_not_lost(tmp_path: Path) -> None:
+    """A full disk or a size limit can cut an append short; the next entry still reads."""
+    log = tmp_path / "recovery.log"
+    recoverylog.append(log, {"session_id": "A", "event": "intent"})
+    with open(log, "ab") as f:
+        f.write(b'{"session_id": "B", "ev')  # what a cut-short write leaves
+    recoverylog.append(log, {"session_id": "C", "event": "outcome"})
+    assert [e["session_id"] for e in recoverylog.read(log)] == ["A", "C"]

@@ -290,3 +290,38 @@ def test_each_errno_is_one_line_of_its_kind(code: int, kind: type[Exception]) ->
     assert text.startswith("/x/y.sqlite: cannot write: ")
     assert errno.errorcode[code] in text and "\n" not in text
     assert e.exit_code == 1
+
+
+def test_the_kernels_automatic_recovery_on_a_full_disk_is_retryable(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """Opening a damaged session when the replacement cannot be written: the kernel gets an
+    error a harness retries later (Retryable), not "unusable", and nothing changed."""
+    sid, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    before = snapshot(sessions_dir)
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from agentdb import errors; from agentdb.kernel import open_session\n"
+        "try:\n"
+        "    open_session(Path(sys.argv[1]), sys.argv[2])\n"
+        "except errors.AgentdbError as e:\n"
+        "    print(isinstance(e, errors.Retryable), type(e).__name__, e)\n"
+    )
+    size = os.stat(path).st_size
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
+
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(sessions_dir), sid],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        preexec_fn=limits,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.startswith("True FileSystemFull "), proc.stdout
+    assert "EFBIG" in proc.stdout
+    assert snapshot(sessions_dir) == before

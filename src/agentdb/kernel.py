@@ -45,9 +45,11 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
     if out.outcome == "skipped_live":
         raise errors.SessionLive(f"{path}: open by another process; not recovered", path=path)
     reason = out.notes[-1] if out.notes else out.outcome
-    if out.outcome == "failed":  # the system refused a write (no space, ...): retry later
+    if out.outcome == "failed":  # the system refused a write (no space, ...)
         log.warning("%s: damaged; recovering it failed (%s)", path, reason)
-        raise errors.FileSystemError(reason, path=path)
+        # Of the same kind as the cause: a full disk is Retryable, not an unusable session.
+        cls = type(out.error) if out.error is not None else errors.FileSystemError
+        raise cls(reason, path=path)
     log.warning("%s: damaged and could not be recovered (%s); flagged unreadable", path, reason)
     raise errors.Unreadable(
         f"{path}: damaged and unsalvageable ({out.outcome}); kept as it is, see "

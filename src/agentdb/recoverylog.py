@@ -42,9 +42,14 @@ def append(log_path: Path, entry: dict[str, Any]) -> None:
     fsutil.ensure_dir(log_path.parent)
     doc = {"time": now(), **entry}
     line = (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-    fd = fsutil.open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = fsutil.open_regular(log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         with fsutil.naming(log_path):
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # An earlier append was cut short (a full disk, a size limit, a crash): end
+                # that fragment, or this entry would be glued to it and lost to every reader.
+                line = b"\n" + line
             fsutil.write_all(fd, line)
             os.fsync(fd)
     finally:

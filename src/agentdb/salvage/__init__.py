@@ -59,6 +59,7 @@ class RecoveryOutcome:
     # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
     found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
+    error: errors.AgentdbError | None = field(default=None, repr=False)  # why "failed"
 
     def log_entry(self, event: str) -> dict[str, Any]:
         return {
@@ -165,6 +166,7 @@ def recover_session(
         # this run stays behind. A swap the intent line already announced is finished by the
         # next run (its steps are idempotent); before that line the session is as it was.
         failure = fsutil.os_error(e) if isinstance(e, OSError) else e
+        out.error = failure
         if not dry_run:
             with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
                 protocol.remove_job_files(path)
