@@ -43,7 +43,10 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
         )
         return
     if out.outcome == "skipped_live":
-        raise errors.SessionLive(f"{path}: open by another process; not recovered", path=path)
+        reason = out.notes[-1] if out.notes else f"{path}: open by another process"
+        raise errors.SessionBusy(
+            f"{reason.rstrip('.')}; not recovered — open it again when it is closed", path=path
+        )
     reason = out.notes[-1] if out.notes else out.outcome
     if out.outcome == "failed":  # the system refused a write (no space, ...)
         log.warning("%s: damaged; recovering it failed (%s)", path, reason)

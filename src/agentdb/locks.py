@@ -10,6 +10,21 @@ they are not dropped when some other descriptor of the same file is closed.
 ``hold`` write-locks the whole PENDING/RESERVED/SHARED range, so any SQLite connection that
 tries to start reading gets SQLITE_BUSY until we let go: acting on a session under ``hold`` is
 not check-then-act.
+
+The sole writer's *lease* (:class:`Lease`, taken by ``SessionWriter``): an OFD write lock on
+one byte, :data:`LEASE_BYTE`, of the database file, so a second writer — from this process or
+another — is refused with :class:`~agentdb.errors.SessionBusy`. OFD locks carry no pid, so the
+holder also takes a POSIX read lock on :data:`LEASE_PID_BYTE`, which F_OFD_GETLK reports with
+the holder's pid. A POSIX lock is dropped when its process closes *any* descriptor of the file:
+the holder's process must never open and close another descriptor of a leased file, so
+``probe``, ``hold`` and a second lease in that process answer from :data:`_LEASES` without
+opening the file (SQLite's own connections keep their descriptors open while it holds locks).
+
+Why those two bytes are safe: SQLite's unix VFS locks only the 512 bytes from PENDING_BYTE
+(``0x40000000``, the same range ``hold`` takes) on the database and bytes 120..128 of the
+``-shm``; nothing locks bytes beyond, and with the default 4096-byte pages SQLite never stores
+data in the page holding PENDING_BYTE. Linux record locks are advisory, so locking a byte — even
+one inside data, or past the end of the file — changes no read or write of it.
 """
 
 from __future__ import annotations
@@ -17,20 +32,26 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import struct
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import fsutil
-from agentdb.errors import SessionLive
+from agentdb.errors import SessionBusy, SessionLive
 from agentdb.paths import sidecar
 
 PENDING_BYTE = 0x40000000
 LOCK_RANGE = 512  # PENDING, RESERVED and the 510-byte SHARED range
 SHM_LOCK_START = 120  # WALINDEX_LOCK_OFFSET: 8 lock bytes then the DMS byte at 128
 SHM_LOCK_LEN = 9
+# The sole writer's lease and the byte that names its pid: past SQLite's (and hold's) 512 bytes,
+# inside the page SQLite leaves unused at PENDING_BYTE (see the module docstring).
+LEASE_BYTE = PENDING_BYTE + 0x400
+LEASE_PID_BYTE = LEASE_BYTE + 1
 
 # Why opening a session for the lock can fail that is no sign of another user of it.
 _SYSTEM_REFUSALS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOSPC)
@@ -45,6 +66,7 @@ class Holder:
     file: str  # which file the lock is on: the database or its -shm
     pid: int | None  # the holding process (None for an OFD lock, whose owner is not a process)
     exclusive: bool  # a write lock (a writer mid-commit, or another agentdb job acting on it)
+    lease: bool = False  # the holder is a SessionWriter holding the sole-writer lease
 
 
 def _getlk(fd: int, start: int, length: int) -> tuple[int, int] | None:
@@ -71,12 +93,39 @@ def _probe_file(path: Path | str, start: int, length: int) -> Holder | None:
     return Holder(os.path.basename(path), pid if pid > 0 else None, ltype == fcntl.F_WRLCK)
 
 
+def _lease_pid(fd: int) -> int | None:
+    """The pid the lease holder recorded on LEASE_PID_BYTE, if it is there."""
+    got = _getlk(fd, LEASE_PID_BYTE, 1)
+    return got[1] if got is not None and got[1] > 0 else None
+
+
+def _probe_lease(db_path: Path | str) -> Holder | None:
+    own = _own_lease(db_path)
+    if own is not None:
+        return Holder(os.path.basename(db_path), os.getpid(), True, lease=True)
+    try:
+        fd = os.open(db_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if _getlk(fd, LEASE_BYTE, 1) is None:
+            return None
+        return Holder(os.path.basename(db_path), _lease_pid(fd), True, lease=True)
+    finally:
+        os.close(fd)
+
+
 def probe(db_path: Path) -> Holder | None:
     """Who, if anyone, has this session open right now. Takes no lock, changes nothing.
 
-    Do not call this from a process that has the same file open through SQLite: POSIX locks
-    are per process, so a process never sees its own.
+    A writer's lease is reported first (``lease=True``, with the writer's pid). Besides that,
+    do not call this from a process that has the same file open through SQLite: POSIX locks
+    are per process, so a process never sees its own, and closing the probe's descriptor
+    drops them.
     """
+    holder = _probe_lease(db_path)
+    if holder is not None:
+        return holder
     holder = _probe_file(db_path, PENDING_BYTE, LOCK_RANGE)
     if holder is not None:
         return holder
@@ -88,10 +137,16 @@ def probe(db_path: Path) -> Holder | None:
 def hold(db_path: Path) -> Iterator[int]:
     """Hold the session so that no SQLite connection can open it until the block ends.
 
-    Raises :class:`SessionLive` if someone has it open (or another agentdb job holds it).
-    Yields the descriptor that carries the lock; read the file through it (``os.pread``) if
-    needed, never through a new descriptor and never through SQLite while held.
+    Raises :class:`SessionLive` if someone has it open (or another agentdb job holds it), and
+    always while a writer holds its lease. Yields the descriptor that carries the lock; read
+    the file through it (``os.pread``) if needed, never through a new descriptor and never
+    through SQLite while held.
     """
+    if _own_lease(db_path) is not None:
+        raise SessionLive(
+            f"{db_path}: this process's own writer holds the session; close it first",
+            path=db_path,
+        )
     try:
         fd = os.open(db_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
@@ -111,6 +166,15 @@ def hold(db_path: Path) -> Iterator[int]:
                     path=db_path,
                 ) from e
             raise
+        if _getlk(fd, LEASE_BYTE, 1) is not None:
+            # Belt and braces: a leaseholder also holds SQLite's SHARED lock (WAL), which the
+            # range lock above already met, and it takes the lease only while holding that.
+            pid = _lease_pid(fd)
+            who = f" by pid {pid}" if pid else ""
+            raise SessionLive(
+                f"{db_path}: a writer holds the session{who}; stop it, or retry later",
+                path=db_path,
+            )
         shm = sidecar(db_path, "-shm")
         if shm.exists() and _probe_file(shm, SHM_LOCK_START, SHM_LOCK_LEN) is not None:
             raise SessionLive(
@@ -120,3 +184,131 @@ def hold(db_path: Path) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)  # closing the description releases its OFD lock
+
+
+# ------------------------------------------------------------------------------ the lease
+
+# Leases this process holds, by (st_dev, st_ino): checked before any descriptor is opened, so
+# the holder's process never opens and closes another descriptor of the file (which would drop
+# its POSIX locks: the pid byte's and SQLite's own).
+_LEASES: dict[tuple[int, int], Lease] = {}
+_LEASES_LOCK = threading.Lock()
+
+
+def _key(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _own_lease(db_path: Path | str) -> Lease | None:
+    if not _LEASES:
+        return None
+    try:
+        st = os.lstat(db_path)
+    except OSError:
+        return None
+    with _LEASES_LOCK:
+        return _LEASES.get(_key(st))
+
+
+def _busy(db_path: Path | str, pid: int | None) -> SessionBusy:
+    if pid == os.getpid():
+        who = f"another SessionWriter in this process (pid {pid})"
+    elif pid:
+        who = f"the writer with pid {pid}"
+    else:
+        who = "another writer"
+    return SessionBusy(
+        f"{db_path}: {who} holds this session's writer lease and keeps writing; a session has "
+        "one writer — use that one, or open it again once it is closed",
+        path=db_path,
+        pid=pid,
+    )
+
+
+class Lease:
+    """The sole-writer lease on one session file, from :meth:`acquire` until :meth:`release`.
+
+    ``check`` then ``acquire``: open the descriptor early (``check``: refuse at once when
+    another writer holds the lease, before any integrity check), take the lock last (after the
+    integrity check and any automatic recovery, so the recovery hook never meets its own
+    kernel's lease). The descriptor is ``O_CLOEXEC``: a plugin started as a child process does
+    not inherit it and cannot keep a dead kernel's session "live".
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = db_path
+        self.fd: int | None = None  # open from check() to release(); carries the locks
+        self.key: tuple[int, int] | None = None  # the (dev, ino) the lock is on, once held
+
+    def check(self) -> None:
+        """Raise :class:`SessionBusy` if a writer holds the lease now; keeps the descriptor."""
+        own = _own_lease(self.path)
+        if own is not None:
+            raise _busy(self.path, os.getpid())
+        try:
+            self._open()
+        except SessionBusy:
+            return  # missing, a symlink...: the SQLite open that follows says what it is
+        assert self.fd is not None
+        if _getlk(self.fd, LEASE_BYTE, 1) is not None:
+            pid = _lease_pid(self.fd)
+            self._close()
+            raise _busy(self.path, pid)
+
+    def _open(self) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise SessionBusy(
+                f"{self.path}: cannot open to take the writer lease ({e.strerror})",
+                path=self.path,
+            ) from e
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def acquire(self) -> None:
+        """Take the lease on the file the path names now (after recovery, that may be a new
+        inode); raise :class:`SessionBusy` naming the holder if someone else has it."""
+        st = os.lstat(self.path)
+        if not stat.S_ISREG(st.st_mode):
+            raise SessionBusy(f"{self.path}: replaced while opening; retry", path=self.path)
+        if self.fd is not None and _key(os.fstat(self.fd)) != _key(st):
+            self._close()  # the original was renamed away (recovered): lock the new file
+        if self.fd is None:
+            self._open()
+        assert self.fd is not None
+        if _key(os.fstat(self.fd)) != _key(st):
+            raise SessionBusy(f"{self.path}: replaced while opening; retry", path=self.path)
+        with _LEASES_LOCK:
+            if _key(st) in _LEASES:
+                raise _busy(self.path, os.getpid())
+            req = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, LEASE_BYTE, 1, 0)
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, req)
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                raise _busy(self.path, _lease_pid(self.fd)) from e
+            # The pid for a second opener to read: a POSIX read lock, owned by this process.
+            pid_req = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, LEASE_PID_BYTE, 1, 0)
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_SETLK, pid_req)
+            except OSError:
+                pass  # the lease holds without it; a second opener just cannot name the pid
+            self.key = _key(st)
+            _LEASES[self.key] = self
+
+    @property
+    def held(self) -> bool:
+        return self.key is not None
+
+    def release(self) -> None:
+        """Let go (closing the descriptor releases both locks). Idempotent."""
+        with _LEASES_LOCK:
+            if self.key is not None and _LEASES.get(self.key) is self:
+                del _LEASES[self.key]
+            self.key = None
+            self._close()

@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 import ulid
 
-from agentdb import db, errors
+from agentdb import db, errors, locks
 from agentdb.hashing import event_hash
 from agentdb.paths import session_path, validate_id
 from agentdb.schema import enums
@@ -91,8 +91,16 @@ class _Rows:
 class SessionWriter:
     """The kernel's single writer for one session file."""
 
-    def __init__(self, conn: apsw.Connection, path: Path, session_id: str, revision: int):
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        path: Path,
+        session_id: str,
+        revision: int,
+        lease: locks.Lease | None = None,
+    ):
         self.conn = conn  # the one connection; nobody else writes this file
+        self.lease = lease  # the sole-writer lease (None only for a writer built by hand)
         self.path = path
         self.session_id = session_id
         self.revision = revision  # the schema revision rows are written at
@@ -149,10 +157,12 @@ class SessionWriter:
                             started_at or now_timestamp(),
                         ),
                     )
+            lease = locks.Lease(path)
+            lease.acquire()
         except BaseException:
             conn.close()
             raise
-        return cls(conn, path, sid, revision)
+        return cls(conn, path, sid, revision, lease)
 
     @classmethod
     def open(
@@ -162,7 +172,6 @@ class SessionWriter:
         *,
         recover: RecoverHook | None = None,
         migrate: bool = True,
-        _moves: int = 0,
     ) -> SessionWriter:
         """Open an existing session the way the spec says the kernel must.
 
@@ -171,68 +180,27 @@ class SessionWriter:
         attempt, which renames the original and puts a replacement in its place) and the open
         is retried; without a hook :class:`~agentdb.errors.Corrupt` is raised. Then the
         migration ladder brings an older file to the current revision before anything else.
+        Another writer's lease is refused at once (:class:`~agentdb.errors.SessionBusy`, naming
+        its pid); this writer takes the lease last, once the file it will write is settled.
         """
-        sessions_dir = Path(os.fspath(sessions_dir))
-        path = session_path(sessions_dir, session_id)
-        for attempt in (1, 2):
-            try:
-                conn = db.open_writer(path)
-            except (errors.Corrupt, errors.Unreadable):
-                # A smashed header or schema page fails before integrity_check can run.
-                if recover is None or attempt == 2:
-                    raise
-                recover(path, session_id)
-                continue
-            try:
-                try:
-                    ident = identify(conn)
-                    require_session(ident, path)
-                    problems = db.integrity_problems(conn)
-                    if not problems:
-                        # A rollback-journal file is not locked between statements: a job
-                        # may have swapped another file in. Once in WAL mode the connection
-                        # keeps its read lock, so no job can act on the file any more.
-                        moved = db.has_moved(conn)
-                        if not moved:
-                            db.configure_writer(conn, path)
-                            moved = db.has_moved(conn)
-                        if moved and _moves < 5:
-                            conn.close()
-                            return cls.open(
-                                sessions_dir,
-                                session_id,
-                                recover=recover,
-                                migrate=migrate,
-                                _moves=_moves + 1,
-                            )
-                        revision = ident.revision
-                        if migrate and revision < CURRENT_REVISION:
-                            _, revision = apply_steps(conn, path)
-                        _require_shape(conn, path, revision, session_id)
-                        return cls(conn, path, session_id, revision)
-                except apsw.Error as e:
-                    err = db.translate(e, path)
-                    if not isinstance(err, errors.Corrupt):
-                        raise err from e
-                    problems = [str(e).split("\n")[0]]
-                except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
-                    problems = [str(e)]
-            except BaseException:
-                conn.close()
-                raise
-            conn.close()
-            if recover is None or attempt == 2:
-                raise errors.Corrupt(
-                    f"{path}: integrity_check failed ({problems[0]}); run `agentdb recover "
-                    f"{session_id}`",
-                    path=path,
-                )
-            recover(path, session_id)
-        raise AssertionError("unreachable")
+        path = session_path(Path(os.fspath(sessions_dir)), session_id)
+        lease = locks.Lease(path)
+        try:
+            lease.check()
+            conn, revision = _open_checked(path, session_id, recover, migrate, lease)
+        except BaseException:
+            lease.release()
+            raise
+        return cls(conn, path, session_id, revision, lease)
 
     def close(self) -> None:
+        """Close the connection, then let go of the lease. Idempotent."""
         with self._lock:
-            self.conn.close()
+            try:
+                self.conn.close()
+            finally:
+                if self.lease is not None:
+                    self.lease.release()
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -367,6 +335,70 @@ class SessionWriter:
     def info(self) -> SessionInfo:
         with self._lock, db.translated(self.path):
             return read_info(self.conn, self.path, self.session_id)
+
+
+def _open_checked(
+    path: Path,
+    session_id: str,
+    recover: RecoverHook | None,
+    migrate: bool,
+    lease: locks.Lease,
+    moves: int = 0,
+) -> tuple[apsw.Connection, int]:
+    """:meth:`SessionWriter.open`'s sequence; returns the connection and the revision it writes,
+    holding ``lease``. The lease is taken only after the integrity check and any recovery."""
+    for attempt in (1, 2):
+        try:
+            conn = db.open_writer(path)
+        except (errors.Corrupt, errors.Unreadable):
+            # A smashed header or schema page fails before integrity_check can run.
+            if recover is None or attempt == 2:
+                raise
+            recover(path, session_id)
+            continue
+        try:
+            try:
+                ident = identify(conn)
+                require_session(ident, path)
+                problems = db.integrity_problems(conn)
+                if not problems:
+                    # A rollback-journal file is not locked between statements: a job
+                    # may have swapped another file in. Once in WAL mode the connection
+                    # keeps its read lock, so no job can act on the file any more.
+                    moved = db.has_moved(conn)
+                    if not moved:
+                        db.configure_writer(conn, path)
+                        moved = db.has_moved(conn)
+                    if moved and moves < 5:
+                        conn.close()
+                        return _open_checked(path, session_id, recover, migrate, lease, moves + 1)
+                    revision = ident.revision
+                    if migrate and revision < CURRENT_REVISION:
+                        _, revision = apply_steps(conn, path)
+                    _require_shape(conn, path, revision, session_id)
+                    # Last: after recovery (whose job must not meet this lease) and while the
+                    # connection holds SQLite's shared lock, so no job holds the file now.
+                    lease.acquire()
+                    return conn, revision
+            except apsw.Error as e:
+                err = db.translate(e, path)
+                if not isinstance(err, errors.Corrupt):
+                    raise err from e
+                problems = [str(e).split("\n")[0]]
+            except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
+                problems = [str(e)]
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        if recover is None or attempt == 2:
+            raise errors.Corrupt(
+                f"{path}: integrity_check failed ({problems[0]}); run `agentdb recover "
+                f"{session_id}`",
+                path=path,
+            )
+        recover(path, session_id)
+    raise AssertionError("unreachable")
 
 
 def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id: str) -> None:
