@@ -6,6 +6,12 @@ routine as ``agentdb recover`` (:func:`agentdb.salvage.recover_session`): the or
 ``<id>.sqlite.corrupt``, the replacement takes its name, the recovery log gets its lines, and a
 warning is logged (never silent). If nothing could be salvaged the file is flagged ``unreadable``
 (logged) and :class:`~agentdb.errors.Unreadable` is raised so the kernel moves on.
+
+The writer's lease is taken only after that, so the recovery job never meets its own kernel's
+lease. Another writer holding the session (another kernel, or another ``SessionWriter`` in
+this process) is :class:`~agentdb.errors.SessionBusy`, raised before any integrity check.
+What to do with an error is in its class: :class:`~agentdb.errors.SessionUnusable` — skip the
+session —, :class:`~agentdb.errors.Retryable` — try again later.
 """
 
 from __future__ import annotations

@@ -99,36 +99,33 @@ def _lease_pid(fd: int) -> int | None:
     return got[1] if got is not None and got[1] > 0 else None
 
 
-def _probe_lease(db_path: Path | str) -> Holder | None:
-    own = _own_lease(db_path)
-    if own is not None:
+def probe(db_path: Path) -> Holder | None:
+    """Who, if anyone, has this session open right now. Takes no lock, changes nothing.
+
+    A writer's lease is reported first (``lease=True``, with the writer's pid), then SQLite's
+    locks on the database, then on its ``-shm``. Besides a lease this process holds (answered
+    without opening the file), do not call this from a process that has the same file open
+    through SQLite: POSIX locks are per process, so a process never sees its own, and closing
+    the probe's descriptor drops them.
+    """
+    if _own_lease(db_path) is not None:
         return Holder(os.path.basename(db_path), os.getpid(), True, lease=True)
     try:
         fd = os.open(db_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return None
-    try:
-        if _getlk(fd, LEASE_BYTE, 1) is None:
-            return None
-        return Holder(os.path.basename(db_path), _lease_pid(fd), True, lease=True)
-    finally:
-        os.close(fd)
-
-
-def probe(db_path: Path) -> Holder | None:
-    """Who, if anyone, has this session open right now. Takes no lock, changes nothing.
-
-    A writer's lease is reported first (``lease=True``, with the writer's pid). Besides that,
-    do not call this from a process that has the same file open through SQLite: POSIX locks
-    are per process, so a process never sees its own, and closing the probe's descriptor
-    drops them.
-    """
-    holder = _probe_lease(db_path)
-    if holder is not None:
-        return holder
-    holder = _probe_file(db_path, PENDING_BYTE, LOCK_RANGE)
-    if holder is not None:
-        return holder
+        fd = None
+    if fd is not None:
+        try:
+            if _getlk(fd, LEASE_BYTE, 1) is not None:
+                return Holder(os.path.basename(db_path), _lease_pid(fd), True, lease=True)
+            got = _getlk(fd, PENDING_BYTE, LOCK_RANGE)
+        finally:
+            os.close(fd)
+        if got is not None:
+            ltype, pid = got
+            return Holder(
+                os.path.basename(db_path), pid if pid > 0 else None, ltype == fcntl.F_WRLCK
+            )
     # A missing -shm (or one that cannot be opened) holds no lock: _probe_file says None.
     return _probe_file(os.fspath(db_path) + "-shm", SHM_LOCK_START, SHM_LOCK_LEN)
 
