@@ -108,6 +108,8 @@ sys.path.insert(0, sys.argv[3])
 from pathlib import Path
 from agentdb.store import SessionWriter, Event, Producer
 w = SessionWriter.open(Path(sys.argv[1]), sys.argv[2])
+if w.info().status != "running":
+    w.set_status("running")  # ResumeSession: an ended session takes events after re-opening
 p = Producer("tool", "shell", "2.0.0")
 n = 0
 print("ready", flush=True)

@@ -155,7 +155,7 @@ def test_connections_are_hardened(sessions_dir: Path) -> None:
 
 
 def test_length_limit_caps_what_a_row_brings_in(sessions_dir: Path) -> None:
-    sid, path = make_session(sessions_dir)
+    sid, path = make_session(sessions_dir, status="running")
     with SessionWriter.open(sessions_dir, sid) as w:
         big = w.emit(Event("tool_result", Producer("tool", "shell", "1"), b"x" * 50_000))
     conn = db.open_readonly(path, max_length=10_000)

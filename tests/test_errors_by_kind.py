@@ -100,7 +100,7 @@ def test_constraint_violation_has_its_own_type(sessions_dir: Path) -> None:
 
 
 def test_full_is_retryable(sessions_dir: Path) -> None:
-    sid, path = make_session(sessions_dir)
+    sid, path = make_session(sessions_dir, status="running")
     with SessionWriter.open(sessions_dir, sid) as w:
         pages = db.pragma(w.conn, "page_count")
         w.conn.execute(f"PRAGMA max_page_count={int(pages)}")  # SQLite's own "disk is full"
@@ -143,7 +143,7 @@ except errors.AgentdbError as e:
 
 
 def test_io_error_is_not_unreadable(sessions_dir: Path) -> None:
-    sid, path = make_session(sessions_dir)
+    sid, path = make_session(sessions_dir, status="running")
     r = subprocess.run(
         [sys.executable, "-c", _EFBIG, str(sessions_dir), sid, str(SRC)],
         capture_output=True,
@@ -212,7 +212,7 @@ def test_max_value_is_accepted_by_the_writer_and_every_reader(fast_sessions_dir:
     """The boundary: a payload of exactly MAX_VALUE bytes is written and read back (a byte
     more is refused on write, above, and on read: ``test_db.test_length_limit_caps...``)."""
     sessions_dir = fast_sessions_dir
-    sid, path = make_session(sessions_dir, turns=1)
+    sid, path = make_session(sessions_dir, turns=1, status="running")
     with SessionWriter.open(sessions_dir, sid) as w:
         seq = w.emit(Event("tool_result", TOOL, bytes(db.MAX_VALUE)))
     with SessionReader(str(path)) as r:

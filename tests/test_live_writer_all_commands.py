@@ -132,6 +132,8 @@ except errors.AgentdbError as e:
     print("error", e.code, flush=True)
     raise SystemExit(0)
 p = Producer("tool", "shell", "2.0.0")
+if w.info().status != "running":
+    w.set_status("running")  # ResumeSession: an ended session takes events after re-opening
 print("ready", flush=True)
 for n in range(200):
     print(w.emit(Event("tool_result", p, b"x" * 100)), flush=True)

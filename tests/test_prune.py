@@ -388,7 +388,10 @@ def test_execute_rechecks_under_the_lock(sessions_dir: Path, plugin_cache: Path)
     plan = prune.plan(sessions_dir, plugin_cache, Selectors(older_than=OLD))
     assert len(plan.removals) == 2
     with SessionWriter.open(sessions_dir, changed) as w:  # the kernel resumed it meanwhile
+        before = w.info()
+        w.set_status("running")
         w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"more"))
+        w.set_status(before.status, at=before.ended_at)  # and ended it again
     with held_open(sessions_dir / f"{live}.sqlite"):
         res = prune.execute(plan)
     assert res.removed == []

@@ -238,3 +238,16 @@ class InvalidStatus(InvalidInput):
 
 class InvalidTransition(InvalidInput):
     code = "invalid_transition"
+
+
+class SessionEnded(InvalidInput):
+    """An event for a session that has ended: terminal statuses take none, and a completed or
+    cancelled session takes them only after it is re-opened (``set_status("running")``)."""
+
+    code = "session_ended"
+
+
+class InvalidLineage(InvalidInput):
+    """A session that is its own parent, or a child whose depth is not its parent's + 1."""
+
+    code = "invalid_lineage"

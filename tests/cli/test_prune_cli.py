@@ -168,7 +168,10 @@ def test_interrupted_prune_of_a_session_that_changed_is_kept(
     from agentdb.store import Event, Producer, SessionWriter
 
     with SessionWriter.open(sessions_dir, sid) as w:  # the kernel resumed it meanwhile
+        before = w.info()
+        w.set_status("running")
         w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"x"))
+        w.set_status(before.status, at=before.ended_at)  # and ended it again
     r = run(sessions_dir, plugin_cache, "prune", "--older-than", "1000d", "--yes", "--json")
     assert r.returncode == 1
     doc = json.loads(r.stdout)

@@ -140,6 +140,7 @@ def test_kernel_open_recovers_automatically(
     with caplog.at_level(logging.WARNING, logger="agentdb.kernel"):
         w = open_session(sessions_dir, sid)
     try:
+        w.set_status("running")  # ResumeSession: a completed session takes events again
         seq = w.emit(Event("tool_call", corpus.BIG, b"{}"))
         assert seq > 120  # the counter was restored: no sequence is ever reused
     finally:

@@ -18,6 +18,7 @@ from agentdb.store.model import (
     PlanItemRow,
     Producer,
     ProducerRow,
+    RecoverHook,
     SessionInfo,
     Usage,
     new_session_id,
@@ -26,7 +27,7 @@ from agentdb.store.model import (
     validate_transition,
 )
 from agentdb.store.reader import DEFAULT_PAGE_ROWS, DEFAULT_PAYLOAD_CAP, MAX_TEXT, SessionReader
-from agentdb.store.writer import RecoverHook, SessionWriter
+from agentdb.store.writer import SessionWriter
 
 __all__ = [
     "DEFAULT_PAGE_ROWS",

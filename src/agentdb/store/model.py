@@ -4,7 +4,7 @@ every write is validated against first."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,9 @@ class Event:
     id: str | None = None
     timestamp: str | None = None
 
+
+# The kernel's automatic recovery attempt: called with the session's path and id.
+RecoverHook = Callable[[Path, str], None]
 
 # ------------------------------------------------------------------------------ read models
 

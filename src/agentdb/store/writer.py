@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,15 @@ from agentdb import db, errors, locks
 from agentdb.hashing import event_hash
 from agentdb.paths import session_path, validate_id
 from agentdb.schema import enums
-from agentdb.schema.identity import identify, schema_differences
-from agentdb.schema.migrations import apply_steps, create_schema
+from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION, DDL
+from agentdb.store import opening
 from agentdb.store.model import (
     Event,
+    RecoverHook,
     SessionInfo,
     new_session_id,
     now_timestamp,
-    require_session,
     require_text_size,
     validate_event,
     validate_transition,
@@ -46,9 +46,6 @@ _NEXT_SEQUENCE = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0), "
     "coalesce((SELECT max(sequence) FROM events), 0)) + 1"
 )
-
-
-RecoverHook = Callable[[Path, str], None]
 
 
 @dataclass
@@ -98,6 +95,7 @@ class SessionWriter:
         session_id: str,
         revision: int,
         lease: locks.Lease | None = None,
+        status: str | None = None,
     ):
         self.conn = conn  # the one connection; nobody else writes this file
         self.lease = lease  # the sole-writer lease (None only for a writer built by hand)
@@ -109,6 +107,8 @@ class SessionWriter:
         # Held by every use of ``conn`` (and of the two caches above): APSW raises on a
         # connection used from two threads at once, and a transaction must not interleave.
         self._lock = threading.Lock()
+        # The session's status, read once: under the lease nobody else changes it.
+        self._status = status if status is not None else opening.read_status(conn, path, session_id)
 
     # -- opening
 
@@ -129,8 +129,11 @@ class SessionWriter:
         ``revision`` below the current one exists for fixtures that need old files.
         """
         sid = validate_id(session_id) if session_id else new_session_id()
+        sessions_dir = Path(os.fspath(sessions_dir))
         if parent_session_id is not None:
             validate_id(parent_session_id)
+            if parent_session_id == sid:
+                raise errors.InvalidLineage(f"session {sid} cannot be its own parent")
         if not isinstance(profile, str) or not profile:
             raise errors.InvalidInput("profile must be a non-empty string")
         require_text_size("profile", profile)
@@ -138,7 +141,9 @@ class SessionWriter:
             raise errors.InvalidInput("depth must be a non-negative integer")
         if revision not in DDL:
             raise errors.InvalidInput(f"no schema revision {revision}")
-        path = session_path(Path(os.fspath(sessions_dir)), sid)
+        if parent_session_id is not None:
+            opening.require_child_depth(sessions_dir, parent_session_id, depth)
+        path = session_path(sessions_dir, sid)
         conn = db.open_writer(path, create=True)
         try:
             with db.translated(path):
@@ -159,10 +164,11 @@ class SessionWriter:
                     )
             lease = locks.Lease(path)
             lease.acquire()
+            opening.tighten_modes(path, lease.fd)
         except BaseException:
             conn.close()
             raise
-        return cls(conn, path, sid, revision, lease)
+        return cls(conn, path, sid, revision, lease, enums.RUNNING)
 
     @classmethod
     def open(
@@ -187,7 +193,7 @@ class SessionWriter:
         lease = locks.Lease(path)
         try:
             lease.check()
-            conn, revision = _open_checked(path, session_id, recover, migrate, lease)
+            conn, revision = opening.open_checked(path, session_id, recover, migrate, lease)
         except BaseException:
             lease.release()
             raise
@@ -226,7 +232,22 @@ class SessionWriter:
         if not batch:
             return []
         with self._lock:
+            self._require_running()
             return self._write(batch)
+
+    def _require_running(self) -> None:
+        status = self._status
+        if status == enums.RUNNING:
+            return
+        if status in enums.REOPENABLE_STATUSES:
+            raise errors.SessionEnded(
+                f"{self.path}: session is {status!r}; re-open it with set_status('running') "
+                "before emitting (nothing was written)"
+            )
+        raise errors.SessionEnded(
+            f"{self.path}: session is {status!r}, which is terminal and replay-only; it takes "
+            "no more events (nothing was written)"
+        )
 
     def _write(self, batch: list[Event]) -> list[int]:
         conn = self.conn
@@ -331,88 +352,8 @@ class SessionWriter:
                 if not self.conn.get_autocommit():
                     self.conn.execute("ROLLBACK")
                 raise
+            self._status = status
 
     def info(self) -> SessionInfo:
         with self._lock, db.translated(self.path):
             return read_info(self.conn, self.path, self.session_id)
-
-
-def _open_checked(
-    path: Path,
-    session_id: str,
-    recover: RecoverHook | None,
-    migrate: bool,
-    lease: locks.Lease,
-    moves: int = 0,
-) -> tuple[apsw.Connection, int]:
-    """:meth:`SessionWriter.open`'s sequence; returns the connection and the revision it writes,
-    holding ``lease``. The lease is taken only after the integrity check and any recovery."""
-    for attempt in (1, 2):
-        try:
-            conn = db.open_writer(path)
-        except (errors.Corrupt, errors.Unreadable):
-            # A smashed header or schema page fails before integrity_check can run.
-            if recover is None or attempt == 2:
-                raise
-            recover(path, session_id)
-            continue
-        try:
-            try:
-                ident = identify(conn)
-                require_session(ident, path)
-                problems = db.integrity_problems(conn)
-                if not problems:
-                    # A rollback-journal file is not locked between statements: a job
-                    # may have swapped another file in. Once in WAL mode the connection
-                    # keeps its read lock, so no job can act on the file any more.
-                    moved = db.has_moved(conn)
-                    if not moved:
-                        db.configure_writer(conn, path)
-                        moved = db.has_moved(conn)
-                    if moved and moves < 5:
-                        conn.close()
-                        return _open_checked(path, session_id, recover, migrate, lease, moves + 1)
-                    revision = ident.revision
-                    if migrate and revision < CURRENT_REVISION:
-                        _, revision = apply_steps(conn, path)
-                    _require_shape(conn, path, revision, session_id)
-                    # Last: after recovery (whose job must not meet this lease) and while the
-                    # connection holds SQLite's shared lock, so no job holds the file now.
-                    lease.acquire()
-                    return conn, revision
-            except apsw.Error as e:
-                err = db.translate(e, path)
-                if not isinstance(err, errors.Corrupt):
-                    raise err from e
-                problems = [str(e).split("\n")[0]]
-            except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
-                problems = [str(e)]
-        except BaseException:
-            conn.close()
-            raise
-        conn.close()
-        if recover is None or attempt == 2:
-            raise errors.Corrupt(
-                f"{path}: integrity_check failed ({problems[0]}); run `agentdb recover "
-                f"{session_id}`",
-                path=path,
-            )
-        recover(path, session_id)
-    raise AssertionError("unreachable")
-
-
-def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id: str) -> None:
-    diffs = schema_differences(conn, revision)
-    if diffs:
-        raise errors.ForeignFile(
-            f"{path}: schema does not match revision {revision} ({diffs[0]}); "
-            "run `agentdb check` on it",
-            path=path,
-        )
-    ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
-    if ids != [session_id]:
-        raise errors.Corrupt(
-            f"{path}: session_meta holds {ids!r}, expected exactly [{session_id!r}]; "
-            "run `agentdb check` on it",
-            path=path,
-        )
