@@ -229,7 +229,12 @@ class Lease:
     another writer holds the lease, before any integrity check), take the lock last (after the
     integrity check and any automatic recovery, so the recovery hook never meets its own
     kernel's lease). The descriptor is ``O_CLOEXEC``: a plugin started as a child process does
-    not inherit it and cannot keep a dead kernel's session "live".
+    not inherit it and cannot keep a dead kernel's session "live" (a child made by ``fork``
+    without ``exec`` shares the open file description, and with it the lease, until it exits).
+
+    A refused ``check``/``acquire`` closes its descriptor: that drops any POSIX lock this
+    process holds on the file, so a process should not keep its own SQLite connections to a
+    session another process writes while it tries to become that session's writer.
     """
 
     def __init__(self, db_path: Path) -> None:
