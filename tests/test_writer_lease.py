@@ -200,7 +200,7 @@ def test_nothing_in_the_writers_process_drops_its_pid_lock(
     h.close()
 
 
-_CHILD = "import sys, time; sys.stdin.readline()"
+_CHILD = "import sys; print('started', flush=True); sys.stdin.readline()"
 
 
 def test_a_child_process_does_not_inherit_the_lease(sessions_dir: Path) -> None:
@@ -211,9 +211,16 @@ def test_a_child_process_does_not_inherit_the_lease(sessions_dir: Path) -> None:
     flags = fcntl.fcntl(w.lease.fd, fcntl.F_GETFD)
     assert flags & fcntl.FD_CLOEXEC
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, close_fds=False, text=True
+        [sys.executable, "-c", _CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        close_fds=False,
+        text=True,
     )
     try:
+        # Running Python: past exec, where close-on-exec descriptors are closed (a child between
+        # fork and the end of exec shares the lease for those microseconds).
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
         w.close()
         assert locks.probe(path) is None  # the child holds nothing
         SessionWriter.open(sessions_dir, sid).close()
