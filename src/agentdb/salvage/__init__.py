@@ -359,6 +359,8 @@ def tables_intact(
         return False
     if not found.complete or found.damaged_regions or found.rejected:
         return False
+    if page.broken or page.crosslinked or page.crosslink_owner:
+        return False  # a live row's payload is structurally wrong: not an index-only damage
     live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
     for c in page.candidates:
         key = tables_mod.key_of(c.table, c.row)
@@ -492,6 +494,13 @@ def _describe(
         engines.append("derived")
     out.engines = engines
     out.lost = merged.lost
+    for t, keys in merged.unverified.items():
+        out.tables[t]["unverified"] = len(keys)
+        if t in tables_mod.AUTOINCREMENT_TABLES:
+            name = "unverified_event_sequences" if t == "events" else f"unverified_{t}_sequences"
+            out.lost[name] = merge_mod.ranges(sorted(keys))
+        else:
+            out.lost[f"unverified_{t}"] = len(keys)
     rejected = Counter(page.rejected)
     if found is not None:
         rejected.update(found.rejected)

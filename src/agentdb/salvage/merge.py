@@ -53,13 +53,15 @@ class Merged:
     notes: list[str] = field(default_factory=list)
     hashes: dict[int, bytes] = field(default_factory=dict)  # verified content_hash by sequence
     rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
+    # keys kept although no check vouches for their bytes (table -> keys)
+    unverified: dict[str, set[Any]] = field(default_factory=dict)
     derived_producers: int = 0  # producers rows derived from events
 
     def count(self) -> int:
         return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
 
 
-def _ranges(missing: list[int]) -> list[list[int]]:
+def ranges(missing: list[int]) -> list[list[int]]:
     out: list[list[int]] = []
     for n in missing:
         if out and out[-1][1] == n - 1:
@@ -79,9 +81,29 @@ def merge(
     sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
     notes: list[str] = []
 
+    drop, unverified = _structural_suspects(page, rows)
+    dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
+
+    def vouched(table: str, key: Any, row: Row) -> bool:
+        """A revision-2 event whose stored content hash matches these very bytes."""
+        if table != "events":
+            return False
+        if page is not None and key in page.verified and page.verified[key][0] == row:
+            return True
+        return rows is not None and key in rows.event_hashes and rows.rows["events"].get(key) == row
+
     def put(table: str, row: Row, source: str) -> None:
         key = tables.key_of(table, row)
         if key in merged[table]:
+            return
+        if (
+            key in drop[table]
+            and source in ("rows", "live", "sqlite-recover")
+            and not vouched(table, key, row)
+        ):
+            # Read through the same damaged b-tree the page engine rejected: of the right
+            # length and perhaps the wrong bytes. Only an older copy may fill the gap.
+            dropped[table].add(key)
             return
         if table == "session_meta" and merged[table] and source not in ("live", "rows"):
             return
@@ -159,6 +181,26 @@ def merge(
                 sequences[name] = max(seq, sequences.get(name, 0))
 
     result = Merged(merged, sources, sequences, notes=notes)
+    for table in tables.TABLES:
+        kept = {
+            k
+            for k in unverified[table]
+            if k in merged[table] and not vouched(table, k, merged[table][k])
+        }
+        if kept:
+            result.unverified[table] = kept
+        gone = dropped[table] - merged[table].keys()
+        if gone:
+            notes.append(
+                f"{table}: {len(gone)} rows dropped: SQLite reads them through an overflow chain "
+                "the page engine found broken or cross-linked (right length, wrong bytes)"
+            )
+    if result.unverified:
+        n = sum(len(v) for v in result.unverified.values())
+        notes.append(
+            f"{n} rows kept unverified: their overflow chain shares pages with another row's; "
+            "the layout says they own those pages, no hash can confirm it"
+        )
     for seq, row in merged["events"].items():
         if page is not None and seq in page.verified and page.verified[seq][0] == row:
             result.hashes[seq] = page.verified[seq][1]
@@ -180,9 +222,40 @@ def merge(
         missing = sorted(set(range(1, highest + 1)) - set(keys)) if highest < 10_000_000 else []
         if missing:
             name = "event_sequences" if table == "events" else f"{table}_sequences"
-            result.lost[name] = _ranges(missing)
+            result.lost[name] = ranges(missing)
             result.lost[f"{table}_missing"] = len(missing)
     return result
+
+
+def _structural_suspects(
+    page: PageSalvage | None, rows: RowSalvage | None
+) -> tuple[dict[str, set[Any]], dict[str, set[Any]]]:
+    """(keys no live read may supply, keys kept but unverified) from the page engine's
+    structural rejections of live cells, translated from rowids to each table's key."""
+    drop: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
+    unverified: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
+    if page is None:
+        return drop, unverified
+    for table in tables.TABLES:
+        mapping = rows.rowid_keys.get(table, {}) if rows is not None else {}
+        if table in tables.AUTOINCREMENT_TABLES:
+            to_key: dict[Any, Any] | None = None  # the key is the rowid
+        else:
+            to_key = {
+                c.rowid: tables.key_of(table, c.row)
+                for c in page.candidates
+                if c.tier == LIVE and c.table == table
+            }
+            to_key.update(mapping)
+        for rowid in page.broken.get(table, set()) | page.crosslinked.get(table, set()):
+            k = rowid if to_key is None else to_key.get(rowid)
+            if k is not None:
+                drop[table].add(k)
+        for rowid in page.crosslink_owner.get(table, set()):
+            k = rowid if to_key is None else to_key.get(rowid)
+            if k is not None:
+                unverified[table].add(k)
+    return drop, unverified
 
 
 def _missing(events: dict[Any, Row], counter: int) -> set[int]:

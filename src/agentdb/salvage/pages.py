@@ -55,6 +55,7 @@ class Candidate:
     row: Row  # revision-1 columns
     tier: int  # LIVE, STRAY or STALE
     where: str  # "page 7" / "wal frame 12 (page 7)" / "file page 7 (older)"
+    rowid: int | None = None  # the cell's rowid
 
 
 @dataclass
@@ -72,6 +73,15 @@ class PageSalvage:
     schema_found: bool = False  # sqlite_schema named our tables' roots
     free: list[freespace.FreeRecord] = field(default_factory=list)  # records in free space
     opaque_pages: list[int] = field(default_factory=list)  # b-tree-typed pages that do not parse
+    # Rowids of cells in a live b-tree whose payload this engine rejected structurally (an
+    # overflow chain that loops, leaves the file or runs into a b-tree page; a record that does
+    # not decode): SQLite may still return a row for them, of the right length and wrong bytes.
+    broken: dict[str, set[int]] = field(default_factory=dict)
+    # Rowids of live cells whose overflow chains share pages (a cross-link): at most one of
+    # them holds its own bytes. ``crosslink_owner`` are the ones the layout names (the shared
+    # page directly follows the previous page of their chain): kept, but unverified.
+    crosslinked: dict[str, set[int]] = field(default_factory=dict)
+    crosslink_owner: dict[str, set[int]] = field(default_factory=dict)
 
     @property
     def fully_understood(self) -> bool:
@@ -89,6 +99,8 @@ class _Reader:
         self.out = out
         self.live_btree_pages: set[int] = set()
         self.overflow_pages: set[int] = set()  # pages read as part of an overflow chain
+        self.chain: list[int] | None = None  # when a list: the overflow pages the next read uses
+        self.failed = False  # the last record() could not read its cell structurally
 
     # -- records
 
@@ -112,19 +124,24 @@ class _Reader:
             if pgno in live:
                 raise FormatError(f"overflow chain runs into b-tree page {pgno}")
             self.overflow_pages.add(pgno)
+            if self.chain is not None:
+                self.chain.append(pgno)
             return get_page(pgno)
 
         return get
 
     def record(self, cell: TableLeafCell, get_page: GetPage) -> list[Any] | None:
+        self.failed = True
         payload = self.payload(cell, get_page)
         if payload is None:
             return None
         try:
-            return decode_record(payload, self.encoding)
+            rec = decode_record(payload, self.encoding)
         except FormatError:
             self.out.rejected["record does not decode"] += 1
             return None
+        self.failed = False
+        return rec
 
     def accept(
         self, rec: list[Any], rowid: int, tier: int, where: str, want: str | None = None
@@ -155,7 +172,7 @@ class _Reader:
         if why is not None:
             self.out.rejected[f"{table}: {why}"] += 1
             return
-        self.out.candidates.append(Candidate(table, row, tier, where))
+        self.out.candidates.append(Candidate(table, row, tier, where, rowid))
 
     # -- pages
 
@@ -277,14 +294,22 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
     out.schema_found = bool(roots)
     if not roots:
         out.notes.append("sqlite_schema unreadable: every table-leaf page was assigned by shape")
+    chains: dict[tuple[str, int], list[int]] = {}
     for name in ("sqlite_sequence", *tables.TABLES):
         root = roots.get(name)
         if root is None:
             continue
         for pgno, cell in r.walk(root, get):
+            r.chain = []
             rec = r.record(cell, get)
+            if r.chain:
+                chains[(name, cell.rowid)] = r.chain
+            r.chain = None
             if rec is not None:
                 r.accept(rec, cell.rowid, LIVE, f"page {pgno}", want=name)
+            elif r.failed and name != "sqlite_sequence":
+                out.broken.setdefault(name, set()).add(cell.rowid)
+    _cross_links(chains, out)
 
     freelist: set[int] = set()
     if src.header is not None:
@@ -329,6 +354,39 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
                 where = f"wal frame {f.index} (page {f.pgno}, older)"
                 _scan_leaf(r, wal.frame_page(f), f.pgno, STALE, where, get)
     return out
+
+
+def _cross_links(chains: dict[tuple[str, int], list[int]], out: PageSalvage) -> None:
+    """Find live rows whose overflow chains share pages. A shared page belongs to the chain in
+    which it directly follows the chain's previous page (SQLite allocates a chain's pages in
+    order); when exactly one chain fits, that row is kept as unverified, the others are not."""
+    owners: dict[int, list[tuple[str, int]]] = {}
+    for key, chain in chains.items():
+        for pg in chain:
+            owners.setdefault(pg, []).append(key)
+    shared = {pg: keys for pg, keys in owners.items() if len(keys) > 1}
+    if not shared:
+        return
+    judged: set[tuple[str, int]] = set()
+    for pg, keys in sorted(shared.items()):
+        fits = [k for k in keys if _follows(chains[k], pg)]
+        for k in keys:
+            if k in judged:
+                continue
+            judged.add(k)
+            if len(fits) == 1 and fits[0] == k:
+                out.crosslink_owner.setdefault(k[0], set()).add(k[1])
+            else:
+                out.crosslinked.setdefault(k[0], set()).add(k[1])
+    n = len(judged)
+    out.notes.append(f"page engine: {n} rows' overflow chains cross-link (share pages)")
+    for table, rowids in out.crosslinked.items():
+        out.rejected[f"{table}: overflow chain cross-links with another row's"] += len(rowids)
+
+
+def _follows(chain: list[int], pg: int) -> bool:
+    i = chain.index(pg)
+    return i > 0 and chain[i - 1] == pg - 1
 
 
 def lock_byte_page(page_size: int) -> int:

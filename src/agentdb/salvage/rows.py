@@ -48,6 +48,8 @@ class RowSalvage:
     rejected: Counter[str] = field(default_factory=Counter)
     damaged_regions: int = 0  # times a read had to step around damage (all tables)
     restarts: dict[str, int] = field(default_factory=dict)  # table -> scans run again
+    # rowid -> key for the tables whose key is not the rowid (session_meta, producers)
+    rowid_keys: dict[str, dict[int, Any]] = field(default_factory=dict)
     regions: dict[str, int] = field(default_factory=dict)  # table -> damaged regions
     complete: bool = False  # every table was read start to end without an error
     notes: list[str] = field(default_factory=list)
@@ -174,7 +176,10 @@ def salvage_rows(
             if why is not None:
                 out.rejected[f"{table}: {why}"] += 1
                 return
-            found[tables.key_of(table, values)] = values
+            key = tables.key_of(table, values)
+            found[key] = values
+            if table not in tables.AUTOINCREMENT_TABLES:
+                out.rowid_keys.setdefault(table, {})[int(r[0])] = key
 
         reader = _Reader(conn, table, cols, take)
         try:
