@@ -198,7 +198,9 @@ class _Run:
     def read_failed(self, e: BaseException) -> _Stop:
         err = db.translate(e, self.path)
         msg = str(err).split(": ", 1)[-1]
-        if isinstance(err, errors.Corrupt):
+        if isinstance(err, errors.Corrupt) or isinstance(e, apsw.IOError):
+            # A file that opened but whose rows do not read (a page lost past the end of a
+            # truncated file gives "disk I/O error") is damaged, not merely unreadable.
             if not any(f.code == "integrity" for f in self.findings):
                 self.add(
                     "read_error",

@@ -18,14 +18,18 @@ _SEP = " || '|' || "
 
 def _row_text_sql(columns: tuple[str, ...]) -> str:
     # Every TEXT value of the row joined by an ASCII separator (an invalid sequence inside one
-    # value stays invalid beside ASCII), other values as ''.
+    # value stays invalid beside ASCII), other values as ''. Every value is materialised
+    # (``length(CAST(.. AS BLOB))`` reads a BLOB's overflow pages too), so a row SQLite cannot
+    # read fails the query instead of passing unseen.
     parts = [f"iif(typeof({c}) = 'text', {c}, '')" for c in columns]
-    return f"{UTF8_SQL_FUNCTION}(CAST({_SEP.join(parts)} AS BLOB))"
+    reads = " + ".join(f"ifnull(length(CAST({c} AS BLOB)), 0)" for c in columns)
+    return f"(({reads}) >= 0 AND {UTF8_SQL_FUNCTION}(CAST({_SEP.join(parts)} AS BLOB)))"
 
 
 def invalid_text(conn: apsw.Connection, *, skip: tuple[str, ...] = ()) -> dict[str, int]:
     """Rows per table (revision-1 columns; tables in ``skip`` left out) with a TEXT value that
-    is not valid UTF-8; tables without any are absent."""
+    is not valid UTF-8; tables without any are absent. Reads every value of every row: a row
+    SQLite cannot read raises its error (``apsw.Error``) here."""
     out: dict[str, int] = {}
     for table, cols in COLUMNS[1].items():
         if table in skip:
