@@ -508,6 +508,25 @@ def _open_copy(
     return conn
 
 
+def open_readonly_alone(path: Path) -> ReadConnection:
+    """The database file alone, its ``-wal`` ignored (``immutable``: no locks, no sidecars).
+
+    For judging a WAL that may belong to another database: what the file holds without it.
+    Only for a file nobody has open; the same refusals as :func:`open_readonly` apply.
+    """
+    stats = file_stats(path)
+    require_regular(path, stats.db)
+    require_secure(path, stats)
+
+    def setup(conn: apsw.Connection) -> None:
+        conn.limit(apsw.SQLITE_LIMIT_LENGTH, MAX_VALUE)
+
+    uri = _uri(path, mode="ro", immutable="1")
+    conn = _connect(path, uri, apsw.SQLITE_OPEN_READONLY, setup, cls=ReadConnection)
+    assert isinstance(conn, ReadConnection)
+    return conn
+
+
 def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
     """Open (or with ``create``, exclusively create) a session file for the kernel's writes.
 

@@ -9,6 +9,7 @@ behind), while ``backup`` reported the damaged copy as ``copied``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def cli(sessions_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir), *args],
         capture_output=True,
         text=True,
-        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(sessions_dir)},
+        env={**os.environ, "PYTHONPATH": str(SRC)},
         timeout=120,
     )
 

@@ -37,6 +37,7 @@ CODES: dict[str, tuple[str, str | None]] = {
     "wal_checksum_break": ("error", "corrupt"),
     "wal_frames_after_break": ("error", "corrupt"),
     "wal_unreadable": ("error", "unreadable"),
+    "foreign_wal": ("error", "corrupt"),  # the WAL is another database's (on evidence)
     "wal_torn_tail": ("info", None),  # normal after a crash: SQLite ignores the torn frames
     "wal_stale_frames": ("info", None),  # left over from before a WAL restart
     "wal_not_judged": ("info", None),  # the session is open: its WAL is being written

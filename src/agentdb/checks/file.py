@@ -18,13 +18,13 @@ import apsw
 from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.parent import parent_depth
-from agentdb.fileformat import scan_wal
+from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.hashing import hash_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
 from agentdb.schema.identity import SchemaRows, identify, schema_rows, table_differences
-from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
 from agentdb.schema.text import invalid_text
 
 _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
@@ -48,6 +48,20 @@ def _stat_key(path: Path | str) -> tuple[int, int, int] | None:
         return _key(os.lstat(path))
     except FileNotFoundError:
         return None
+
+
+def _head(path: Path) -> bytes:
+    """The first 100 bytes of the database file (its header), or b"" when unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, 100, 0)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _snapshot(stats: db.FileStats) -> tuple[object, ...]:
@@ -168,17 +182,61 @@ class _Run:
         except errors.NotRegularFile as e:
             self.add("wal_unreadable", f"cannot read its WAL ({str(e).split(': ', 1)[-1]})")
             return key
-        for a in scan_wal(data).anomalies:
+        scan = scan_wal(data)
+        for a in scan.anomalies:
             if a.code not in _WAL_CODES:
                 continue
             fix = self.fix_recover if a.severity == "error" else None
             suffix = f"; run `{fix}`" if fix else ""
             self.add(a.code, f"WAL: {a.message}{suffix}", fix)
+        foreign = foreign_evidence(_head(self.path), scan, (APPLICATION_ID,))
+        if foreign is not None:
+            self.foreign_wal(foreign)
         return key
 
-    def open(self, stats: db.FileStats) -> db.ReadConnection | None:
+    def foreign_wal(self, why: str) -> None:
+        self.add(
+            "foreign_wal",
+            f"its WAL belongs to another database ({why}); run `{self.fix_recover}` (it "
+            "salvages the session from the file alone and keeps the WAL with the original)",
+            self.fix_recover,
+        )
+
+    def meta_of_file_alone(self) -> None:
+        """session_meta names another session: if the file alone (its WAL ignored) names this
+        one, the WAL is another session's (foreign_wal), not the file."""
+        if self.live is not None or not sidecar(self.path, "-wal").exists():
+            return
+        if not any(f.code == "meta_id_mismatch" for f in self.findings):
+            return
         try:
-            conn = db.open_readonly(self.path, check_schema=False, stats=stats)
+            conn = db.open_readonly_alone(self.path)
+        except errors.AgentdbError:
+            return
+        try:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED"
+                )
+            ]
+        except db.READ_ERRORS:
+            return
+        finally:
+            conn.close()
+        if ids == [self.session_id.encode()]:
+            self.findings = [f for f in self.findings if f.code != "meta_id_mismatch"]
+            self.foreign_wal(
+                "applied, it gives a session_meta row naming another session; the file alone "
+                "names this one"
+            )
+
+    def open(self, stats: db.FileStats, *, alone: bool = False) -> db.ReadConnection | None:
+        try:
+            if alone:
+                conn = db.open_readonly_alone(self.path)
+            else:
+                conn = db.open_readonly(self.path, check_schema=False, stats=stats)
         except errors.AgentdbError as e:
             msg = str(e).split(": ", 1)[-1]
             if isinstance(e, errors.Corrupt):
@@ -466,7 +524,9 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
     wal_key = run.wal()
     stats = db.file_stats(path)  # what open_readonly judges, and the "before" of the snapshot
     before = _snapshot(stats)
-    conn = run.open(stats)
+    alone = any(f.code == "foreign_wal" for f in run.findings)
+    # another database's WAL: the session file is judged by itself, as recover will
+    conn = run.open(stats, alone=alone)
     # Read without SQLite's locks (immutable, or a private copy of a WAL whose writer is gone):
     # a writer that started meanwhile shows in the before/after comparison below.
     unlocked = stats.wal is None if conn is None else conn.how != "wal"
@@ -479,6 +539,8 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
             conn.close()
         if not quick:  # the parent's file is opened only after this one is closed
             run.parent_depth()
+    if not alone:
+        run.meta_of_file_alone()
     if unlocked and _snapshot(db.file_stats(path)) != before:
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:

@@ -23,7 +23,16 @@ from .header import DbHeader, parse_header
 from .pager import PageSource, infer_page_size
 from .record import decode_record, encode_record, record_shape
 from .varint import read_varint
-from .wal import WalAnomaly, WalFrame, WalHeader, WalScan, parse_wal_header, scan_wal, wal_checksum
+from .wal import (
+    WalAnomaly,
+    WalFrame,
+    WalHeader,
+    WalScan,
+    foreign_evidence,
+    parse_wal_header,
+    scan_wal,
+    wal_checksum,
+)
 
 __all__ = [
     "BtreePage",
@@ -41,6 +50,7 @@ __all__ = [
     "cell_payload",
     "decode_record",
     "encode_record",
+    "foreign_evidence",
     "freeblocks",
     "infer_page_size",
     "iter_freelist",

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import FormatError
-from .header import PAGE_SIZES
+from .header import PAGE_SIZES, parse_header
 from .varint import Buffer
 
 WAL_MAGIC_LE = 0x377F0682
@@ -340,3 +340,38 @@ def _classify(
             )
         )
     return out
+
+
+def foreign_evidence(db_head: Buffer, scan: WalScan, own_ids: tuple[int, ...] = ()) -> str | None:
+    """Why the WAL ``scan`` cannot belong to the database whose first bytes are ``db_head``
+    (at least its 100-byte header), from the bytes alone; None when nothing says so.
+
+    Evidence is only: the WAL's page size differs from the database's, or the newest committed
+    copy of page 1 in the WAL carries another page size or another application id. A file
+    whose header still has application id 0 (a WAL never checkpointed since the file was
+    created) may meet any of ``own_ids`` in its WAL. (A WAL that names another session when
+    applied is found by whoever reads its ``session_meta``.)
+    """
+    if scan.header is None:
+        return None
+    try:
+        head = parse_header(bytes(db_head[:100]))
+    except FormatError:
+        return None  # an unreadable header is the database's damage, not the WAL's
+    if scan.header.page_size != head.page_size:
+        return f"its page size {scan.header.page_size} is not the database's {head.page_size}"
+    page1 = [f for f in scan.valid_frames if f.pgno == 1]
+    if page1:
+        try:
+            theirs = parse_header(scan.frame_page(page1[-1])[:100])
+        except FormatError:
+            return None
+        if theirs.page_size != head.page_size:
+            return f"its page 1 has page size {theirs.page_size}, not {head.page_size}"
+        mine = head.application_id
+        if theirs.application_id != mine and not (mine == 0 and theirs.application_id in own_ids):
+            return (
+                f"its page 1 has application id {theirs.application_id:#x}, not the "
+                f"database's {head.application_id:#x}"
+            )
+    return None

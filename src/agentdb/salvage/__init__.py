@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, fsutil, locks, paths, recoverylog
-from agentdb.fileformat import scan_wal
+from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.paths import sidecar
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
-from agentdb.salvage import protocol, replacement, rows
+from agentdb.salvage import protocol, replacement, rows, sidecars
 from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
+from agentdb.schema.revisions import APPLICATION_ID
 
 OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused", "failed")
 
@@ -223,22 +224,37 @@ def _recover_held(
         _write_private(copy, db_bytes)
         if wal_bytes:
             _write_private(sidecar(copy, "-wal"), wal_bytes)
-        conn = None
-        open_error: BaseException | None = None
-        try:
-            conn = rows.open_copy(copy)
-        except errors.AgentdbError as e:
-            open_error = e
+        conn, open_error = sidecars.open_copy(copy)
+        engine_wal = wal_bytes  # the WAL the engines read (None when it is foreign)
         try:
             diag = rows.diagnose(conn, open_error)
-            # Messages about the private copy name the session file the operator knows.
-            diag.reasons = [r.replace(str(copy), str(path)) for r in diag.reasons]
             if wal_bytes:
                 scan = scan_wal(wal_bytes)
-                if "wal_frames_after_break" in scan.codes:
+                foreign = foreign_evidence(
+                    db_bytes[:100], scan, (APPLICATION_ID,)
+                ) or sidecars.meta_elsewhere(conn, db_bytes, session_id, work)
+                if foreign is not None:
+                    # Another database's WAL: salvage this session from its file alone; the
+                    # WAL goes with the original as <corrupt>-wal.
+                    engine_wal = None
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    for suffix in ("-wal", "-shm"):
+                        sidecar(copy, suffix).unlink(missing_ok=True)
+                    conn, open_error = sidecars.open_copy(copy)
+                    diag = rows.diagnose(conn, open_error)
+                    diag.damaged = True
+                    diag.integrity_only = False
+                    diag.reasons.append(
+                        f"WAL is another database's ({foreign}); salvaged from the file alone"
+                    )
+                elif "wal_frames_after_break" in scan.codes:
                     diag.damaged = True
                     diag.integrity_only = False
                     diag.reasons.append("WAL: intact commits after a checksum break")
+            # Messages about the private copy name the session file the operator knows.
+            diag.reasons = [r.replace(str(copy), str(path)) for r in diag.reasons]
             if diag.refused is not None and interrupted is None:
                 out.outcome = "refused"
                 out.notes += diag.reasons
@@ -248,7 +264,7 @@ def _recover_held(
             if interrupted is not None:
                 diag.reasons.append(f"resuming an interrupted recovery ({interrupted.name})")
             out.notes += diag.reasons
-            page = pages_mod.salvage_pages(db_bytes, wal_bytes, session_id)
+            page = pages_mod.salvage_pages(db_bytes, engine_wal, session_id)
             found = None
             if conn is not None and diag.refused is None:
                 found = rows.salvage_rows(conn, session_id, diag.revision or 2, page.verified)
@@ -273,7 +289,7 @@ def _recover_held(
                 )
         elif merged.lost or not merged.rows["session_meta"]:
             # Gaps remain: let SQLite's own recovery extension try to fill them (if available).
-            shell_rows, shell_notes = _run_shell(copy, wal_bytes, session_id, work)
+            shell_rows, shell_notes = _run_shell(copy, engine_wal, session_id, work)
             if shell_rows:
                 merged = merge_mod.merge(session_id, page, found, shell_rows)
         _describe(out, diag, found, page, merged, shell_notes, rebuild)

@@ -1,0 +1,68 @@
+"""The sidecars beside a session file, judged for recovery: a WAL that belongs to another
+database (foreign only on evidence), and a hot rollback journal."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from agentdb import db, errors, fsutil
+from agentdb.salvage import rows
+
+
+def open_copy(copy: Path) -> tuple[Any, BaseException | None]:
+    """(connection, None) to a private copy, or (None, the error opening it)."""
+    try:
+        return rows.open_copy(copy), None
+    except errors.AgentdbError as e:
+        return None, e
+
+
+def meta_elsewhere(conn: Any, db_bytes: bytes, session_id: str, work: Path) -> str | None:
+    """Evidence that the WAL is another session's: applied, it gives a session_meta row
+    naming another session, while the file alone names this one. None otherwise."""
+    if conn is None:
+        return None
+    try:
+        ids = [
+            r[0]
+            for r in conn.execute("SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED")
+        ]
+    except db.READ_ERRORS:
+        return None
+    if len(ids) != 1 or ids[0] == session_id.encode():
+        return None
+    alone = work / "alone"
+    fsutil.ensure_dir(alone)
+    copy = alone / f"{session_id}.sqlite"
+    _write(copy, db_bytes)
+    try:
+        other = db.open_readonly(copy)
+    except errors.AgentdbError:
+        return None
+    try:
+        mine = [
+            r[0]
+            for r in other.execute("SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED")
+        ]
+    except db.READ_ERRORS:
+        return None
+    finally:
+        other.close()
+        copy.unlink()
+    if mine != [session_id.encode()]:
+        return None
+    theirs = bytes(ids[0])[:40].decode("utf-8", "backslashreplace")
+    return f"applied, it gives session_meta {theirs!r}; the file alone names {session_id}"
+
+
+def _write(path: Path, data: bytes) -> None:
+    """A new owner-only file in a private work directory."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
