@@ -282,3 +282,27 @@ def test_concurrent_runs_beside_a_live_writer(
     assert prefix.compare_paths(copy, live_path).is_prefix
     assert len(all_rows(copy)["events"]) > 12
     assert backupdir.verify_dir(dest).ok
+
+
+def test_json_validates_against_the_shipped_schemas(sessions_dir: Path, tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from agentdb import schemas
+
+    sid, path = make_session(sessions_dir, turns=2, status=None)
+    make_session(sessions_dir, turns=1)
+    dest = tmp_path / "b"
+    docs = [backup(sessions_dir, dest, "--all")[1]]
+    grow(sessions_dir, sid, 1)
+    docs.append(backup(sessions_dir, dest, "--all")[1])
+    lose_event(path, 5)
+    docs.append(backup(sessions_dir, dest, "--all")[1])
+    seen = {s["outcome"] for d in docs for s in d["sessions"]}
+    assert seen == {"copied", "updated", "unchanged", "kept"}
+    for d in docs:
+        jsonschema.validate(d, schemas.load("backup"), cls=jsonschema.Draft202012Validator)
+    r = run_cli("--sessions-dir", str(sessions_dir), "backup", "--verify", str(dest), "--json")
+    verify = json.loads(r.stdout)
+    assert any(s["timestamped"] for s in verify["sessions"])
+    jsonschema.validate(verify, schemas.load("backup-verify"), cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):  # the schema can fail
+        jsonschema.validate(dict(docs[0], version="1"), schemas.load("backup"))

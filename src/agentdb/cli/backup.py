@@ -53,14 +53,9 @@ def backup_cmd(
     `corrupt` and changes nothing in DIR. Copies are single files in rollback-journal mode.
     Concurrent runs into one DIR take turns per session.
 
+    The table leaves out `unchanged` sessions (-v lists them); the summary counts them.
     Exit status 1 when any session was not backed up (corrupt, foreign, failed) or, with
     --verify, any copy is not ok.
-
-    \b
-    Examples:
-      agentdb backup --all --to /srv/agent-backups
-      agentdb backup --all --to /srv/agent-backups --json | jq .summary
-      agentdb backup --verify /srv/agent-backups
     """
     if verify is not None:
         if ids or all_ or dest is not None:
@@ -108,7 +103,7 @@ def backup_cmd(
                     s.message,
                 )
                 for s in report.sessions
-                if s.outcome != "unchanged" or s.message
+                if s.outcome != "unchanged" or s.message or output.verbose()
             ],
             ["session", "outcome", "written", "time", "detail"],
             fmt,

@@ -43,6 +43,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "prune": [
         ("agentdb prune --older-than 90d --dry-run", "what removing 90-day-old sessions would do"),
         ("agentdb prune --keep-last 100 --status completed", "keep the newest 100; asks first"),
+        (
+            "agentdb prune --older-than 1y --include-pinned --dry-run",
+            "pinned sessions too; lists the plugin versions left unreferenced",
+        ),
     ],
     "recover": [
         ("agentdb recover --all --dry-run", "what would be salvaged, changing nothing"),

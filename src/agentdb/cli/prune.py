@@ -63,6 +63,12 @@ def _statuses(
     help="Explicit ids may be unreadable; remove their .corrupt copies too.",
 )
 @click.option(
+    "--include-pinned",
+    is_flag=True,
+    help="Pinned sessions (they use a cached plugin version) may be removed too; the "
+    "confirmation lists the versions, --yes alone never implies this.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what would be removed and what is refused; change nothing.",
@@ -83,6 +89,7 @@ def prune_cmd(
     profile: str | None,
     with_descendants: bool,
     include_damaged: bool,
+    include_pinned: bool,
     dry_run: bool,
     yes: bool,
     as_json: bool,
@@ -94,8 +101,11 @@ def prune_cmd(
     --since, --status, --profile, --keep-last). Refused, with every reason: running, live
     (open by a process), pinned (uses a plugin version in the plugin cache), has_children (a
     session that stays names it as parent), unreadable (corrupt: only removed when named with
-    --include-damaged), foreign (another application's file: never removed). Nothing is
-    removed without --yes or a confirmation on a terminal.
+    --include-damaged), foreign (another application's file: never removed). Pinned sessions
+    are removed only with --include-pinned; the report then names the versions no session
+    references any more (what `agentdb plugins refs` lists as evictable). Nothing is removed
+    without --yes or a confirmation on a terminal. The text report gives totals by reason and
+    the first refused sessions (-v lists every one; --json has every reason).
     Exit 0: did all asked; 1: refused some; 2: usage error.
     """
     selectors = prune.Selectors(
@@ -107,6 +117,7 @@ def prune_cmd(
         profile=profile,
         with_descendants=with_descendants,
         include_damaged=include_damaged,
+        include_pinned=include_pinned,
     )
     try:
         selectors.validate()
@@ -124,9 +135,18 @@ def prune_cmd(
             _report(prune.dry_run(plan), as_json, fmt)
             output.note("agentdb: nothing removed: no terminal to confirm on; pass --yes to remove")
             return errors.EXIT_PROBLEMS
-        _show(prune.dry_run(plan), fmt)
+        preview = prune.dry_run(plan)
+        _show(preview, fmt)
+        pinned = [d for d in plan.removals if d.pins]
+        if pinned:
+            output.note(f"{len(pinned)} of them are pinned (--include-pinned); they pin:")
+            for v in preview.versions:
+                if v.removed:
+                    output.note(f"  {_version_line(v)}")
         if not click.confirm(
-            f"Remove {len(plan.removals)} session(s), {output.human_bytes(plan.bytes)}?",
+            f"Remove {len(plan.removals)} session(s), {output.human_bytes(plan.bytes)}"
+            + (f", {len(pinned)} of them pinned" if pinned else "")
+            + "?",
             default=False,
             err=True,
         ):
@@ -143,11 +163,24 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
     return errors.EXIT_PROBLEMS if result.refused else errors.EXIT_OK
 
 
+REFUSED_ROWS = 10  # refused sessions listed in the text report without -v
+
+
+def _version_line(v: prune.VersionUse) -> str:
+    after = (
+        "no session references it after this prune"
+        if v.unreferenced_after
+        else f"{v.staying} session(s) that stay still reference it"
+    )
+    return f"{'/'.join(v.version)}: pinned by {v.removed} removed session(s); {after}"
+
+
 def _show(result: prune.PruneResult, fmt: str) -> None:
     verb = "would remove" if result.dry_run else "removed"
     ids = result.would_remove if result.dry_run else result.removed
     rows: list[tuple[str, str, str]] = [(sid, verb, "") for sid in ids]
-    for d in result.refused:
+    shown = result.refused if output.verbose() else result.refused[:REFUSED_ROWS]
+    for d in shown:
         for i, r in enumerate(d.reasons):
             rows.append(
                 (
@@ -156,7 +189,32 @@ def _show(result: prune.PruneResult, fmt: str) -> None:
                     f"{r.code}: {r.message}",
                 )
             )
+    hidden = len(result.refused) - len(shown)
+    if hidden:
+        rows.append(("…", f"and {hidden} more refused", "-v lists every one; --json too"))
     output.emit_table(rows, ["session", "action", "reason"], fmt)
+    if result.refused:
+        output.emit_text("")
+        output.emit_table(
+            [(code, str(n)) for code, n in result.by_reason.items()],
+            ["refused because", "sessions"],
+            fmt,
+        )
+    if result.versions:
+        output.emit_text("")
+        output.emit_table(
+            [
+                (
+                    "/".join(v.version),
+                    str(v.selected),
+                    str(v.outside),
+                    "unreferenced" if v.unreferenced_after else f"{v.staying} still reference it",
+                )
+                for v in result.versions
+            ],
+            ["cached version", "selected sessions it pins", "referenced outside", "after"],
+            fmt,
+        )
     if result.dry_run:
         freed = output.human_bytes(result.would_free_bytes)
         done = f"{len(ids)} session(s) would be removed, {freed} to free"
@@ -164,3 +222,20 @@ def _show(result: prune.PruneResult, fmt: str) -> None:
         freed = output.human_bytes(result.freed_bytes)
         done = f"{len(ids)} session(s) removed, {freed} freed"
     output.note(f"{done}; {len(result.refused)} refused")
+    if result.unreferenced:
+        names = ", ".join("/".join(v.version) for v in result.unreferenced)
+        would = "would reference" if result.dry_run else "references"
+        output.note(
+            f"no session that stays {would} {names}: `agentdb plugins refs` lists "
+            f"{'them' if len(result.unreferenced) > 1 else 'it'} as unreferenced"
+            + (
+                f" (but {result.unknown_references} unreadable session(s) may)"
+                if result.unknown_references
+                else ""
+            )
+        )
+    elif result.by_reason.get("pinned"):
+        output.note(
+            "pinned sessions stay while their plugin version is cached; "
+            "--include-pinned removes them (the versions stay cached)"
+        )

@@ -6,7 +6,14 @@ cached plugin version, parent of a session that stays, or unreadable. See ``docs
 """
 
 from agentdb.prune.execution import PruneResult, dry_run, execute
-from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, Selectors, plan
+from agentdb.prune.planning import (
+    PruneDecision,
+    PrunePlan,
+    Reason,
+    Selectors,
+    VersionUse,
+    plan,
+)
 
 __all__ = [
     "PruneDecision",
@@ -14,6 +21,7 @@ __all__ = [
     "PruneResult",
     "Reason",
     "Selectors",
+    "VersionUse",
     "dry_run",
     "execute",
     "plan",

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentdb import errors, faults, fsutil, locks, paths
 from agentdb.paths import FILE_MODE
-from agentdb.prune.planning import PruneDecision, PrunePlan, Reason
+from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
 
 Fault = Callable[[str], None]
@@ -50,12 +50,40 @@ class PruneResult:
     would_remove: list[str] = field(default_factory=list)  # dry run: ids the plan would remove
     would_free_bytes: int = 0  # dry run: bytes the plan would free
     would_remove_files: list[str] = field(default_factory=list)  # dry run: names it would remove
+    # cached plugin versions the selected sessions reference, counted after this run
+    versions: list[VersionUse] = field(default_factory=list)
+    include_pinned: bool = False  # --include-pinned was given
+    unknown_references: int = 0  # sessions that stay whose references could not be read
+
+    @property
+    def by_reason(self) -> dict[str, int]:
+        """Refused sessions per reason code (a session with two reasons counts under both)."""
+        counts: dict[str, int] = {}
+        for d in self.refused:
+            for code in dict.fromkeys(r.code for r in d.reasons):
+                counts[code] = counts.get(code, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def unreferenced(self) -> list[VersionUse]:
+        """Versions this run left (or would leave) without any referencing session."""
+        return [v for v in self.versions if v.unreferenced_after]
+
+    def summary(self) -> dict[str, object]:
+        ids = self.would_remove if self.dry_run else self.removed
+        return {
+            "selected": len(ids) + len(self.refused),
+            "removed": len(self.removed),
+            "would_remove": len(self.would_remove),
+            "refused": len(self.refused),
+            "reasons": self.by_reason,  # refused sessions per reason code
+            "freed_bytes": self.freed_bytes,
+            "would_free_bytes": self.would_free_bytes,
+            "pinned_versions": len(self.versions),
+            "unreferenced_versions": len(self.unreferenced),
+        }
 
     def to_json(self) -> dict[str, object]:
-        reasons: dict[str, int] = {}
-        for d in self.refused:
-            for r in d.reasons:
-                reasons[r.code] = reasons.get(r.code, 0) + 1
         return {
             "version": 1,
             "dry_run": self.dry_run,
@@ -73,14 +101,11 @@ class PruneResult:
             "would_free_bytes": self.would_free_bytes,
             "files": self.files,
             "would_remove_files": self.would_remove_files,
-            "summary": {
-                "removed": len(self.removed),
-                "would_remove": len(self.would_remove),
-                "refused": len(self.refused),
-                "reasons": dict(sorted(reasons.items())),
-                "freed_bytes": self.freed_bytes,
-                "would_free_bytes": self.would_free_bytes,
-            },
+            "include_pinned": self.include_pinned,
+            "pinned_versions": [v.as_json() for v in self.versions],
+            "unreferenced_versions": [v.as_json() for v in self.unreferenced],
+            "unknown_references": self.unknown_references,
+            "summary": self.summary(),
         }
 
 
@@ -92,7 +117,14 @@ def dry_run(plan: PrunePlan) -> PruneResult:
         would_remove=[d.session_id for d in plan.removals],
         would_free_bytes=plan.bytes,
         would_remove_files=[n for d in plan.removals for n in d.files],
+        versions=plan.version_uses(),
+        include_pinned=plan.include_pinned,
+        unknown_references=_unknown(plan, {d.session_id for d in plan.removals}),
     )
+
+
+def _unknown(plan: PrunePlan, removed: set[str]) -> int:
+    return sum(1 for sid in plan.unknown_references if sid not in removed)
 
 
 class _Changed(Exception):
@@ -131,6 +163,9 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
         result.removed.append(d.session_id)
         result.freed_bytes += freed
         result.files += names
+    result.versions = plan.version_uses(result.removed)
+    result.include_pinned = plan.include_pinned
+    result.unknown_references = _unknown(plan, set(result.removed))
     return result
 
 

@@ -39,6 +39,7 @@ class Selectors:
     profile: str | None = None  # filter: profile is exactly this
     with_descendants: bool = False  # the subtree of each selected session joins, judged as a whole
     include_damaged: bool = False  # explicit ids may be unreadable; their .corrupt copies go too
+    include_pinned: bool = False  # sessions referencing cached plugin versions may go too
 
     @property
     def has_filter(self) -> bool:
@@ -90,6 +91,37 @@ class PruneDecision:
     damaged: bool = False  # its .corrupt copies are removed too (--include-damaged, explicit id)
     resume: bool = False  # an interrupted prune left an intent for it: this finishes that prune
     stamp: Stamp | None = None  # the main file and WAL as planned; execute re-checks under lock
+    pins: list[plugins.PluginVersion] = field(default_factory=list)  # cached versions it uses
+
+
+@dataclass(frozen=True)
+class VersionUse:
+    """One cached plugin version that selected sessions reference, and who else does."""
+
+    version: plugins.PluginVersion  # (category, name, version)
+    selected: int  # selected sessions that reference it (the sessions it pins)
+    removed: int  # of those, how many the run removes (or would remove)
+    outside: int  # sessions outside the selection that reference it: they keep it cached
+    staying: int  # every session that stays and references it (outside + selected but refused)
+
+    @property
+    def unreferenced_after(self) -> bool:
+        """Removed sessions referenced it and no session that stays does: a cache manager may
+        evict it (what ``agentdb plugins refs`` then lists as unreferenced)."""
+        return self.removed > 0 and self.staying == 0
+
+    def as_json(self) -> dict[str, object]:
+        category, name, version = self.version
+        return {
+            "category": category,
+            "name": name,
+            "version": version,
+            "selected": self.selected,
+            "removed": self.removed,
+            "outside": self.outside,
+            "staying": self.staying,
+            "unreferenced_after": self.unreferenced_after,
+        }
 
 
 @dataclass
@@ -99,6 +131,30 @@ class PrunePlan:
     sessions_dir: Path
     candidates: list[PruneDecision] = field(default_factory=list)  # in session id order
     notes: list[str] = field(default_factory=list)  # things the operator should know (stderr)
+    include_pinned: bool = False  # --include-pinned: pinned sessions are removable
+    # cached versions each session with a file references (every session, selected or not)
+    references: dict[str, list[plugins.PluginVersion]] = field(default_factory=dict)
+    unknown_references: list[str] = field(default_factory=list)  # unreadable: refs not known
+
+    def version_uses(self, removed: Iterable[str] | None = None) -> list[VersionUse]:
+        """Each cached version a selected session references, counted; ``removed`` are the
+        sessions actually removed (default: the plan's removals)."""
+        gone = set(removed) if removed is not None else {d.session_id for d in self.removals}
+        selected = {d.session_id for d in self.candidates}
+        counts: dict[plugins.PluginVersion, list[int]] = {}
+        for d in self.candidates:
+            for v in d.pins:
+                c = counts.setdefault(v, [0, 0, 0, 0])
+                c[0] += 1
+                c[1] += d.session_id in gone
+        for sid, refs in self.references.items():
+            if sid in gone:
+                continue
+            for v in refs:
+                if v in counts:
+                    counts[v][2] += sid not in selected
+                    counts[v][3] += 1
+        return [VersionUse(v, *counts[v]) for v in sorted(counts)]
 
     @property
     def removals(self) -> list[PruneDecision]:
@@ -151,8 +207,9 @@ def _own_reasons(
     f: Facts,
     explicit: bool,
     allow_damaged: bool,
-    cached: set[plugins.PluginVersion],
+    pins: list[plugins.PluginVersion],
     sessions_dir: Path,
+    include_pinned: bool,
 ) -> list[Reason]:
     """Every reason that keeps this one session, judged alone (has_children comes later)."""
     out: list[Reason] = []
@@ -195,14 +252,9 @@ def _own_reasons(
         out.append(Reason("unreadable", f"{problem}; {hint}"))
     if f.info is not None and f.info.status == RUNNING:
         out.append(Reason("running", "status is running (a kernel may resume it)"))
-    pins = plugins.pinning(f.producers, cached)
-    if pins:
-        out.append(
-            Reason(
-                "pinned",
-                _members("references plugin versions in the cache:", map(plugins.label, pins)),
-            )
-        )
+    if pins and not include_pinned:
+        listed = _members("references plugin versions in the cache:", map(plugins.label, pins))
+        out.append(Reason("pinned", f"{listed}; --include-pinned removes it anyway"))
     if f.files.corrupt and not allow_damaged:
         out.append(
             Reason(
@@ -225,7 +277,7 @@ def plan(
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    result = PrunePlan(sessions_dir)
+    result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned)
     groups = group_names(sessions_dir)
     cached = plugins.cached_versions(plugin_cache)
     facts: dict[str, Facts] = {}
@@ -235,6 +287,13 @@ def plan(
     for sid in selectors.ids:
         if sid not in facts:
             facts[sid] = read_facts(sessions_dir, sid, Files())
+    for sid, f in facts.items():
+        if f.entry_kind == "absent":
+            continue
+        if f.readable:
+            result.references[sid] = plugins.pinning(f.producers, cached)
+        else:
+            result.unknown_references.append(sid)
     children: dict[str, list[str]] = {}
     for f in facts.values():
         parent = f.info.parent_session_id if f.info is not None else None
@@ -280,7 +339,7 @@ def plan(
         f = facts[sid]
         explicit = sid in selectors.ids or sid in resumes
         damaged = sid in selectors.ids and selectors.include_damaged
-        d = PruneDecision(sid, False, stamp=f.stamp)
+        d = PruneDecision(sid, False, stamp=f.stamp, pins=result.references.get(sid, []))
         if sid in resumes:
             intent = read_intent(sessions_dir, sid)
             d.resume = True
@@ -290,7 +349,9 @@ def plan(
             if f.holder is not None:  # the orphan -shm is in use
                 d.reasons.append(Reason("live", f"{f.holder.file} is open; retry later"))
         else:
-            d.reasons += _own_reasons(f, explicit, damaged, cached, sessions_dir)
+            d.reasons += _own_reasons(
+                f, explicit, damaged, d.pins, sessions_dir, selectors.include_pinned
+            )
         d.damaged = damaged
         d.files = _files(f, damaged)
         d.bytes = f.bytes + (_corrupt_bytes(sessions_dir, f) if damaged else 0)
