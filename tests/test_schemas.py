@@ -69,8 +69,22 @@ def test_real_output_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str
     report = check("report", "report")
     assert report["recoveries"] and report["recoveries"][0]["lost_ranges"]
     check("migrate", "migrate", "--all")
+    check("backup", "backup", "--all", "--to", str(tmp_path / "copies"))
+    again = check("backup", "backup", "--all", "--to", str(tmp_path / "copies"))
+    assert again["summary"]["total"] == len(state.sessions)
+    check("backup-verify", "backup", "--verify", str(tmp_path / "copies"))
+    # errors under --json are one document on stderr, with the same version
+    for argv, code in (
+        (["check", "NOTANID", "--json"], 2),
+        (["sessions", "show", "01J9Z8Q4N5X7W3V2T6R8Y0P1KM", "--json"], 1),
+    ):
+        assert main([*g, *argv]) == code
+        err = json.loads(capsys.readouterr().err)
+        validate("error", err)
+        assert err["error"]["exit"] == code
+    seen.add("error")
     # a schema rejects a document that breaks it (the test can fail)
     bad = dict(report, version="1")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schemas.load("report"))
-    assert seen <= set(schemas.names())
+    assert seen == set(schemas.names()), set(schemas.names()) - seen  # every schema exercised

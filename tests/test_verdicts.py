@@ -135,3 +135,41 @@ def test_removed_files_are_forgotten_by_a_full_check(sessions_dir: Path, tmp_pat
     p2.unlink()
     checked.check_and_record(sessions_dir, cache_dir=cache)
     assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name}
+
+
+def test_concurrent_checks_share_the_cache(sessions_dir: Path, tmp_path: Path) -> None:
+    """Four check processes recording at once: every one exits 0 with nothing on stderr about
+    the cache, and the cache ends up holding every session once."""
+    import subprocess
+    import sys
+
+    from tests.support import SRC
+
+    names = {make_session(sessions_dir, turns=1)[1].name for _ in range(6)}
+    _settle()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "XDG_CACHE_HOME": str(tmp_path / "x")}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentdb.cli.main",
+                "--sessions-dir",
+                str(sessions_dir),
+                "check",
+                "--jobs",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "verdict cache" not in err, err
+    got = verdicts.lookup(sessions_dir, cache_dir=tmp_path / "x" / "agentdb")
+    assert set(got) == names and all(r.verdict == "ok" for r in got.values())

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import locks, paths, plugins, recoverylog, verdicts
+from agentdb.overview import Scanned, scan
 from agentdb.results import OK
 from agentdb.schema.enums import RUNNING
 from agentdb.schema.revisions import CURRENT_REVISION
-from agentdb.sessions import UNREADABLE, SessionRow, scan
+from agentdb.sessions import UNREADABLE, SessionRow
 
 VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
@@ -64,6 +65,7 @@ class StatusReport:
     interrupted_all: list[str] = field(default_factory=list)
     needs_migration_all: list[str] = field(default_factory=list)
     rows: list[SessionRow] = field(default_factory=list)
+    scanned: list[Scanned] = field(default_factory=list)  # with costs, when asked for
 
     @property
     def needs_attention(self) -> bool:
@@ -108,8 +110,13 @@ def status(
     cache_dir: Path | None = None,
     jobs: int = 1,
     now: dt.datetime | None = None,
+    costs: bool = False,
 ) -> StatusReport:
-    """Count, judge from the last recorded checks, and say what to run next."""
+    """Count, judge from the last recorded checks, and say what to run next.
+
+    Each file is opened once (:func:`agentdb.overview.scan`); with ``costs`` its cost per day
+    and model is read in the same open and kept in ``scanned`` for ``report``.
+    """
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
     recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
@@ -123,11 +130,19 @@ def status(
     counts: Counter[str] = Counter()
     size = 0
     rows: list[SessionRow] = []
+    scanned: list[Scanned] = []
+    cached = plugins.cached_versions(plugin_cache)
+    pins: Counter[plugins.PluginVersion] = Counter()
     oldest: float | None = None
     newest: float | None = None
-    for row in scan(sessions_dir, count_events=False, jobs=jobs):
+    for one in scan(sessions_dir, costs=costs, jobs=jobs):
+        row = one.row
         sid = row.session_id
         rows.append(row)
+        if costs:
+            scanned.append(one)
+        if cached and one.producers:
+            pins.update(set(one.producers) & cached)
         counts["sessions"] += 1
         by_status[row.status] += 1
         ident = verdicts.identity_of(row.path)
@@ -165,19 +180,10 @@ def status(
         elif verdict in REFUSED or now_bad is not None:
             counts["refused"] += 1
             refused.append(sid)
-    cached = plugins.cached_versions(plugin_cache)
-    pinned: list[dict[str, Any]] = []
-    if cached:
-        for v in plugins.refs(sessions_dir, plugin_cache).versions:
-            if v.sessions:
-                pinned.append(
-                    {
-                        "category": v.category,
-                        "name": v.name,
-                        "version": v.version,
-                        "sessions": v.sessions,
-                    }
-                )
+    pinned: list[dict[str, Any]] = [
+        {"category": c, "name": n, "version": v, "sessions": pins[(c, n, v)]}
+        for c, n, v in sorted(pins)
+    ]
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     rec = read_recoveries(log)
     nxt: list[NextCommand] = []
@@ -265,4 +271,5 @@ def status(
         interrupted,
         migration,
         rows,
+        scanned,
     )

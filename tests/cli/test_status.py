@@ -44,6 +44,11 @@ def test_demo_status_before_and_after_check(tmp_path: Path) -> None:
         if p.name.endswith((".sqlite", "-wal"))
     )
     assert sum(doc["by_status"].values()) == n
+    # the same counts as the commands that answer each question alone
+    refs = json.loads(run_cli(*g, "plugins", "refs", "--json").stdout)
+    assert doc["pinned"] == [v for v in refs["versions"] if v["sessions"]]
+    listed = json.loads(run_cli(*g, "sessions", "list", "--json").stdout)
+    assert doc["by_status"] == listed["summary"]["by_status"]
 
     c = run_cli(*g, "check", "--all", "--json", env=env)
     assert c.returncode == 1

@@ -10,18 +10,15 @@ sessions most in need of attention. Read-only.
 from __future__ import annotations
 
 import datetime as dt
-import multiprocessing
-import signal
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, paths, recoverylog, verdicts
+from agentdb import paths, recoverylog, verdicts
 from agentdb import status as status_job
 from agentdb.report.files import write_report
 from agentdb.sessions import UNREADABLE
-from agentdb.store import SessionReader
 
 VERSION = 1
 TREE_LIMIT = 500  # sessions drawn one by one (tree and table) when there are at most this many
@@ -29,8 +26,6 @@ PROBLEM_LIMIT = 100  # problem sessions listed when there are more
 DAY_LIMIT = 366  # most recent days in the cost chart
 MODEL_LIMIT = 25  # models listed by cost (the rest summed as "other")
 RECOVERY_LIMIT = 200  # newest recovery outcomes listed
-POOL_THRESHOLD = 200
-CHUNK = 250
 
 __all__ = ["Report", "collect", "write_report"]
 
@@ -69,42 +64,6 @@ class Report:
 
 
 # ------------------------------------------------------------------------------ reading
-
-
-_Costs = list[tuple[str, str, str, int, float]]
-
-
-def _read(entry: paths.Entry) -> tuple[str, _Costs | None]:
-    try:
-        with SessionReader(entry.path, session_id=entry.session_id) as r:
-            return entry.session_id, r.cost_by_day_model()
-    except errors.AgentdbError:
-        return entry.session_id, None
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _read_chunk(entries: list[paths.Entry]) -> list[tuple[str, _Costs | None]]:
-    return [_read(e) for e in entries]
-
-
-def _costs(sessions_dir: Path, jobs: int) -> dict[str, _Costs | None]:
-    entries = list(paths.iter_session_entries(sessions_dir))
-    if jobs <= 1 or len(entries) < POOL_THRESHOLD:
-        return dict(_read(e) for e in entries)
-    chunks = [entries[i : i + CHUNK] for i in range(0, len(entries), CHUNK)]
-    out: dict[str, _Costs | None] = {}
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
-    try:
-        for part in pool.imap(_read_chunk, chunks):
-            out.update(part)
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
-    return out
 
 
 def _recoveries(log: Path) -> list[dict[str, Any]]:
@@ -148,13 +107,19 @@ def collect(
     jobs: int = 1,
     now: dt.datetime | None = None,
 ) -> Report:
-    """Read every session once for costs, and take ``status``'s view for the rest."""
+    """``status``'s view, with each session's cost per day and model read in the same pass."""
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     st = status_job.status(
-        sessions_dir, plugin_cache, recovery_log=log, cache_dir=cache_dir, jobs=jobs, now=now
+        sessions_dir,
+        plugin_cache,
+        recovery_log=log,
+        cache_dir=cache_dir,
+        jobs=jobs,
+        now=now,
+        costs=True,
     )
     recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
-    costs = _costs(sessions_dir, jobs)
+    costs = {one.row.session_id: one.costs for one in st.scanned}
     by_day: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     by_model: dict[tuple[str, str], list[Any]] = {}
     lines: list[SessionLine] = []
