@@ -173,3 +173,14 @@ def test_concurrent_checks_share_the_cache(sessions_dir: Path, tmp_path: Path) -
         assert "verdict cache" not in err, err
     got = verdicts.lookup(sessions_dir, cache_dir=tmp_path / "x" / "agentdb")
     assert set(got) == names and all(r.verdict == "ok" for r in got.values())
+
+
+def test_never_writes_a_cache_inside_the_sessions_directory(sessions_dir: Path) -> None:
+    """A home (or XDG_CACHE_HOME) inside the sessions directory: check still answers, and
+    nothing is added to the directory."""
+    _, path = make_session(sessions_dir)
+    _settle()
+    before = sorted(os.listdir(sessions_dir))
+    report, recorded = checked.check_and_record(sessions_dir, cache_dir=sessions_dir / "c")
+    assert report.ok and not recorded
+    assert sorted(os.listdir(sessions_dir)) == before

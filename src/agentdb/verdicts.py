@@ -172,6 +172,11 @@ def directory_key(sessions_dir: Path) -> str:
     return os.path.realpath(sessions_dir)
 
 
+def _inside(path: Path, directory: Path) -> bool:
+    d = os.path.realpath(directory).rstrip(os.sep) + os.sep
+    return os.path.realpath(path).startswith(d)
+
+
 def _remove(path: Path) -> None:
     for p in (path, paths.sidecar(path, "-wal"), paths.sidecar(path, "-shm")):
         try:
@@ -275,7 +280,10 @@ def record(
     checked_at: str | None = None,
 ) -> bool:
     """Record verdicts in one transaction; False when the cache could not be written (the
-    caller may say so; no answer depends on it)."""
+    caller may say so; no answer depends on it). A cache that would sit inside the sessions
+    directory (a home inside it) is never created: agentdb adds nothing there."""
+    if _inside(cache_path(cache_dir), sessions_dir):
+        return False
     conn = open_cache(cache_dir)
     if conn is None:
         return False
@@ -313,6 +321,8 @@ def forget_missing(
     sessions_dir: Path, present: Iterable[str], *, cache_dir: Path | None = None
 ) -> None:
     """Drop the entries of ``sessions_dir`` whose file name is not in ``present``."""
+    if _inside(cache_path(cache_dir), sessions_dir) or not os.path.lexists(cache_path(cache_dir)):
+        return
     conn = open_cache(cache_dir)
     if conn is None:
         return
