@@ -508,6 +508,18 @@ def _open_copy(
     return conn
 
 
+def roll_back_private(path: Path) -> None:
+    """Roll back the hot journal beside ``path``, a private copy agentdb owns (never a session
+    file): SQLite does it on the first read of a read-write connection. Raises what SQLite
+    raises (translated) when it cannot."""
+    conn = open_private(path)
+    try:
+        with translated(path):
+            scalar(conn, "SELECT count(*) FROM sqlite_schema")
+    finally:
+        conn.close()
+
+
 def open_readonly_alone(path: Path) -> ReadConnection:
     """The database file alone, its ``-wal`` ignored (``immutable``: no locks, no sidecars).
 

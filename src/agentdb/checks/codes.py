@@ -38,6 +38,8 @@ CODES: dict[str, tuple[str, str | None]] = {
     "wal_frames_after_break": ("error", "corrupt"),
     "wal_unreadable": ("error", "unreadable"),
     "foreign_wal": ("error", "corrupt"),  # the WAL is another database's (on evidence)
+    "hot_journal": ("info", None),  # a hot rollback journal: judged as rolled back
+    "foreign_journal": ("error", "corrupt"),  # a hot journal that is not this database's
     "wal_torn_tail": ("info", None),  # normal after a crash: SQLite ignores the torn frames
     "wal_stale_frames": ("info", None),  # left over from before a WAL restart
     "wal_not_judged": ("info", None),  # the session is open: its WAL is being written

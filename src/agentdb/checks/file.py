@@ -17,6 +17,7 @@ import apsw
 
 from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
+from agentdb.checks.journal import check_with_journal
 from agentdb.checks.parent import parent_depth
 from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.hashing import hash_sql
@@ -571,6 +572,15 @@ def check_path(
     a file that changed while it was read, or a live file that looked damaged, is checked once
     more and the second result stands.
     """
+    with_journal = check_with_journal(
+        path, lambda p: _check_path(p, session_id, quick=quick, recovered=recovered)
+    )
+    if with_journal is not None:
+        return with_journal
+    return _check_path(path, session_id, quick=quick, recovered=recovered)
+
+
+def _check_path(path: Path, session_id: str, *, quick: bool, recovered: bool) -> SessionCheck:
     run = _check_once(path, session_id, quick=quick, recovered=recovered)
     result = run.result()
     serious = result.verdict in ("corrupt", "unreadable")

@@ -19,7 +19,13 @@ from .btree import (
     walk_table,
 )
 from .errors import FormatError
-from .header import DbHeader, parse_header
+from .header import (
+    DbHeader,
+    JournalHeader,
+    journal_problem,
+    parse_header,
+    parse_journal_header,
+)
 from .pager import PageSource, infer_page_size
 from .record import decode_record, encode_record, record_shape
 from .varint import read_varint
@@ -39,6 +45,7 @@ __all__ = [
     "DbHeader",
     "FormatError",
     "IndexCell",
+    "JournalHeader",
     "PageKind",
     "PageSource",
     "TableInteriorCell",
@@ -54,8 +61,10 @@ __all__ = [
     "freeblocks",
     "infer_page_size",
     "iter_freelist",
+    "journal_problem",
     "parse_cell",
     "parse_header",
+    "parse_journal_header",
     "parse_page",
     "parse_wal_header",
     "read_overflow",

@@ -101,3 +101,42 @@ def parse_header(data: Buffer) -> DbHeader:
         version_valid_for=f[20],
         sqlite_version=f[21],
     )
+
+
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+@dataclass(frozen=True)
+class JournalHeader:
+    """The first 28 bytes of a rollback journal (``<db>-journal``)."""
+
+    records: int  # offset 8: page records in the first segment (-1: up to the end)
+    initial_pages: int  # offset 16: the database's size in pages before the transaction
+    sector_size: int  # offset 20
+    page_size: int  # offset 24
+
+
+def parse_journal_header(data: Buffer) -> JournalHeader | None:
+    """The header of a *hot* journal, or None when the bytes are not one (empty, zeroed after a
+    commit, or too short): such a journal rolls nothing back."""
+    if len(data) < 28 or bytes(data[:8]) != JOURNAL_MAGIC:
+        return None
+    records, _nonce, initial, sector, page_size = struct.unpack(">iIIII", bytes(data[8:28]))
+    return JournalHeader(records, initial, sector, page_size)
+
+
+def journal_problem(db_head: Buffer, journal: Buffer) -> str | None:
+    """Why a hot journal cannot be this database's: its page size is not the file's, or the size
+    it would restore is no size at all. None when it may be rolled back (or is not hot)."""
+    j = parse_journal_header(journal)
+    if j is None:
+        return None
+    try:
+        head = parse_header(bytes(db_head[:100]))
+    except FormatError:
+        return None  # the file's header is the damage; the rollback may restore it
+    if j.page_size != head.page_size:
+        return f"its page size {j.page_size} is not the database's {head.page_size}"
+    if j.initial_pages == 0:
+        return "it would restore a database of 0 pages"
+    return None

@@ -57,6 +57,7 @@ class RecoveryOutcome:
     replacement_check: list[str] = field(default_factory=list)  # verification problems
     dry_run: bool = False  # True: nothing was changed
     corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
+    corrupt_journal: str | None = None  # where the original's hot rollback journal is kept
     # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
     found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
@@ -70,6 +71,7 @@ class RecoveryOutcome:
             "path": self.path,
             "corrupt_path": self.corrupt_path,
             "corrupt_wal": self.corrupt_wal,
+            "corrupt_journal": self.corrupt_journal,
             "engines": self.engines,
             "found_by": self.found_by,
             "tables": self.tables,
@@ -219,7 +221,17 @@ def _recover_held(
     except FileNotFoundError:
         wal_bytes = None
 
+    journal_path = sidecar(path, "-journal")
+    if not journal_path.exists() and interrupted is not None:
+        journal_path = sidecar(interrupted, "-journal")
+    journal_bytes = sidecars.hot_journal_bytes(journal_path)
+
     with fsutil.private_workdir("agentdb-recover-") as work:
+        journal_note = None
+        if journal_bytes is not None:
+            rolled, journal_note = sidecars.roll_back(db_bytes, journal_bytes, path.name, work)
+            if rolled is not None:
+                db_bytes = rolled
         copy = work / path.name
         _write_private(copy, db_bytes)
         if wal_bytes:
@@ -253,6 +265,10 @@ def _recover_held(
                     diag.damaged = True
                     diag.integrity_only = False
                     diag.reasons.append("WAL: intact commits after a checksum break")
+            if journal_note is not None:  # a journal that is not this database's
+                diag.damaged = True
+                diag.integrity_only = False
+                diag.reasons.append(journal_note)
             # Messages about the private copy name the session file the operator knows.
             diag.reasons = [r.replace(str(copy), str(path)) for r in diag.reasons]
             if diag.refused is not None and interrupted is None:
@@ -260,7 +276,14 @@ def _recover_held(
                 out.notes += diag.reasons
                 return out
             if not diag.damaged and interrupted is None:
+                if journal_bytes is not None:
+                    out.notes.append("a hot journal will be rolled back on the next open")
                 return _healthy(path, out, log)
+            if journal_bytes is not None and journal_note is None:
+                diag.reasons.append(
+                    "salvaged from the state the hot journal's rollback gives; the journal is "
+                    "kept with the original"
+                )
             if interrupted is not None:
                 diag.reasons.append(f"resuming an interrupted recovery ({interrupted.name})")
             out.notes += diag.reasons
@@ -332,6 +355,8 @@ def _recover_held(
         out.corrupt_path = str(corrupt)
         if wal_bytes:
             out.corrupt_wal = str(sidecar(corrupt, "-wal"))
+        if journal_bytes is not None:
+            out.corrupt_journal = str(sidecar(corrupt, "-journal"))
         recoverylog.append(log, out.log_entry("intent"))
         out.swap_started = True
         _fault(fault, "after_intent")

@@ -127,7 +127,14 @@ def swap(
     elif corrupt_wal.exists():
         kept_wal = corrupt_wal
     _fault(fault, "after_wal_link")
-    for suffix in ("-wal", "-shm"):
+    journal = sidecar(db_path, "-journal")
+    corrupt_journal = sidecar(corrupt, "-journal")
+    if journal.exists() and not same_bytes(journal, corrupt_journal):
+        if corrupt_journal.exists():
+            raise FileExistsError(f"{corrupt_journal}: exists and is not {journal}; move it away")
+        fsutil.link_or_copy(journal, corrupt_journal)
+        fsutil.fsync_dir(directory)
+    for suffix in ("-wal", "-shm", "-journal"):
         try:
             os.unlink(sidecar(db_path, suffix))
         except FileNotFoundError:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, fsutil
+from agentdb.fileformat import journal_problem, parse_journal_header
 from agentdb.salvage import rows
 
 
@@ -66,3 +67,39 @@ def _write(path: Path, data: bytes) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+def hot_journal_bytes(journal: Path) -> bytes | None:
+    """The bytes of a hot rollback journal (the caller holds the session), else None."""
+    try:
+        data = fsutil.read_regular(journal)
+    except (OSError, errors.AgentdbError):
+        return None
+    return data if parse_journal_header(data) is not None else None
+
+
+def roll_back(
+    db_bytes: bytes, journal: bytes, name: str, work: Path
+) -> tuple[bytes | None, str | None]:
+    """(the database as the hot journal's rollback leaves it, None) — on a private copy; or
+    (None, why the journal is not this database's) when its header disagrees with the file or
+    the rollback fails: then it is treated like a WAL of another database."""
+    problem = journal_problem(db_bytes[:100], journal)
+    if problem is None:
+        where = work / "rollback"
+        fsutil.ensure_dir(where)
+        copy = where / name
+        _write(copy, db_bytes)
+        _write(copy.with_name(name + "-journal"), journal)
+        try:
+            db.roll_back_private(copy)
+        except errors.AgentdbError as e:
+            problem = f"rolling it back fails: {str(e).split(': ', 1)[-1]}"
+        else:
+            rolled = copy.read_bytes()
+            copy.unlink()
+            return rolled, None
+    return None, (
+        f"its rollback journal is not this database's ({problem}); salvaged from the file as "
+        "it is, the journal is kept with the original"
+    )

@@ -1,0 +1,104 @@
+"""A hot rollback journal (a writer killed mid-transaction in DELETE mode) is not damage in itself.
+
+At dd60f0c, check called such a file corrupt (the read-only open ignored the journal and read the
+uncommitted pages) and recover built the replacement from those uncommitted pages and left the
+old journal beside it; the next normal open rolled that journal into the new file. Now check
+judges the rolled-back state (on a private copy), recover leaves a healthy rolled-back state
+alone and salvages a damaged one from it, keeping the journal with the original.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+
+from agentdb import checks, salvage
+from agentdb.paths import sidecar
+from tests.fuzz import damage
+from tests.salvage import corpus
+from tests.support import make_session
+
+KILL_MID_TRANSACTION = r"""
+import os, sys, apsw
+c = apsw.Connection(sys.argv[1])
+c.execute("PRAGMA cache_size=2")
+c.execute("BEGIN")
+c.execute(sys.argv[2])
+os.kill(os.getpid(), 9)
+"""
+
+
+def hot_journal_session(sessions_dir: Path, sql: str) -> tuple[str, Path, dict[str, set]]:  # type: ignore[type-arg]
+    """A closed session switched to DELETE mode, then a writer killed inside ``sql``'s
+    transaction: the file holds uncommitted pages, the journal the committed ones."""
+    sid, path = make_session(sessions_dir, turns=20)
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
+    conn.close()
+    committed = corpus.read_rows(path)
+    p = subprocess.run([sys.executable, "-c", KILL_MID_TRANSACTION, str(path), sql])
+    assert p.returncode == -9
+    assert sidecar(path, "-journal").stat().st_size > 0
+    return sid, path, committed
+
+
+def test_hot_journal_with_a_healthy_rollback(sessions_dir: Path, tmp_path: Path) -> None:
+    sid, path, committed = hot_journal_session(
+        sessions_dir, "UPDATE events SET payload = randomblob(3000)"
+    )
+    before = {p.name: p.read_bytes() for p in sessions_dir.iterdir()}
+    result = checks.check_path(path, sid)
+    assert result.verdict == "ok", result.findings
+    assert "hot_journal" in {f.code for f in result.findings}
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
+    assert out.outcome == "healthy", out.notes
+    assert "a hot journal will be rolled back on the next open" in out.notes
+    assert {p.name: p.read_bytes() for p in sessions_dir.iterdir()} == before
+    conn = apsw.Connection(str(path))  # the next normal open rolls it back
+    conn.execute("SELECT count(*) FROM events").fetchall()
+    conn.close()
+    assert corpus.read_rows(path) == committed
+    assert checks.check_path(path, sid).verdict == "ok"
+
+
+def test_hot_journal_with_a_damaged_rollback(sessions_dir: Path, tmp_path: Path) -> None:
+    sid, path, committed = hot_journal_session(
+        sessions_dir, "UPDATE cost_ledger SET model_id = hex(randomblob(900))"
+    )
+    damage.zero_sector(path, damage.pages_of(path, "events", "leaf")[3], 2)
+    file_bytes = path.read_bytes()
+    journal = sidecar(path, "-journal").read_bytes()
+    result = checks.check_path(path, sid)
+    assert result.verdict == "corrupt"
+    assert "hot_journal" in {f.code for f in result.findings}
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
+    assert out.outcome == "recovered", out.notes
+    assert out.corrupt_path is not None and out.corrupt_journal is not None
+    assert Path(out.corrupt_path).read_bytes() == file_bytes
+    assert Path(out.corrupt_journal).read_bytes() == journal
+    assert not sidecar(path, "-journal").exists()  # never beside the replacement
+    got = corpus.read_rows(path)
+    assert got["cost_ledger"] == committed["cost_ledger"]  # committed rows, not the uncommitted
+    assert got["events"] <= committed["events"]
+    assert len(got["events"]) >= len(committed["events"]) - 20
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"
+
+
+def test_journal_of_another_page_size_is_foreign(sessions_dir: Path, tmp_path: Path) -> None:
+    sid, path, _ = hot_journal_session(sessions_dir, "UPDATE events SET payload = randomblob(3000)")
+    damage.write_at(sidecar(path, "-journal"), 24, (1024).to_bytes(4, "big"))
+    journal = sidecar(path, "-journal").read_bytes()
+    result = checks.check_path(path, sid)
+    assert result.verdict == "corrupt"
+    assert "foreign_journal" in {f.code for f in result.findings}
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
+    assert out.outcome == "recovered", out.notes
+    assert out.corrupt_journal is not None
+    assert Path(out.corrupt_journal).read_bytes() == journal
+    assert not sidecar(path, "-journal").exists()
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"
+    assert os.stat(path).st_mode & 0o777 == 0o600
