@@ -298,3 +298,18 @@ def test_a_live_writer_is_never_blocked(tmp_path: Path) -> None:
         seqs, err = w.stop()
     assert "Traceback" not in err and "Busy" not in err, err
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # gap-free: no emit failed
+
+
+def test_salvage_reads_its_own_private_copy_in_place(tmp_path: Path) -> None:
+    """``private=True`` (salvage's copies, already in a private directory) is not copied again."""
+    sessions = tmp_path / "s"
+    sessions.mkdir()
+    sid, path = make_session(sessions, status=None)
+    seqs = killed_writer(sessions, sid, 5)
+    Path(f"{path}-shm").unlink()
+    conn = db.open_readonly(path, private=True)
+    try:
+        assert conn.how == "wal"
+        assert int(db.scalar(conn, "SELECT max(sequence) FROM events")) >= max(seqs)
+    finally:
+        conn.close()

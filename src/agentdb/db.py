@@ -441,6 +441,7 @@ def open_readonly(
     max_length: int = MAX_VALUE,
     check_schema: bool = True,
     stats: FileStats | None = None,
+    private: bool = False,
 ) -> ReadConnection:
     """Open an existing session file for reading only: nothing is created, written or locked
     in its directory, a live writer is never blocked, and what is read is the committed state
@@ -450,6 +451,10 @@ def open_readonly(
     ``stats`` is the caller's :func:`file_stats` of ``path`` taken just before this call (the
     "before" of its own before/after comparison); without it the files are ``lstat``-ed here.
     Either way the same refusals apply to those stats.
+
+    ``private``: ``path`` is already agentdb's own copy in a private directory (salvage), so a
+    ``-wal`` without ``-shm`` is read in place (SQLite creates the ``-shm`` there) instead of
+    being copied once more.
     """
     if stats is None:
         stats = file_stats(path)
@@ -466,6 +471,8 @@ def open_readonly(
             uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
         elif stats.shm is not None:
             uri, how = _uri(path, mode="ro", readonly_shm="1"), "wal"
+        elif private:
+            uri, how = _uri(path, mode="ro"), "wal"
         else:
             copied = _open_copy(path, stats, setup)
             if copied is not None:

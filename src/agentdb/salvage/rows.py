@@ -56,8 +56,9 @@ class RowSalvage:
 
 
 def open_copy(path: Path) -> apsw.Connection:
-    """A hardened read-only connection to a private copy (refuses triggers and views)."""
-    return db.open_readonly(path)
+    """A hardened read-only connection to a private copy (refuses triggers and views); its WAL
+    is read in place, not copied again."""
+    return db.open_readonly(path, private=True)
 
 
 def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> Diagnosis:
