@@ -163,6 +163,7 @@ def status(
             verdict = entry.verdict
             by_verdict[verdict] += 1
             counts["checked"] += 1
+            counts["checked_quick"] += entry.quick
             age = entry.age_seconds(now)
             if age is not None:
                 oldest = age if oldest is None else max(oldest, age)
@@ -242,6 +243,7 @@ def status(
         "damaged": counts["damaged"],
         "refused": counts["refused"],
         "checked": counts["checked"],
+        "checked_quick": counts["checked_quick"],  # of those, by check --quick
         "ok": by_verdict.get(OK, 0),
         "changed_since_check": counts["changed_since_check"],
         "never_checked": counts["never_checked"],

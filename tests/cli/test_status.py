@@ -94,6 +94,10 @@ def test_healthy_directory_exits_0_and_a_change_is_seen(tmp_path: Path, sessions
     assert "nothing needs doing" in p.stdout
     doc = json.loads(run_cli(*g, "status", "--json", env=env).stdout)
     assert doc["summary"]["ok"] == 3 and doc["next"] == []
+    assert doc["summary"]["checked_quick"] == 0
+    assert run_cli(*g, "check", "--quick", ids[0], env=env).returncode == 0
+    doc = json.loads(run_cli(*g, "status", "--json", env=env).stdout)
+    assert doc["summary"]["checked_quick"] == 1 and doc["summary"]["ok"] == 3
 
     w = SessionWriter.open(sessions_dir, ids[1])
     w.set_status("running")

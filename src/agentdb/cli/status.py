@@ -47,6 +47,7 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
         (
             "verdicts",
             (", ".join(f"{n} {k}" for k, n in report.by_verdict.items()) or "none recorded")
+            + (f", {s['checked_quick']} by --quick" if s["checked_quick"] else "")
             + f" (last check {_age(s['newest_check_age_seconds'])}"
             + (
                 f", oldest {_age(s['oldest_check_age_seconds'])})"
