@@ -181,3 +181,35 @@ def test_many_sessions_keep_the_page_bounded(
     page = parse(out)
     assert page.sessions == [bad]
     assert page.numbers["summary.sessions"] == "7"
+
+
+def test_force_never_replaces_a_device_fifo_log_or_database(
+    tmp_path: Path, sessions_dir: Path
+) -> None:
+    """--force renames over plain files only: as root, renaming over /dev/null replaced the
+    device; it also replaced a FIFO, the recovery log and a backup copy."""
+    sid, _ = make_session(sessions_dir)
+    g = ("--sessions-dir", str(sessions_dir))
+    backups = tmp_path / "backups"
+    assert run_cli(*g, "backup", sid, "--to", str(backups)).returncode == 0
+    copy = backups / f"{sid}.sqlite"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    log = sessions_dir.parent / "recovery.log"
+    log.write_text('{"event":"outcome"}\n')
+    for target, why in ((fifo, "not a regular file"), (log, "recovery log"), (copy, "SQLite")):
+        before = os.lstat(target)
+        data = None if target == fifo else target.read_bytes()
+        p = run_cli(*g, "report", "--html", str(target), "--force")
+        assert p.returncode == 1 and why in p.stderr, (target, p.stderr)
+        assert "Traceback" not in p.stderr
+        after = os.lstat(target)
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+        if data is not None:
+            assert target.read_bytes() == data
+    assert not [n for n in os.listdir(tmp_path) if "agentdb-tmp" in n]
+    # a plain file (an earlier report) is still replaced
+    old = tmp_path / "old.html"
+    old.write_text("old report")
+    assert run_cli(*g, "report", "--html", str(old), "--force").returncode in (0, 1)
+    assert old.read_text().startswith("<!DOCTYPE html>")

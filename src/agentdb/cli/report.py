@@ -40,7 +40,12 @@ def document(r: report.Report) -> dict[str, object]:
     help="Write the page to FILE (created 0600; never over an existing file without --force; "
     "refused inside the sessions directory).",
 )
-@click.option("--force", is_flag=True, help="Replace FILE if it exists (written beside, renamed).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace FILE if it exists (written beside, renamed): a file or a symlink, never a "
+    "device, FIFO, directory, the recovery log or a SQLite database.",
+)
 @jobs_option("Read files")
 @json_option
 @click.pass_obj
@@ -70,7 +75,13 @@ def report_cmd(
     if html_file is not None:
         from agentdb.report import html
 
-        report.write_report(html_file, html.render(r), sessions_dir=sessions_dir, force=force)
+        report.write_report(
+            html_file,
+            html.render(r),
+            sessions_dir=sessions_dir,
+            force=force,
+            recovery_log=app.recovery_log,
+        )
         output.note(f"wrote {html_file} ({r.summary['sessions']} sessions)")
     if as_json:
         output.emit_json(document(r))

@@ -4,9 +4,10 @@ never inside the sessions directory; with ``--force``, written beside and rename
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from agentdb import errors, fsutil
+from agentdb import errors, fsutil, paths
 from agentdb.paths import FILE_MODE
 
 
@@ -39,7 +40,60 @@ def _write_new(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_report(path: Path, text: str, *, sessions_dir: Path, force: bool = False) -> None:
+SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _refuse_replacing(path: Path, log: Path) -> None:
+    """``--force`` replaces an earlier report or another plain file, or a symlink (never its
+    target); never a directory, a device, a FIFO or a socket (as root, renaming over
+    ``/dev/null`` would replace the device), nor agentdb's own data: the recovery log or a
+    SQLite database such as a backup copy."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ReportRefused(f"{path}: cannot replace it ({e.strerror})", path=path) from None
+    if stat.S_ISLNK(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise ReportRefused(f"{path}: is a directory; name a file", path=path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ReportRefused(
+            f"{path}: is not a regular file (a device, FIFO or socket); --force replaces only "
+            "files: name another path",
+            path=path,
+        )
+    if os.path.realpath(path) == os.path.realpath(log):
+        raise ReportRefused(
+            f"{path}: is the recovery log; name another path for the report", path=path
+        )
+    try:
+        fd = fsutil.open_regular(path)
+    except (OSError, errors.AgentdbError):
+        return  # unreadable here: the rename below decides
+    try:
+        head = os.pread(fd, len(SQLITE_MAGIC), 0)
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if head == SQLITE_MAGIC:
+        raise ReportRefused(
+            f"{path}: is a SQLite database (a session or a backup copy?); --force never "
+            "replaces one: name another path for the report",
+            path=path,
+        )
+
+
+def write_report(
+    path: Path,
+    text: str,
+    *,
+    sessions_dir: Path,
+    force: bool = False,
+    recovery_log: Path | None = None,
+) -> None:
     """Create ``path`` (0600) holding ``text``.
 
     Refused inside ``sessions_dir`` (agentdb never adds files there). An existing ``path`` is
@@ -66,8 +120,7 @@ def write_report(path: Path, text: str, *, sessions_dir: Path, force: bool = Fal
             ) from None
     except OSError as e:
         raise ReportRefused(f"{path}: cannot create it ({e.strerror})", path=path) from None
-    if os.path.isdir(path) and not os.path.islink(path):
-        raise ReportRefused(f"{path}: is a directory; name a file", path=path)
+    _refuse_replacing(path, recovery_log or paths.recovery_log_path(sessions_dir))
     tmp = path.with_name(f".{path.name}.agentdb-tmp-{os.getpid()}")
     try:
         _write_new(tmp, data)
