@@ -12,6 +12,7 @@ import functools
 import io
 import itertools
 import json
+import math
 import shutil
 import sys
 import textwrap
@@ -51,7 +52,11 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def jsonable(obj: Any) -> Any:
-    """Dataclasses, paths, enums and bytes as plain JSON values."""
+    """Dataclasses, paths, enums and bytes as plain JSON values; a float that JSON cannot hold
+    (a cost summed past the largest double, an ``inf`` another writer stored) is null, never
+    the ``Infinity``/``NaN`` that ``json.dumps`` would write and no JSON parser reads."""
+    if type(obj) is float and not math.isfinite(obj):
+        return None
     if type(obj) in _PLAIN:
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -72,11 +77,11 @@ def jsonable(obj: Any) -> Any:
 def emit_json(doc: Any) -> None:
     # ASCII-only JSON: text from a session file may hold C1 control characters (a terminal reads
     # U+009B as CSI), and an escaped \u009b is inert wherever the document is printed.
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False))
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False, allow_nan=False))
 
 
 def emit_json_line(doc: Any) -> None:
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":")))
+    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":"), allow_nan=False))
 
 
 # Control characters (C0, DEL, C1) as visible escapes: text read from a session file may carry

@@ -9,6 +9,7 @@ the same number is in the ``report --json`` document, so a test can compare them
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,8 +61,8 @@ def esc(value: Any) -> str:
 
 
 def num(key: str, value: int | float | None, *, money: bool = False) -> str:
-    if value is None:
-        shown = "-"
+    if value is None or not math.isfinite(value):
+        shown = "-"  # as in the JSON document, where a non-finite number is null
     elif money:
         shown = f"{float(value):.4f}"
     else:
