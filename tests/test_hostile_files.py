@@ -81,14 +81,29 @@ def damaged(sessions_dir: Path) -> tuple[str, Path]:
 # ------------------------------------------------------------------------ the recovery log
 
 
+def _checked_every_session(
+    proc: subprocess.CompletedProcess[str], sessions_dir: Path, ids: list[str], what: str
+) -> None:
+    """check ran over every session and reported the log as one directory finding (it used to
+    stop at the log with one line for the whole run)."""
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert sorted(s["session_id"] for s in doc["sessions"]) == sorted(ids)
+    [d] = [d for d in doc["directory"] if d["code"] == "recovery_log_unreadable"]
+    assert d["path"] == str(log_of(sessions_dir)) and what in d["message"]
+    assert d["severity"] == "error"
+
+
 def test_check_with_a_fifo_recovery_log_does_not_block(
     sessions_dir: Path, damaged: tuple[str, Path]
 ) -> None:
+    healthy, _ = make_session(sessions_dir)
     os.mkfifo(log_of(sessions_dir))
-    proc = cli(sessions_dir, "check")  # old code: blocked in open() forever
-    assert proc.returncode == 1
-    assert_one_line_naming(proc, log_of(sessions_dir))
-    assert "FIFO" in proc.stderr
+    proc = cli(sessions_dir, "check", "--json")  # old code: blocked in open() forever
+    _checked_every_session(proc, sessions_dir, [damaged[0], healthy], "FIFO")
+    one = cli(sessions_dir, "check", healthy)
+    assert one.returncode == 1 and "recovery_log_unreadable" in one.stdout, one.stderr
+    assert "Traceback" not in one.stderr
 
 
 def test_check_with_a_recovery_log_linked_to_dev_zero_reads_nothing(
@@ -96,10 +111,67 @@ def test_check_with_a_recovery_log_linked_to_dev_zero_reads_nothing(
 ) -> None:
     os.symlink("/dev/zero", log_of(sessions_dir))
     # old code: followed the link and read one endless line until MemoryError
-    proc = cli(sessions_dir, "check", mem=1 << 30)
-    assert proc.returncode == 1
-    assert_one_line_naming(proc, log_of(sessions_dir))
-    assert "symbolic link" in proc.stderr
+    proc = cli(sessions_dir, "check", "--json", mem=1 << 30)
+    _checked_every_session(proc, sessions_dir, [damaged[0]], "symbolic link")
+
+
+def test_status_and_report_with_a_hostile_recovery_log(
+    tmp_path: Path, sessions_dir: Path, damaged: tuple[str, Path]
+) -> None:
+    """status and report still count and judge; the log's problem is one next command."""
+    healthy, _ = make_session(sessions_dir)
+    os.mkfifo(log_of(sessions_dir))
+    env_cache = ("--plugin-cache", str(tmp_path / "none"))
+    st = cli(sessions_dir, *env_cache, "status", "--json")
+    assert st.returncode == 1 and "Traceback" not in st.stderr, st.stderr
+    doc = json.loads(st.stdout)
+    assert doc["summary"]["sessions"] == 2
+    assert "FIFO" in doc["recoveries"]["problem"]
+    assert any("recovery log" in n["why"] for n in doc["next"])
+    rep = cli(sessions_dir, *env_cache, "report", "--json")
+    assert rep.returncode == 1 and "Traceback" not in rep.stderr, rep.stderr
+    assert json.loads(rep.stdout)["summary"]["sessions"] == 2
+
+
+def test_verdicts_read_without_the_recovery_log_are_not_cached(
+    tmp_path: Path, sessions_dir: Path
+) -> None:
+    """Without the log a recovered session's orphan rows read as missing_event (inconsistent):
+    that verdict must not outlive the run, or status would call it damaged once the log is
+    back."""
+    sid, path = make_session(sessions_dir, turns=20)
+    corpus.d_zeroed_page(path)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    rec = _cli_env(env, sessions_dir, "recover", sid)
+    assert rec.returncode in (0, 1), rec.stderr
+    log = log_of(sessions_dir)
+    log.rename(tmp_path / "log")
+    os.symlink(tmp_path / "log", log)
+    assert _cli_env(env, sessions_dir, "check").returncode == 1
+    os.unlink(log)
+    (tmp_path / "log").rename(log)
+    good = _cli_env(env, sessions_dir, "check", "--json")
+    want = json.loads(good.stdout)["sessions"][0]["verdict"]
+    st = _cli_env(env, sessions_dir, "--plugin-cache", str(tmp_path / "n"), "status", "--json")
+    assert json.loads(st.stdout)["by_verdict"] == {want: 1}
+    os.unlink(tmp_path / "cache" / "agentdb" / "verdicts.sqlite")
+    log.rename(tmp_path / "log")
+    os.symlink(tmp_path / "log", log)
+    assert _cli_env(env, sessions_dir, "check").returncode == 1
+    st = _cli_env(env, sessions_dir, "--plugin-cache", str(tmp_path / "n"), "status", "--json")
+    assert json.loads(st.stdout)["summary"]["never_checked"] == 1
+
+
+def _cli_env(
+    env: dict[str, str], sessions_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC), **env},
+    )
 
 
 def test_recover_with_a_fifo_recovery_log_refuses_without_blocking(

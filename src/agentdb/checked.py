@@ -33,6 +33,10 @@ def check_and_record(
         names = [paths.validate_id(i) + paths.SESSION_SUFFIX for i in ids]
     stamps = {n: verdicts.stamp(sessions_dir / n) for n in names}
     report = check_sessions(sessions_dir, ids, **kwargs)
+    if any(d.finding.code == "recovery_log_unreadable" for d in report.directory):
+        # verdicts read without the recovery history (an orphan row of a recovery counts as
+        # missing_event) must not outlive this run: the log may be put back
+        return report, False
     entries = []
     for s in report.sessions:
         st = stamps.get(s.path.name)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import locks, paths, plugins, recoverylog, verdicts
+from agentdb import errors, locks, paths, plugins, recoverylog, verdicts
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK
 from agentdb.schema.enums import RUNNING
@@ -42,6 +42,7 @@ class Recoveries:
     outcomes: dict[str, int] = field(default_factory=dict)  # outcome line -> count
     events_lost: int = 0  # events known lost, summed over recovered outcomes
     last: str | None = None  # time of the newest outcome line
+    problem: str | None = None  # why the log could not be read (a FIFO or link in its place)
 
 
 @dataclass
@@ -75,7 +76,13 @@ class StatusReport:
 def read_recoveries(log: Path) -> Recoveries:
     out = Recoveries()
     counts: Counter[str] = Counter()
-    for e in recoverylog.read(log):
+    try:
+        entries = list(recoverylog.read(log))
+    except (errors.AgentdbError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        out.problem = why if str(log) in why else f"{log}: {why}"
+        return out
+    for e in entries:
         if e.get("event") != "outcome":
             continue
         outcome = e.get("outcome")
@@ -220,6 +227,13 @@ def status(
                 if hint
                 else "agentdb sessions list --status running",
                 f"{len(interrupted)} interrupted: status running, but no process has the file open",
+            )
+        )
+    if rec.problem:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"the recovery log cannot be read: {rec.problem}",
             )
         )
     if unchecked:

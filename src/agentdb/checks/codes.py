@@ -74,6 +74,7 @@ CODES: dict[str, tuple[str, str | None]] = {
     "recovery_unreadable": ("warning", None),  # the last recovery attempt salvaged nothing
     "job_leftover": ("warning", None),  # a file an interrupted agentdb job left
     "orphan_sidecar": ("warning", None),  # a -wal/-shm/-journal with no database
+    "recovery_log_unreadable": ("error", None),  # a symlink, FIFO, ... in the log's place
 }
 
 _RANK = {v: i for i, v in enumerate(VERDICTS)}

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentdb import paths, recoverylog
+from agentdb import errors, paths, recoverylog
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
 from agentdb.results import CheckReport, DirectoryFinding, Finding, SessionCheck
@@ -32,6 +32,29 @@ def read_recovery_index(log_path: Path | None) -> dict[str, list[dict[str, Any]]
         if isinstance(sid, str):
             out.setdefault(sid, []).append(e)
     return out
+
+
+def read_recovery_index_or_finding(
+    log_path: Path,
+) -> tuple[dict[str, list[dict[str, Any]]], DirectoryFinding | None]:
+    """:func:`read_recovery_index` for ``check``: a log that cannot be read (a symlink, FIFO or
+    directory in its place, a permission error) is one directory finding, and every session is
+    still checked (without the log, an orphan row of a recovery reads as ``missing_event``)."""
+    try:
+        return read_recovery_index(log_path), None
+    except (errors.AgentdbError, OSError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        if str(log_path) not in why:
+            why = f"{log_path}: {why}"
+        return {}, DirectoryFinding(
+            log_path,
+            None,
+            finding(
+                "recovery_log_unreadable",
+                f"{why} (sessions were checked without the recovery history; move the log "
+                "back or away and check again)",
+            ),
+        )
 
 
 def was_recovered(entries: Iterable[dict[str, Any]]) -> bool:
@@ -149,7 +172,7 @@ def check_file(
     """Check one session of ``sessions_dir`` (its file, its sidecars, its siblings)."""
     sid = entry.session_id if isinstance(entry, paths.Entry) else paths.validate_id(entry)
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
-    recovery = read_recovery_index(log)
+    recovery, log_problem = read_recovery_index_or_finding(log)
     result = check_path(
         paths.session_path(sessions_dir, sid),
         sid,
@@ -158,6 +181,8 @@ def check_file(
     )
     extra, _ = check_directory_extras(sessions_dir, [sid], recovery=recovery)
     result.findings.extend(extra.get(sid, []))
+    if log_problem is not None:
+        result.findings.append(log_problem.finding)
     return result
 
 
@@ -193,7 +218,7 @@ def check_sessions(
     else:
         selected = sorted({paths.validate_id(i) for i in ids})
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
-    recovery = read_recovery_index(log)
+    recovery, log_problem = read_recovery_index_or_finding(log)
     work: list[_Work] = [
         (
             sid,
@@ -237,4 +262,6 @@ def check_sessions(
             r.findings.extend(extra[r.session_id])
             r.verdict = verdict_of(r.findings)
     results.sort(key=lambda r: r.session_id)
+    if log_problem is not None:
+        directory.insert(0, log_problem)
     return CheckReport(results, directory, interrupted=interrupted, quick=quick)

@@ -67,7 +67,9 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
         ("refused", str(s["refused"])),
         (
             "recoveries logged",
-            ", ".join(f"{n} {k}" for k, n in report.recoveries.outcomes.items()) or "none",
+            "log unreadable (see next)"
+            if report.recoveries.problem
+            else ", ".join(f"{n} {k}" for k, n in report.recoveries.outcomes.items()) or "none",
         ),
         (
             "plugin versions",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import paths, recoverylog, verdicts
+from agentdb import errors, paths, recoverylog, verdicts
 from agentdb import status as status_job
 from agentdb.report.files import write_report
 from agentdb.sessions import UNREADABLE
@@ -68,7 +68,11 @@ class Report:
 
 def _recoveries(log: Path) -> list[dict[str, Any]]:
     out = []
-    for e in recoverylog.read(log):
+    try:
+        entries = list(recoverylog.read(log))
+    except (errors.AgentdbError, OSError):
+        return []  # status's next commands say why (the log is not a regular file)
+    for e in entries:
         if e.get("event") != "outcome" or not isinstance(e.get("outcome"), str):
             continue
         sid = e.get("session_id")
