@@ -184,3 +184,57 @@ def test_never_writes_a_cache_inside_the_sessions_directory(sessions_dir: Path) 
     report, recorded = checked.check_and_record(sessions_dir, cache_dir=sessions_dir / "c")
     assert report.ok and not recorded
     assert sorted(os.listdir(sessions_dir)) == before
+
+
+def _page_of(cpath: Path) -> None:
+    """Damage the verdicts table's root page in place: the header and schema still read."""
+    import apsw
+
+    conn = apsw.Connection(str(cpath))
+    root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='verdicts'").fetchone()
+    size = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    assert root is not None and size is not None
+    with open(cpath, "r+b") as f:
+        f.seek((root[0] - 1) * size[0])
+        f.write(b"\x0d" + b"\xff" * 7)
+
+
+def test_a_cache_damaged_past_its_header_is_rebuilt(sessions_dir: Path, tmp_path: Path) -> None:
+    """A cache whose schema reads but whose table is malformed used to stay: every check said
+    "could not be written" and status said "never checked" forever."""
+    cache = tmp_path / "c"
+    _, path = make_session(sessions_dir)
+    _settle()
+    assert checked.check_and_record(sessions_dir, cache_dir=cache)[1]
+    cpath = verdicts.cache_path(cache)
+    _page_of(cpath)
+    assert verdicts.lookup(sessions_dir, cache_dir=cache) == {}
+    _, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded
+    assert verdicts.lookup(sessions_dir, cache_dir=cache)[path.name].verdict == "ok"
+    # damaged again, then a check (the writer's path) rebuilds it too
+    _page_of(cpath)
+    _, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded
+    assert verdicts.lookup(sessions_dir, cache_dir=cache)[path.name].verdict == "ok"
+
+
+def test_a_shm_made_group_writable_after_the_check_is_not_trusted(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """check calls a session with a group-writable -shm insecure; a verdict recorded before
+    the chmod must not be believed (status said "ok" and "refused 0" beside it)."""
+    cache = tmp_path / "c"
+    sid, path = make_session(sessions_dir)
+    shm = Path(str(path) + "-shm")
+    shm.write_bytes(b"")
+    os.chmod(shm, 0o600)
+    _settle()
+    report, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded and report.ok
+    os.chmod(shm, 0o666)
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)[path.name]
+    assert not got.matches(verdicts.identity_of(path))
+    again, _ = checked.check_and_record(sessions_dir, cache_dir=cache)
+    assert again.sessions[0].verdict == "insecure"

@@ -3,9 +3,9 @@ when it gave it. Derived data under ``$XDG_CACHE_HOME/agentdb/`` (CONTRACT.md): 
 finding it damaged, changes no answer — a session without a trusted entry is "never checked".
 
 An entry is keyed by the sessions directory and the file name, and carries the file's identity
-``(dev, ino, size, mtime_ns, ctime_ns)`` of the database and of its ``-wal`` (a live session
-changes only there; ``ctime`` cannot be set back by ``touch``), taken *before* the check read the
-file. A recorded verdict is believed only while the identity is the same, and only if the
+``(dev, ino, size, mtime_ns, ctime_ns)`` of the database, its ``-wal`` (a live session changes
+only there) and its ``-shm`` (whose mode and owner the check judges), taken *before* the check
+read the file (``ctime`` cannot be set back by ``touch``). A recorded verdict is believed only while the identity is the same, and only if the
 file's newest timestamp is older than the moment the identity was taken by more than the
 file system's timestamp granularity (git's "racily clean" rule: a change in the same clock tick
 as the stat would leave every field equal). Anything else is "changed since last check".
@@ -64,6 +64,9 @@ class Identity:
     db: tuple[int, int, int, int, int]  # (dev, ino, size, mtime_ns, ctime_ns)
     wal: tuple[int, int, int, int, int] | None
     regular: bool  # the entry is a regular file (a link, FIFO or directory is never trusted)
+    # the -shm too: its mode and owner are judged (a group-writable -shm makes the session
+    # insecure) and a chmod or chown shows only in its ctime
+    shm: tuple[int, int, int, int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -72,13 +75,22 @@ class Identity:
 
     def key(self) -> str:
         wal = "-" if self.wal is None else ",".join(map(str, self.wal))
-        return ",".join(map(str, self.db)) + ";" + wal + (";" if self.regular else ";x")
+        shm = "" if self.shm is None else ";shm" + ",".join(map(str, self.shm))
+        return ",".join(map(str, self.db)) + ";" + wal + (";" if self.regular else ";x") + shm
+
+    def _stamps(self) -> list[int]:
+        return [
+            self.db[3],
+            self.db[4],
+            *(self.wal[3:5] if self.wal else ()),
+            *(self.shm[3:5] if self.shm else ()),
+        ]
 
     def newest_ns(self) -> int:
-        return max(self.db[3], self.db[4], *(self.wal[3:5] if self.wal else ()))
+        return max(self._stamps())
 
     def granularity_ns(self) -> int:
-        stamps = [self.db[3], self.db[4], *(self.wal[3:5] if self.wal else ())]
+        stamps = self._stamps()
         whole = all(s % 1_000_000_000 == 0 for s in stamps)
         return COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
 
@@ -93,11 +105,13 @@ def identity_of(path: Path) -> Identity | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    try:
-        wal: os.stat_result | None = os.lstat(paths.sidecar(path, "-wal"))
-    except FileNotFoundError:
-        wal = None
-    return Identity(_five(st), None if wal is None else _five(wal), stat.S_ISREG(st.st_mode))
+    side: dict[str, tuple[int, int, int, int, int] | None] = {}
+    for suffix in ("-wal", "-shm"):
+        try:
+            side[suffix] = _five(os.lstat(paths.sidecar(path, suffix)))
+        except FileNotFoundError:
+            side[suffix] = None
+    return Identity(_five(st), side["-wal"], stat.S_ISREG(st.st_mode), side["-shm"])
 
 
 @dataclass(frozen=True)
@@ -181,8 +195,8 @@ def _remove(path: Path) -> None:
     for p in (path, paths.sidecar(path, "-wal"), paths.sidecar(path, "-shm")):
         try:
             os.unlink(p)
-        except FileNotFoundError:
-            pass
+        except OSError:
+            pass  # absent, or not ours to remove: the next open decides
 
 
 def _usable(conn: apsw.Connection) -> bool:
@@ -249,7 +263,10 @@ def lookup(sessions_dir: Path, *, cache_dir: Path | None = None) -> dict[str, Re
                 "FROM verdicts WHERE directory = ?",
                 (directory_key(sessions_dir),),
             )
-    except errors.AgentdbError:
+    except errors.AgentdbError as e:
+        conn.close()
+        if isinstance(e, errors.SessionUnusable):
+            _remove(cache_path(cache_dir))  # damaged: derived data, the next check rebuilds it
         return {}
     finally:
         conn.close()
@@ -281,11 +298,10 @@ def record(
 ) -> bool:
     """Record verdicts in one transaction; False when the cache could not be written (the
     caller may say so; no answer depends on it). A cache that would sit inside the sessions
-    directory (a home inside it) is never created: agentdb adds nothing there."""
+    directory (a home inside it) is never created: agentdb adds nothing there. A cache found
+    damaged while writing (pages that read as malformed) is removed and rebuilt once, so it
+    cannot stay useless forever."""
     if _inside(cache_path(cache_dir), sessions_dir):
-        return False
-    conn = open_cache(cache_dir)
-    if conn is None:
         return False
     at = checked_at or (
         dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -305,16 +321,26 @@ def record(
         )
         for e in entries
     ]
-    try:
-        with db.translated(cache_path(cache_dir)), conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
-            )
-        return True
-    except errors.AgentdbError:
-        return False
-    finally:
-        conn.close()
+    for attempt in range(2):
+        conn = open_cache(cache_dir)
+        if conn is None:
+            return False
+        try:
+            with db.translated(cache_path(cache_dir)), conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+                )
+            return True
+        except errors.SessionUnusable:
+            conn.close()
+            if attempt:
+                return False
+            _remove(cache_path(cache_dir))
+        except errors.AgentdbError:
+            return False
+        finally:
+            conn.close()
+    return False
 
 
 def forget_missing(
