@@ -5,10 +5,11 @@ finding it damaged, changes no answer — a session without a trusted entry is "
 An entry is keyed by the sessions directory and the file name, and carries the file's identity
 ``(dev, ino, size, mtime_ns, ctime_ns)`` of the database, its ``-wal`` (a live session changes
 only there) and its ``-shm`` (whose mode and owner the check judges), taken *before* the check
-read the file (``ctime`` cannot be set back by ``touch``). A recorded verdict is believed only while the identity is the same, and only if the
-file's newest timestamp is older than the moment the identity was taken by more than the
-file system's timestamp granularity (git's "racily clean" rule: a change in the same clock tick
-as the stat would leave every field equal). Anything else is "changed since last check".
+read the file (``ctime`` cannot be set back by ``touch``). A recorded verdict is believed only
+while the identity is the same, and only if the file's newest timestamp is older than the
+moment the identity was taken by more than the file system's timestamp granularity (git's
+"racily clean" rule: a change in the same clock tick as the stat would leave every field equal).
+Anything else is "changed since last check".
 
 This is the smallest piece of issue 13's derived index: one SQLite file, opened with the same
 hardened settings as every session (``db.open_writer``), rebuilt from nothing on any doubt.
