@@ -238,3 +238,33 @@ def test_a_shm_made_group_writable_after_the_check_is_not_trusted(
     assert not got.matches(verdicts.identity_of(path))
     again, _ = checked.check_and_record(sessions_dir, cache_dir=cache)
     assert again.sessions[0].verdict == "insecure"
+
+
+def test_a_crashed_sessions_wal_and_shm_stay_checked_after_reads(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """Run as root, SQLite fchowns a -wal and -shm to the database's owner on every open: a
+    read-only open changes their ctime (not a byte, mode or mtime). The identity used their
+    ctime, so a session a kernel left with both (a crash) was "changed since last check" right
+    after every check, for ever. (As another user nothing is fchowned: the test passes either
+    way there.)"""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "c"
+    sid, path = make_session(sessions_dir)
+    code = (
+        "import apsw, os, sys\n"
+        "c = apsw.Connection(sys.argv[1])\n"
+        "list(c.execute('PRAGMA wal_autocheckpoint=0'))\n"
+        "c.execute(\"UPDATE session_meta SET profile = 'crashed'\")\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=30)
+    assert Path(str(path) + "-wal").exists() and Path(str(path) + "-shm").exists()
+    _settle()
+    report, recorded = checked.check_and_record(sessions_dir, cache_dir=cache)
+    assert recorded and report.sessions[0].live is None
+    checked.check_and_record(sessions_dir, cache_dir=cache)  # another read of the same file
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)[path.name]
+    assert got.matches(verdicts.identity_of(path)), sid

@@ -3,13 +3,14 @@ when it gave it. Derived data under ``$XDG_CACHE_HOME/agentdb/`` (CONTRACT.md): 
 finding it damaged, changes no answer — a session without a trusted entry is "never checked".
 
 An entry is keyed by the sessions directory and the file name, and carries the file's identity
-``(dev, ino, size, mtime_ns, ctime_ns)`` of the database, its ``-wal`` (a live session changes
-only there) and its ``-shm`` (whose mode and owner the check judges), taken *before* the check
-read the file (``ctime`` cannot be set back by ``touch``). A recorded verdict is believed only
-while the identity is the same, and only if the file's newest timestamp is older than the
-moment the identity was taken by more than the file system's timestamp granularity (git's
-"racily clean" rule: a change in the same clock tick as the stat would leave every field equal).
-Anything else is "changed since last check".
+``(dev, ino, size, mtime_ns, ctime_ns)`` of the database (``ctime`` cannot be set back by
+``touch``), and ``(dev, ino, size, mtime_ns, mode, uid, gid)`` of its ``-wal`` (a live session
+changes only there) and its ``-shm`` (whose mode and owner the check judges) — not their ctime,
+which SQLite run as root changes on every open — taken *before* the check read the file. A
+recorded verdict is believed only while the identity is the same, and only if the file's
+newest timestamp is older than the moment the identity was taken by more than the file
+system's timestamp granularity (git's "racily clean" rule: a change in the same clock tick as
+the stat would leave every field equal). Anything else is "changed since last check".
 
 This is the smallest piece of issue 13's derived index: one SQLite file, opened with the same
 hardened settings as every session (``db.open_writer``), rebuilt from nothing on any doubt.
@@ -63,11 +64,12 @@ class Identity:
     """What ``lstat`` says about a session file and its ``-wal`` (None: no ``-wal``)."""
 
     db: tuple[int, int, int, int, int]  # (dev, ino, size, mtime_ns, ctime_ns)
-    wal: tuple[int, int, int, int, int] | None
+    # sidecars: (dev, ino, size, mtime_ns, mode, uid, gid), not their ctime — run as root,
+    # SQLite fchowns a -wal and -shm to the database's owner on every open, so a read changes
+    # their ctime; their mode and owner (what check judges) are taken as they are
+    wal: tuple[int, ...] | None
     regular: bool  # the entry is a regular file (a link, FIFO or directory is never trusted)
-    # the -shm too: its mode and owner are judged (a group-writable -shm makes the session
-    # insecure) and a chmod or chown shows only in its ctime
-    shm: tuple[int, int, int, int, int] | None = None
+    shm: tuple[int, ...] | None = None  # the -shm: a group-writable one makes it insecure
 
     @property
     def size(self) -> int:
@@ -83,8 +85,8 @@ class Identity:
         return [
             self.db[3],
             self.db[4],
-            *(self.wal[3:5] if self.wal else ()),
-            *(self.shm[3:5] if self.shm else ()),
+            *(self.wal[3:4] if self.wal else ()),
+            *(self.shm[3:4] if self.shm else ()),
         ]
 
     def newest_ns(self) -> int:
@@ -106,12 +108,22 @@ def identity_of(path: Path) -> Identity | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    side: dict[str, tuple[int, int, int, int, int] | None] = {}
+    side: dict[str, tuple[int, ...] | None] = {}
     for suffix in ("-wal", "-shm"):
         try:
-            side[suffix] = _five(os.lstat(paths.sidecar(path, suffix)))
+            s = os.lstat(paths.sidecar(path, suffix))
         except FileNotFoundError:
             side[suffix] = None
+        else:
+            side[suffix] = (
+                s.st_dev,
+                s.st_ino,
+                s.st_size,
+                s.st_mtime_ns,
+                s.st_mode,
+                s.st_uid,
+                s.st_gid,
+            )
     return Identity(_five(st), side["-wal"], stat.S_ISREG(st.st_mode), side["-shm"])
 
 
