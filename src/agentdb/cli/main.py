@@ -49,6 +49,9 @@ def cli(ctx: click.Context, sessions_dir: Path | None, plugin_cache: Path | None
     )
 
 
+RECURSION_LIMIT = 20_000
+
+
 def _wants_json(argv: list[str]) -> bool:
     """``--json`` among the options (not after ``--``): errors are then JSON too."""
     return "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
@@ -59,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     JSON object on stderr when the command was given ``--json``)."""
     args = sys.argv[1:] if argv is None else argv
     as_json = _wants_json(args)
+    # a parent chain is as deep as there are sessions, and `sessions tree --json` nests one
+    # level per generation: room for thousands of levels, then one line instead of a traceback
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     try:
         rv = cli.main(args=args, prog_name="agentdb", standalone_mode=False)
     except click.exceptions.Abort:
@@ -78,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         output.error("interrupted", code="interrupted", exit_code=130, as_json=as_json)
         return 130
+    except RecursionError:
+        output.error(
+            "a parent chain too deep to draw (thousands of generations of sessions); "
+            "`agentdb sessions list --json` lists every session with its parent",
+            code="too_deep",
+            exit_code=errors.EXIT_PROBLEMS,
+            as_json=as_json,
+        )
+        return errors.EXIT_PROBLEMS
     return rv if isinstance(rv, int) else 0
 
 

@@ -170,12 +170,28 @@ def _tree(lines: list[SessionLine]) -> str:
             roots.append(i)
     seen: set[int] = set()
 
-    def render(i: int) -> str:
-        seen.add(i)
-        ln = lines[i]
-        kids = [k for k in children.get(ln.session_id, []) if k not in seen]
-        inner = "".join(f"<li>{render(k)}</li>" for k in kids)
-        return _session_label(ln, i) + (f'<ul class="tree">{inner}</ul>' if inner else "")
+    def render(top: int) -> str:
+        """``top``'s label and its subtree, without recursion (a parent chain can be as deep as
+        there are sessions: recursion ended in a RecursionError traceback)."""
+        parts: list[str] = []
+        stack: list[int | str] = [top]  # a session's index, or markup to emit
+        seen.add(top)
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                parts.append(item)
+                continue
+            ln = lines[item]
+            parts.append(_session_label(ln, item))
+            kids = [k for k in children.get(ln.session_id, []) if k not in seen]
+            if not kids:
+                continue
+            seen.update(kids)
+            parts.append('<ul class="tree">')
+            stack.append("</ul>")
+            for k in reversed(kids):
+                stack.extend(("</li>", k, "<li>"))
+        return "".join(parts)
 
     out = [f"<li>{render(i)}</li>" for i in roots]
     # members of a parent cycle are reached from no root: list them flat
