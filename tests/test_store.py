@@ -118,6 +118,15 @@ def test_emit_keeps_derived_tables(sessions_dir: Path) -> None:
             errors.InvalidInput,
         ),
         (Event("tool_call", TOOL, "text"), errors.InvalidInput),  # type: ignore[arg-type]
+        # Costs that would poison every SUM(cost_usd) and every JSON report, and counts that
+        # SQLite cannot hold: refused, never written.
+        (Event("message", MODEL, b"", usage=_usage(float("inf"))), errors.InvalidInput),
+        (Event("message", MODEL, b"", usage=_usage(float("nan"))), errors.InvalidInput),
+        (Event("message", MODEL, b"", usage=_usage(-0.01)), errors.InvalidInput),
+        (
+            Event("message", MODEL, b"", usage=Usage("p", "m", 1 << 63, 1, 0.1)),
+            errors.InvalidInput,
+        ),
     ],
 )
 def test_invalid_input_raises_and_writes_nothing(

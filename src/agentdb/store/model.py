@@ -3,6 +3,7 @@ every write is validated against first."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from agentdb.schema import enums
 from agentdb.schema.identity import Identity
 
 # ------------------------------------------------------------------------------ input types
+
+
+_MAX_INT = (1 << 63) - 1  # SQLite's INTEGER range
 
 
 @dataclass(frozen=True)
@@ -202,10 +206,20 @@ def validate_event(ev: Event) -> None:
         u = ev.usage
         for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens"):
             v = getattr(u, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise errors.InvalidInput(f"usage.{name} must be a non-negative integer")
-        if not isinstance(u.cost_usd, int | float) or u.cost_usd < 0:
-            raise errors.InvalidInput("usage.cost_usd must be a non-negative number")
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MAX_INT:
+                raise errors.InvalidInput(
+                    f"usage.{name} must be an integer from 0 to {_MAX_INT} (SQLite's largest)"
+                )
+        cost = u.cost_usd
+        if (
+            not isinstance(cost, int | float)
+            or isinstance(cost, bool)
+            or not math.isfinite(cost)
+            or cost < 0
+            or cost > _MAX_INT
+        ):
+            # NaN and infinity would make every SUM(cost_usd) and every JSON report unusable.
+            raise errors.InvalidInput("usage.cost_usd must be a finite, non-negative number")
         require_text_size("usage.provider_name", u.provider_name)
         require_text_size("usage.model_id", u.model_id)
     elif ev.usage is not None:
