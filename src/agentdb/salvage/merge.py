@@ -82,6 +82,7 @@ def merge(
     notes: list[str] = []
 
     drop, unverified = _structural_suspects(page, rows)
+    gap_filled: set[Any] = set()  # events taken from a tier below the live b-tree
     dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
 
     def vouched(table: str, key: Any, row: Row) -> bool:
@@ -109,6 +110,8 @@ def merge(
             return
         merged[table][key] = row
         sources[table][source] += 1
+        if table == "events" and source in ("stray", "stale", "free-space", "sqlite-recover"):
+            gap_filled.add(key)
 
     cands = page.candidates if page else []
     # session_meta is updated in place: the page engine's live copy also sees intact WAL commits
@@ -206,6 +209,16 @@ def merge(
             result.hashes[seq] = page.verified[seq][1]
         elif rows is not None and seq in rows.event_hashes and rows.rows["events"].get(seq) == row:
             result.hashes[seq] = rows.event_hashes[seq]
+    if page is not None and (page.revision or 0) >= 2:
+        # A revision-2 file: an event from a lower tier with no content hash to vouch for it
+        # (a revision-1 record left in free space by the migration, say) is kept unverified.
+        loose = {k for k in gap_filled if k not in result.hashes}
+        if loose:
+            result.unverified.setdefault("events", set()).update(loose)
+            notes.append(
+                f"events: {len(loose)} rows from older copies carry no content hash (written "
+                "before the file was migrated): kept, unverified"
+            )
     _derive_producers(result)
     if not merged["session_meta"] and result.count():
         result.rebuilt_meta = True
