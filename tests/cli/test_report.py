@@ -106,6 +106,10 @@ def test_report_names_every_session_and_matches_the_json(tmp_path: Path) -> None
         assert page.numbers[f"sessions.{i}.cost_usd"] == f"{costs[s['session_id']]:.4f}"
     assert abs(doc["summary"]["cost_usd"] - sum(costs.values())) < 1e-9
     assert abs(sum(d["cost_usd"] for d in doc["cost_by_day"]) - sum(costs.values())) < 1e-9
+    # names read from the files are shown as text (never as Python reprs of their bytes)
+    text = "".join(page.text)
+    assert "claude-sonnet" in text and "anthropic" in text and "b'" not in text
+    assert [m["model"] for m in doc["cost_by_model"]] == ["claude-sonnet"]
     # self-contained: no script, no external reference
     assert "script" not in page.tags
     for name, value in page.attrs:

@@ -230,7 +230,7 @@ class SessionReader:
         model; ``day`` is ``YYYY-MM-DD``, or ``unknown`` when the timestamp does not start so."""
         with db.translated(self.path):
             return [
-                (str(d), str(p), str(m), int(n), float(u))
+                (str(d), str(_text(p)), str(_text(m)), int(n), float(u))
                 for d, p, m, n, u in self.conn.execute(
                     "SELECT CASE WHEN substr(e.timestamp, 1, 10) GLOB "
                     "'[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]' "
