@@ -102,6 +102,7 @@ class BackupReport:
 
     dest_dir: Path  # where the copies went
     sessions: list[BackupOutcome] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
 
     @property
     def ok(self) -> bool:
@@ -386,13 +387,16 @@ def backup_sessions(
     recovery = read_recovery_index(log)
     if dest_dir.is_dir():
         backupdir.sweep_leftovers(dest_dir)
-    for i, path in enumerate(targets, 1):
-        sid = path.name.removesuffix(paths.SESSION_SUFFIX)
-        recovered = was_recovered(recovery.get(sid, []))
-        out = backup_session(path, dest_dir, recovered=recovered, sync_dir=False)
-        report.sessions.append(out)
-        if progress:
-            progress(out, i, len(targets))
+    try:
+        for i, path in enumerate(targets, 1):
+            sid = path.name.removesuffix(paths.SESSION_SUFFIX)
+            recovered = was_recovered(recovery.get(sid, []))
+            out = backup_session(path, dest_dir, recovered=recovered, sync_dir=False)
+            report.sessions.append(out)
+            if progress:
+                progress(out, i, len(targets))
+    except KeyboardInterrupt:  # a copy in hand is only a temp file, which the next run removes
+        report.interrupted = True
     if dest_dir.is_dir():
         fsutil.fsync_dir(dest_dir)  # every link made above is durable before the report
     return report

@@ -92,6 +92,7 @@ class MigrationReport:
     target: int  # the revision files were brought to
     dry_run: bool  # True: nothing was changed; "migrated" means "would be migrated"
     sessions: list[MigrationOutcome] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
 
     def summary(self) -> dict[str, int]:
         counts = dict.fromkeys(OUTCOMES, 0)
@@ -549,14 +550,17 @@ def migrate_sessions(
     """Probe and (unless ``dry_run``) migrate each file in turn: ``ids``, or every session."""
     report = MigrationReport(CURRENT_REVISION, dry_run=dry_run)
     targets = _targets(sessions_dir, ids)
-    for i, (sid, path) in enumerate(targets, 1):
-        item = probe(sid, path)
-        out = (
-            dry_run_outcome(item, wait=wait)
-            if dry_run
-            else migrate_one(item, wait=wait, keep_backups=keep_backups)
-        )
-        report.sessions.append(out)
-        if progress:
-            progress(out, i, len(targets))
+    try:
+        for i, (sid, path) in enumerate(targets, 1):
+            item = probe(sid, path)
+            out = (
+                dry_run_outcome(item, wait=wait)
+                if dry_run
+                else migrate_one(item, wait=wait, keep_backups=keep_backups)
+            )
+            report.sessions.append(out)
+            if progress:
+                progress(out, i, len(targets))
+    except KeyboardInterrupt:  # the file in hand is at the old revision or the new one
+        report.interrupted = True
     return report

@@ -45,6 +45,17 @@ def _xdg(var: str, default: str) -> Path:
     return Path.home() / default
 
 
+def ignored_xdg(var: str) -> str | None:
+    """Why ``$var`` (XDG_STATE_HOME, XDG_CACHE_HOME) is not used, when it is set but relative."""
+    value = os.environ.get(var, "")
+    if value and not os.path.isabs(value):
+        return (
+            f"{var}={value!r} is ignored: the XDG rules accept only absolute paths; "
+            f"set it to an absolute path"
+        )
+    return None
+
+
 def state_home() -> Path:
     return _xdg("XDG_STATE_HOME", ".local/state")
 
@@ -99,8 +110,17 @@ def require_sessions_dir(path: Path) -> Path:
     try:
         st = path.stat()
     except FileNotFoundError:
+        ignored = ignored_xdg("XDG_STATE_HOME") if path == default_sessions_dir() else None
+        if ignored is not None:
+            raise UsageError(
+                f"{path}: sessions directory does not exist, and {ignored} (or pass --sessions-dir)"
+            ) from None
         raise UsageError(
             f"{path}: sessions directory does not exist; pass --sessions-dir or set XDG_STATE_HOME"
+        ) from None
+    except OSError as e:
+        raise UsageError(
+            f"{path}: cannot use it as the sessions directory ({e.strerror}); pass --sessions-dir"
         ) from None
     if not os.path.isdir(path):
         raise UsageError(f"{path}: not a directory (mode {oct(st.st_mode)}); pass --sessions-dir")

@@ -118,6 +118,14 @@ def scan(sessions_dir: Path, *, count_events: bool = True, jobs: int = 1) -> Ite
         pool.join()
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan; ``rows`` are the matching sessions read before it."""
+
+    def __init__(self, rows: list[SessionRow]) -> None:
+        super().__init__()
+        self.rows = rows
+
+
 def list_sessions(
     sessions_dir: Path,
     *,
@@ -135,8 +143,23 @@ def list_sessions(
     """
     now = now or dt.datetime.now(dt.timezone.utc)
     wanted = set(statuses) if statuses else None
-    out = []
-    for row in scan(sessions_dir, jobs=jobs):
+    out: list[SessionRow] = []
+    try:
+        _filter(scan(sessions_dir, jobs=jobs), out, wanted, older, newer, now)
+    except KeyboardInterrupt:
+        raise Interrupted(out) from None
+    return out
+
+
+def _filter(
+    rows: Iterable[SessionRow],
+    out: list[SessionRow],
+    wanted: set[str] | None,
+    older: dt.timedelta | None,
+    newer: dt.timedelta | None,
+    now: dt.datetime,
+) -> None:
+    for row in rows:
         if wanted is not None and row.status not in wanted:
             continue
         t = row.reference_time
@@ -145,7 +168,6 @@ def list_sessions(
         if newer is not None and older_than(t, newer, now):
             continue
         out.append(row)
-    return out
 
 
 def list_summary(rows: Sequence[SessionRow]) -> dict[str, object]:

@@ -62,7 +62,7 @@ def test_empty_directory_is_ok(sessions_dir: Path, capsys) -> None:  # type: ign
 
 
 def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
-    """SIGINT while checking thousands of files: a clean partial report, exit 1."""
+    """SIGINT while checking thousands of files: a clean partial report, exit 130."""
     _, path = make_session(sessions_dir, turns=1)
     for i in range(3000):
         sid = f"01ARZ3NDEK{i:016d}"
@@ -100,7 +100,7 @@ def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
     except OSError:
         pass
     os.close(master)
-    assert p.returncode == 1
+    assert p.returncode == 130
     doc = json.loads(out)
     assert doc["summary"]["interrupted"] is True
     assert 0 < doc["summary"]["checked"] < 3001

@@ -6,9 +6,17 @@ from pathlib import Path
 
 import click
 
-from agentdb import backup
+from agentdb import backup, errors
 from agentdb.cli import output
-from agentdb.cli.common import App, fmt_option, json_option, make_selection, session_selection
+from agentdb.cli.common import (
+    App,
+    finish,
+    fmt_option,
+    json_option,
+    make_selection,
+    session_selection,
+)
+from agentdb.cli.params import DIRECTORY, OUTPUT_DIR
 
 
 @click.command("backup")
@@ -16,14 +24,14 @@ from agentdb.cli.common import App, fmt_option, json_option, make_selection, ses
 @click.option(
     "--to",
     "dest",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=OUTPUT_DIR,
     metavar="DIR",
     help="Write DIR/<id>.sqlite (DIR created 0700 if missing); rerun to bring it up to date.",
 )
 @click.option(
     "--verify",
     "verify",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=DIRECTORY,
     metavar="DIR",
     help="Check the copies in DIR (timestamped ones too) with the rules of `agentdb check`.",
 )
@@ -55,7 +63,7 @@ def backup_cmd(
 
     The table leaves out `unchanged` sessions (-v lists them); the summary counts them.
     Exit status 1 when any session was not backed up (corrupt, foreign, failed) or, with
-    --verify, any copy is not ok.
+    --verify, any copy is not ok; 130 after Ctrl-C, with the sessions done before it reported.
     """
     if verify is not None:
         if ids or all_ or dest is not None:
@@ -79,6 +87,10 @@ def backup_cmd(
         raise click.UsageError("give --to DIR (or --verify DIR)")
     selection = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
+    if _inside(dest, sessions_dir):
+        raise errors.UsageError(
+            f"{dest}: inside the sessions directory {sessions_dir}; give a --to outside it"
+        )
     bar = output.ProgressLine("backup")
     try:
         report = backup.backup_sessions(
@@ -91,7 +103,7 @@ def backup_cmd(
     finally:
         bar.close()
     if as_json:
-        output.emit_json(report.as_json())
+        output.emit_json({**report.as_json(), "interrupted": report.interrupted})
     else:
         output.emit_table(
             [
@@ -123,4 +135,10 @@ def backup_cmd(
                     f"{s.session_id}: the session no longer has {s.lost} that {s.path} holds; "
                     "that copy is kept"
                 )
-    return 0 if report.ok else 1
+    return finish(report.ok, report.interrupted, len(report.sessions), "copied or judged")
+
+
+def _inside(dest: Path, sessions_dir: Path) -> bool:
+    """True when ``dest`` is the sessions directory or lies under it (symlinks resolved)."""
+    d, s = dest.resolve(), sessions_dir.resolve()
+    return d == s or s in d.parents

@@ -6,7 +6,15 @@ import click
 
 from agentdb import checked
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, jobs_option, json_option
+from agentdb.cli.common import (
+    SESSION_ID,
+    App,
+    default_jobs,
+    finish,
+    fmt_option,
+    jobs_option,
+    json_option,
+)
 from agentdb.results import CheckReport, SessionCheck
 
 
@@ -98,7 +106,8 @@ def check_cmd(
 
     Verdicts, most serious first: insecure, foreign, too_new, unsafe_schema, unreadable,
     corrupt, inconsistent, needs_migration; ok otherwise. Each finding names the fix. Exit 0
-    when every session is ok, 1 when any is not (or Ctrl-C cut the run short).
+    when every session is ok, 1 when any is not, 130 when Ctrl-C cut the run short (the
+    report then covers the sessions checked before it).
 
     Each verdict is also recorded, with the file's identity, in the verdict cache under
     $XDG_CACHE_HOME/agentdb/ (derived data: delete it any time), which `agentdb status` reads.
@@ -138,6 +147,4 @@ def check_cmd(
         )
     else:
         render(report, fmt, problems=problems)
-    if report.interrupted:
-        output.warn("interrupted: the report covers only the sessions checked before Ctrl-C")
-    return 0 if report.ok else 1
+    return finish(report.ok, report.interrupted, len(report.sessions), "checked")

@@ -11,9 +11,13 @@ from typing import Any, TypeVar
 import click
 import click.shell_completion
 
-from agentdb import paths
+from agentdb import errors, paths
+from agentdb.cli import output
+from agentdb.cli.params import TABLE_FORMAT
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_INTERRUPTED = 130  # Ctrl-C: what was finished before it is reported
 
 
 @dataclass
@@ -22,6 +26,7 @@ class App:
 
     sessions_dir: Path  # --sessions-dir or $XDG_STATE_HOME/agent/sessions
     plugin_cache: Path  # --plugin-cache or $XDG_CACHE_HOME/agent/plugins
+    plugin_cache_given: bool = False  # --plugin-cache was given
 
     @property
     def recovery_log(self) -> Path:
@@ -29,6 +34,30 @@ class App:
 
     def require_sessions_dir(self) -> Path:
         return paths.require_sessions_dir(self.sessions_dir)
+
+    def use_plugin_cache(self) -> Path:
+        """The plugin cache, with a warning when it is missing because a relative
+        $XDG_CACHE_HOME was ignored (every producer would otherwise just look missing)."""
+        if not self.plugin_cache_given and not os.path.lexists(self.plugin_cache):
+            ignored = paths.ignored_xdg("XDG_CACHE_HOME")
+            if ignored is not None:
+                output.warn(
+                    f"{self.plugin_cache}: plugin cache does not exist, and {ignored} "
+                    "(or pass --plugin-cache)"
+                )
+        return self.plugin_cache
+
+
+def finish(ok: bool, interrupted: bool, done: int, what: str) -> int:
+    """A job's exit code; after Ctrl-C, a warning that the report covers only ``done`` sessions
+    (the one in hand when it came is as an interrupted run leaves it: run the job again)."""
+    if interrupted:
+        output.warn(
+            f"interrupted: the report covers the {done} session(s) {what} before Ctrl-C; "
+            "run the command again to finish"
+        )
+        return EXIT_INTERRUPTED
+    return errors.EXIT_OK if ok else errors.EXIT_PROBLEMS
 
 
 class SessionIdType(click.ParamType):
@@ -112,6 +141,7 @@ def json_option(f: F) -> F:
 def fmt_option(f: F) -> F:
     return click.option(
         "--fmt",
+        type=TABLE_FORMAT,
         default="simple",
         show_default=True,
         metavar="FORMAT",

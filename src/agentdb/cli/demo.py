@@ -12,6 +12,7 @@ import click
 import agentdb
 from agentdb import demo
 from agentdb.cli import output
+from agentdb.cli.params import OUTPUT_DIR
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
 # "{root}" in an argument stands for the demo's root directory, "{id:ROLE}" for the id of the
@@ -34,7 +35,7 @@ WALKTHROUGH: list[tuple[str, list[str]]] = [
 
 
 @click.command("demo")
-@click.argument("directory", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.argument("directory", required=False, type=OUTPUT_DIR)
 @click.option("--no-walkthrough", is_flag=True, help="Only build the sample state.")
 def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
     """Build a realistic sample state in DIRECTORY (default: a new temporary directory) and run

@@ -9,7 +9,8 @@ import click
 
 from agentdb import sessions
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.cli.common import EXIT_INTERRUPTED, SESSION_ID, App, fmt_option, json_option
+from agentdb.cli.params import INT64_MAX
 from agentdb.schema import enums
 from agentdb.store import EventRow
 
@@ -73,7 +74,7 @@ def _preview(e: EventRow) -> str:
 )
 @click.option(
     "--after",
-    type=click.IntRange(0),
+    type=click.IntRange(0, INT64_MAX),
     default=0,
     metavar="SEQ",
     help="Only events with a sequence greater than SEQ.",
@@ -110,23 +111,32 @@ def events_cmd(
         after=after,
         payload_cap=max_payload,
     )
-    if as_json:
+    rows: list[tuple[Any, ...]] = []
+    n = 0
+    interrupted = False
+    try:
         for e in it:
-            output.emit_json_line(_json(e))
-        return 0
-    output.emit_table(
-        [
-            (
-                e.sequence,
-                e.timestamp[:23],
-                e.kind,
-                f"{e.producer_category}/{e.producer_name}@{e.producer_version}",
-                e.payload_length,
-                _preview(e),
-            )
-            for e in it
-        ],
-        ["seq", "timestamp", "kind", "producer", "bytes", "payload"],
-        fmt,
-    )
+            n += 1
+            if as_json:
+                output.emit_json_line(_json(e))
+            else:
+                rows.append(_row(e))
+    except KeyboardInterrupt:  # the events read before it are printed
+        interrupted = True
+    if not as_json:
+        output.emit_table(rows, ["seq", "timestamp", "kind", "producer", "bytes", "payload"], fmt)
+    if interrupted:
+        output.warn(f"interrupted: {n} event(s) printed before Ctrl-C")
+        return EXIT_INTERRUPTED
     return 0
+
+
+def _row(e: EventRow) -> tuple[Any, ...]:
+    return (
+        e.sequence,
+        e.timestamp[:23],
+        e.kind,
+        f"{e.producer_category}/{e.producer_name}@{e.producer_version}",
+        e.payload_length,
+        _preview(e),
+    )

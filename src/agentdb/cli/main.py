@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
+from typing import Any
 
-import click
+try:  # Ctrl-C while Python is still loading agentdb: nothing has started, so nothing to report
+    from pathlib import Path
 
-from agentdb import __version__, errors, paths
-from agentdb.cli import commands, output
-from agentdb.cli.common import App
+    import click
+
+    from agentdb import __version__, errors, paths
+    from agentdb.cli import commands, output
+    from agentdb.cli.common import EXIT_INTERRUPTED, App
+    from agentdb.cli.params import DIRECTORY
+except KeyboardInterrupt:
+    sys.stderr.write("agentdb: interrupted\n")
+    sys.exit(130)
 
 
 @click.group(
@@ -18,7 +26,7 @@ from agentdb.cli.common import App
 )
 @click.option(
     "--sessions-dir",
-    type=click.Path(path_type=Path),
+    type=DIRECTORY,
     default=None,
     metavar="PATH",
     envvar="AGENTDB_SESSIONS_DIR",
@@ -27,7 +35,7 @@ from agentdb.cli.common import App
 )
 @click.option(
     "--plugin-cache",
-    type=click.Path(path_type=Path),
+    type=DIRECTORY,
     default=None,
     metavar="PATH",
     envvar="AGENTDB_PLUGIN_CACHE",
@@ -46,6 +54,7 @@ def cli(ctx: click.Context, sessions_dir: Path | None, plugin_cache: Path | None
     ctx.obj = App(
         sessions_dir=sessions_dir or paths.default_sessions_dir(),
         plugin_cache=plugin_cache or paths.default_plugin_cache(),
+        plugin_cache_given=plugin_cache is not None,
     )
 
 
@@ -57,6 +66,48 @@ def _wants_json(argv: list[str]) -> bool:
     return "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _usage_error(e: click.ClickException) -> str:
+    """A click error as one line: the command, the problem, where to read more."""
+    message = _one_line(e.format_message())
+    ctx = getattr(e, "ctx", None)
+    if ctx is None:
+        return message
+    command = ctx.command_path.removeprefix("agentdb").strip()
+    return f"{command + ': ' if command else ''}{message} (see '{ctx.command_path} --help')"
+
+
+def _fresh_line(as_json: bool) -> None:
+    """End the terminal's echo of ^C, so the message starts a line of its own."""
+    if output.is_terminal() and not as_json:
+        click.echo(err=True)
+
+
+def _stdout_gone() -> int:
+    """The reader of our output went away (``agentdb events ID | head -1``): not an error.
+
+    Further writes, including the interpreter's final flush, go to /dev/null instead of raising.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return errors.EXIT_OK  # not a real file (an in-process test runner's buffer)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return errors.EXIT_OK
+
+
+def _run(args: list[str]) -> Any:
+    """Parse and run one command line. Not click's ``main``: that turns Ctrl-C into Abort and a
+    closed stdout into exit 1; here each reaches :func:`main` as what it is."""
+    with cli.make_context("agentdb", list(args)) as ctx:
+        return cli.invoke(ctx)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map our errors to their exit codes with a one-line message on stderr (one
     JSON object on stderr when the command was given ``--json``)."""
@@ -65,34 +116,43 @@ def main(argv: list[str] | None = None) -> int:
     # a parent chain is as deep as there are sessions, and `sessions tree --json` nests one
     # level per generation: room for thousands of levels, then one line instead of a traceback
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+    def fail(message: str, code: str, exit_code: int, path: str | None = None) -> int:
+        output.error(message, code=code, exit_code=exit_code, path=path, as_json=as_json)
+        return exit_code
+
     try:
-        rv = cli.main(args=args, prog_name="agentdb", standalone_mode=False)
-    except click.exceptions.Abort:
-        output.error("aborted", code="interrupted", exit_code=130, as_json=as_json)
-        return 130
-    except click.ClickException as e:
-        if not as_json:
-            e.show()
-        else:
-            output.error(
-                e.format_message(), code="usage", exit_code=errors.EXIT_USAGE, as_json=True
+        try:
+            rv = _run(args)
+        except click.exceptions.Exit as e:  # --help, --version
+            rv = e.exit_code
+        except click.exceptions.Abort:  # Ctrl-C or end of input at a confirmation prompt
+            _fresh_line(as_json)
+            return fail("aborted, nothing changed", "interrupted", EXIT_INTERRUPTED)
+        except click.ClickException as e:
+            return fail(_usage_error(e), "usage", e.exit_code)
+        except errors.AgentdbError as e:
+            return fail(_one_line(str(e)), e.code, e.exit_code, e.path)
+        except KeyboardInterrupt:
+            _fresh_line(as_json)
+            return fail("interrupted", "interrupted", EXIT_INTERRUPTED)
+        except RecursionError:
+            return fail(
+                "a parent chain too deep to draw (thousands of generations of sessions); "
+                "`agentdb sessions list --json` lists every session with its parent",
+                "too_deep",
+                errors.EXIT_PROBLEMS,
             )
-        return errors.EXIT_USAGE
-    except errors.AgentdbError as e:
-        output.error(str(e), code=e.code, exit_code=e.exit_code, path=e.path, as_json=as_json)
-        return e.exit_code
-    except KeyboardInterrupt:
-        output.error("interrupted", code="interrupted", exit_code=130, as_json=as_json)
-        return 130
-    except RecursionError:
-        output.error(
-            "a parent chain too deep to draw (thousands of generations of sessions); "
-            "`agentdb sessions list --json` lists every session with its parent",
-            code="too_deep",
-            exit_code=errors.EXIT_PROBLEMS,
-            as_json=as_json,
-        )
-        return errors.EXIT_PROBLEMS
+        except BrokenPipeError:
+            return _stdout_gone()
+        except OSError as e:  # an environment failure no job turned into a report
+            where = e.filename if e.filename is not None else "agentdb"
+            return fail(f"{where}: {e.strerror or e}", "os_error", errors.EXIT_PROBLEMS, where)
+        sys.stdout.flush()  # a closed pipe shows here when the output fit in the buffer
+    except BrokenPipeError:
+        return _stdout_gone()
+    except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported
+        return EXIT_INTERRUPTED
     return rv if isinstance(rv, int) else 0
 
 

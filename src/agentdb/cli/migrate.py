@@ -6,7 +6,15 @@ import click
 
 from agentdb import migrate
 from agentdb.cli import output
-from agentdb.cli.common import App, fmt_option, json_option, make_selection, session_selection
+from agentdb.cli.common import (
+    App,
+    finish,
+    fmt_option,
+    json_option,
+    make_selection,
+    session_selection,
+)
+from agentdb.cli.params import SecondsType
 
 _SUMMARY = (
     ("migrated", "migrated"),
@@ -26,7 +34,7 @@ _SUMMARY = (
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=SecondsType(maximum=86400),
     default=None,
     metavar="SECONDS",
     help="Also migrate sessions another process has open, waiting at most SECONDS for the "
@@ -60,7 +68,8 @@ def migrate_cmd(
     has open are skipped unless --wait. Killed at any point, a file is at the old revision or the
     new one; run the command again to finish.
 
-    Exit status 1 when any session is not migrated or current.
+    Exit status 1 when any session is not migrated or current; 130 after Ctrl-C, with the
+    sessions done before it reported.
     """
     selection = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
@@ -77,7 +86,7 @@ def migrate_cmd(
     finally:
         bar.close()
     if as_json:
-        output.emit_json(report.as_json())
+        output.emit_json({**report.as_json(), "interrupted": report.interrupted})
     else:
         verb = "would migrate" if dry_run else "migrated"
         output.emit_table(
@@ -101,6 +110,6 @@ def migrate_cmd(
             [verb if k == "migrated" else label for k, label in _SUMMARY],
             fmt,
         )
-        if not report.sessions:
+        if not report.sessions and not report.interrupted:
             output.note("no sessions")
-    return 0 if report.ok else 1
+    return finish(report.ok, report.interrupted, len(report.sessions), "done")

@@ -1,13 +1,23 @@
-"""Click parameter types shared by several commands."""
+"""Click parameter types shared by several commands.
+
+Each rejects a value it cannot act on before anything runs, as a one-line usage error naming
+the option: an empty path, a number SQLite or a clock cannot hold, NaN, a table format tabulate
+does not know, a directory that cannot be made where it is asked for.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import os
+from pathlib import Path
 from typing import Any
 
 import click
 
 from agentdb.durations import parse_duration
+
+INT64_MAX = 2**63 - 1  # SQLite's integers: a larger sequence number cannot exist
 
 
 class DurationType(click.ParamType):
@@ -22,8 +32,107 @@ class DurationType(click.ParamType):
             return value
         try:
             return parse_duration(str(value))
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             self.fail(str(e), param, ctx)
 
 
 DURATION = DurationType()
+
+
+class SecondsType(click.ParamType):
+    """A finite number of seconds in ``[0, maximum]`` (no NaN, no infinity)."""
+
+    name = "SECONDS"
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = maximum
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not 0 <= seconds <= self.maximum:
+            self.fail(f"{value!r}: give a number of seconds from 0 to {self.maximum:g}", param, ctx)
+        return seconds
+
+
+class TableFormatType(click.ParamType):
+    """A tabulate table format name (``simple``, ``github``, ``plain``, ``grid``, ...)."""
+
+    name = "FORMAT"
+    DEFAULT = "simple"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value == self.DEFAULT:
+            return value  # the default needs no tabulate import (--json never draws a table)
+        from tabulate import tabulate_formats
+
+        if value in tabulate_formats:
+            return str(value)
+        self.fail(
+            f"{value!r} is not a table format; use one of: {', '.join(tabulate_formats)}",
+            param,
+            ctx,
+        )
+
+
+TABLE_FORMAT = TableFormatType()
+
+
+class DirectoryType(click.ParamType):
+    """A directory path given on the command line: never empty (``""`` would mean the current
+    directory without saying so). Whether it exists is the command's business."""
+
+    name = "PATH"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        if isinstance(value, Path):
+            return value
+        if not isinstance(value, str) or not value:
+            self.fail("an empty path; give a directory (use . for the current one)", param, ctx)
+        return Path(value)
+
+
+DIRECTORY = DirectoryType()
+
+
+class OutputDirType(DirectoryType):
+    """A directory agentdb writes into, created (0700) if missing: it must be a directory we can
+    write, or be creatable where it is (its nearest existing ancestor a writable directory)."""
+
+    name = "DIR"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        path = super().convert(value, param, ctx)
+        problem = output_dir_problem(path)
+        if problem is not None:
+            self.fail(f"{problem}; give a directory you can write", param, ctx)
+        return path
+
+
+OUTPUT_DIR = OutputDirType()
+
+
+def output_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be (made into) a directory this process writes, or None."""
+    p = path
+    while True:
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: an ancestor is a file
+            if p.parent == p:
+                return f"{p}: does not exist"
+            p = p.parent
+            continue
+        except OSError as e:
+            return f"{p}: {e.strerror}"
+        break
+    if not os.path.isdir(p):
+        what = "is" if p == path else f"(part of {path}) is"
+        return f"{p}: {what} not a directory (mode {oct(st.st_mode)})"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"{p}: not writable" + ("" if p == path else f", so {path} cannot be made in it")
+    return None

@@ -25,7 +25,7 @@ def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
     Exit 1 when some session could not be read: its references are unknown, so "unreferenced"
     is not final until it is recovered or removed.
     """
-    refs = plugins.refs(app.require_sessions_dir(), app.plugin_cache)
+    refs = plugins.refs(app.require_sessions_dir(), app.use_plugin_cache())
     if as_json:
         output.emit_json(
             {

@@ -21,7 +21,7 @@ def preflight_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
     A plugin version is in the cache iff <plugin-cache>/<category>/<name>/<version>/ exists.
     Exit 1 when anything is missing.
     """
-    report = sessions.preflight(app.require_sessions_dir(), session_id, app.plugin_cache)
+    report = sessions.preflight(app.require_sessions_dir(), session_id, app.use_plugin_cache())
     missing = report.missing
     if as_json:
         output.emit_json(

@@ -9,7 +9,7 @@ import click
 
 from agentdb import errors, prune
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option
 from agentdb.cli.params import DURATION
 
 
@@ -106,7 +106,8 @@ def prune_cmd(
     references any more (what `agentdb plugins refs` lists as evictable). Nothing is removed
     without --yes or a confirmation on a terminal. The text report gives totals by reason and
     the first refused sessions (-v lists every one; --json has every reason).
-    Exit 0: did all asked; 1: refused some; 2: usage error.
+    Exit 0: did all asked; 1: refused some; 2: usage error; 130: Ctrl-C (what was removed
+    before it is reported; run prune again to finish).
     """
     selectors = prune.Selectors(
         ids=tuple(dict.fromkeys(ids)),
@@ -123,7 +124,7 @@ def prune_cmd(
         selectors.validate()
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    plan = prune.plan(app.require_sessions_dir(), app.plugin_cache, selectors)
+    plan = prune.plan(app.require_sessions_dir(), app.use_plugin_cache(), selectors)
     for n in plan.notes:
         output.warn(n)
     if dry_run:
@@ -160,7 +161,8 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
         output.emit_json(result.to_json())
     else:
         _show(result, fmt)
-    return errors.EXIT_PROBLEMS if result.refused else errors.EXIT_OK
+    done = len(result.removed) + len(result.refused)
+    return finish(not result.refused, result.interrupted, done, "removed or refused")
 
 
 REFUSED_ROWS = 10  # refused sessions listed in the text report without -v

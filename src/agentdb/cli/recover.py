@@ -6,7 +6,14 @@ import click
 
 from agentdb import salvage
 from agentdb.cli import output
-from agentdb.cli.common import App, fmt_option, json_option, make_selection, session_selection
+from agentdb.cli.common import (
+    App,
+    finish,
+    fmt_option,
+    json_option,
+    make_selection,
+    session_selection,
+)
 
 
 @click.command("recover")
@@ -28,7 +35,7 @@ def recover_cmd(
     sessions are left alone; sessions another process has open are skipped. Every recovery is
     logged to the recovery log and warned about on stderr. Exit 1 when any session was
     unreadable, skipped, refused or failed (the system refused a write: the session is left as
-    it was).
+    it was); 130 after Ctrl-C, with the sessions done before it reported.
     """
     sel = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
@@ -56,6 +63,7 @@ def recover_cmd(
             {
                 "version": 1,
                 "dry_run": dry_run,
+                "interrupted": report.interrupted,
                 "sessions": [
                     {
                         "session_id": s.session_id,
@@ -92,7 +100,7 @@ def recover_cmd(
             ["session", "outcome", "rows salvaged", "lost", "read by", "original kept as"],
             fmt,
         )
-    return 0 if report.ok else 1
+    return finish(report.ok, report.interrupted, len(report.sessions), "done")
 
 
 # What each salvage engine is, in words an operator knows.

@@ -9,7 +9,15 @@ import click
 
 from agentdb import sessions
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, default_jobs, fmt_option, jobs_option, json_option
+from agentdb.cli.common import (
+    SESSION_ID,
+    App,
+    default_jobs,
+    finish,
+    fmt_option,
+    jobs_option,
+    json_option,
+)
 from agentdb.cli.params import DURATION
 from agentdb.schema import enums
 
@@ -66,16 +74,21 @@ def list_cmd(
 ) -> int:
     """List sessions in chronological order with status, profile, parent, depth, start and end,
     cost and event count."""
-    rows = sessions.list_sessions(
-        app.require_sessions_dir(),
-        statuses=statuses or None,
-        older=older_than,
-        newer=newer_than,
-        jobs=jobs or default_jobs(),
-    )
+    interrupted = False
+    try:
+        rows = sessions.list_sessions(
+            app.require_sessions_dir(),
+            statuses=statuses or None,
+            older=older_than,
+            newer=newer_than,
+            jobs=jobs or default_jobs(),
+        )
+    except sessions.Interrupted as e:
+        rows, interrupted = e.rows, True
     if as_json:
-        output.emit_json({"version": 1, "sessions": rows, "summary": sessions.list_summary(rows)})
-        return 0
+        doc = {"version": 1, "sessions": rows, "summary": sessions.list_summary(rows)}
+        output.emit_json({**doc, "interrupted": interrupted})
+        return finish(True, interrupted, len(rows), "listed")
     output.emit_table(
         [
             (
@@ -99,7 +112,7 @@ def list_cmd(
         f"{len(rows)} sessions"
         + (f", {unreadable} unreadable (see `agentdb check`)" if unreadable else "")
     )
-    return 0
+    return finish(True, interrupted, len(rows), "listed")
 
 
 @sessions_cmd.command("show")

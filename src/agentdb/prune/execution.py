@@ -54,6 +54,7 @@ class PruneResult:
     versions: list[VersionUse] = field(default_factory=list)
     include_pinned: bool = False  # --include-pinned was given
     unknown_references: int = 0  # sessions that stay whose references could not be read
+    interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
 
     @property
     def by_reason(self) -> dict[str, int]:
@@ -106,6 +107,7 @@ class PruneResult:
             "unreferenced_versions": [v.as_json() for v in self.unreferenced],
             "unknown_references": self.unknown_references,
             "summary": self.summary(),
+            "interrupted": self.interrupted,
         }
 
 
@@ -135,8 +137,19 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
     """Remove every session the plan decided to remove; re-judge each under its lock."""
     point = fault or faults.point
     point("after_plan")
-    sessions_dir = plan.sessions_dir
     result = PruneResult(False)
+    try:
+        _execute(plan, result, point)
+    except KeyboardInterrupt:  # the session in hand has its intent: the next run finishes it
+        result.interrupted = True
+    result.versions = plan.version_uses(result.removed)
+    result.include_pinned = plan.include_pinned
+    result.unknown_references = _unknown(plan, set(result.removed))
+    return result
+
+
+def _execute(plan: PrunePlan, result: PruneResult, point: Fault) -> None:
+    sessions_dir = plan.sessions_dir
     for d in plan.candidates:
         if not d.remove:
             result.refused.append(d)
@@ -163,10 +176,6 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
         result.removed.append(d.session_id)
         result.freed_bytes += freed
         result.files += names
-    result.versions = plan.version_uses(result.removed)
-    result.include_pinned = plan.include_pinned
-    result.unknown_references = _unknown(plan, set(result.removed))
-    return result
 
 
 def _refused(d: PruneDecision, code: str, message: str) -> PruneDecision:

@@ -86,6 +86,7 @@ class RecoveryReport:
 
     sessions: list[RecoveryOutcome] = field(default_factory=list)
     dry_run: bool = False
+    interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
 
     @property
     def ok(self) -> bool:
@@ -117,12 +118,15 @@ def recover_sessions(
     else:
         ids = [paths.validate_id(s) for s in session_ids]
     report = RecoveryReport(dry_run=dry_run)
-    for sid in ids:
-        report.sessions.append(
-            recover_session(
-                sessions_dir, sid, dry_run=dry_run, recovery_log=recovery_log, fault=fault
+    try:
+        for sid in ids:
+            report.sessions.append(
+                recover_session(
+                    sessions_dir, sid, dry_run=dry_run, recovery_log=recovery_log, fault=fault
+                )
             )
-        )
+    except KeyboardInterrupt:  # the session in hand is as a killed recover leaves it
+        report.interrupted = True
     return report
 
 

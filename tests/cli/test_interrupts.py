@@ -1,0 +1,298 @@
+"""Ctrl-C and closed pipes, with real processes and real signals.
+
+A job interrupted by SIGINT reports what it finished before the signal and exits 130; the
+session in hand is as an interrupted run leaves it, and running the job again finishes.
+An interrupt while Python is still importing agentdb prints one line, no traceback. A reader
+that closes our stdout early (``agentdb events ID --json | head -1``) is not an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import apsw
+import pytest
+
+from tests.support import SRC, make_session, wait_for
+
+N = 60  # sessions in a run that gets interrupted
+AGENTDB = [sys.executable, "-m", "agentdb.cli.main"]
+PRUNE = ["prune", "--older-than", "0s", "--yes", "--json"]
+SHELL_HEAD = ["bash", "-c", 'set -o pipefail; "$@" | head -1', "bash"]  # "$@" | head -1
+
+
+def clones(sessions_dir: Path, n: int, *, revision: int) -> list[str]:
+    """``n`` real sessions, fast: one made by the writer, copied under new ids (their
+    session_meta row rewritten to match the file name, as every check demands)."""
+    _, path = make_session(sessions_dir, turns=1, revision=revision)
+    ids = []
+    for i in range(n):
+        sid = f"01ARZ3NDEK{i:016d}"
+        dst = sessions_dir / f"{sid}.sqlite"
+        shutil.copyfile(path, dst)
+        os.chmod(dst, 0o600)
+        conn = apsw.Connection(str(dst))
+        conn.execute("UPDATE session_meta SET session_id = ?", (sid,))
+        conn.close()
+        ids.append(sid)
+    os.unlink(path)
+    return ids
+
+
+def user_version(path: Path) -> int:
+    """From the header, opening nothing through SQLite (no -shm/-wal appears)."""
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(64)[60:64], "big")
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"} | {"PYTHONPATH": str(SRC)}
+
+
+def interrupt_after_progress(argv: list[str], at_least: int) -> tuple[int, str, str]:
+    """Run ``agentdb argv`` with stderr on a terminal (so it draws its progress bar); once the
+    bar shows ``at_least`` sessions done, send SIGINT. Returns exit code, stdout, stderr."""
+    master, slave = os.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentdb.cli.main", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=env(),
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 60)
+            assert ready, f"no progress shown: {seen!r}"
+            seen += os.read(master, 4096)
+            done = [int(m) for m in re.findall(rb"\] (\d+)/\d+ ", seen)]
+            if done and max(done) >= at_least:
+                break
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+        try:
+            while select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other end is closed
+            pass
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out.decode(), seen.decode(errors="replace")
+
+
+def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) -> None:
+    ids = clones(sessions_dir, N, revision=1)
+    code, out, err = interrupt_after_progress(
+        ["--sessions-dir", str(sessions_dir), "migrate", "--all", "--json"], at_least=2
+    )
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    reported = [s["session_id"] for s in doc["sessions"]]
+    assert 2 <= len(reported) < N
+    assert reported == ids[: len(reported)]  # in order, none skipped
+    assert {s["outcome"] for s in doc["sessions"]} == {"migrated"}
+    at_two = {sid for sid in ids if user_version(sessions_dir / f"{sid}.sqlite") == 2}
+    assert set(reported) <= at_two
+    assert len(at_two - set(reported)) <= 1  # at most the one in hand when the signal came
+    # running it again finishes the job and leaves nothing behind
+    r = subprocess.run(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), "migrate", "--all", "--json"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert all(user_version(sessions_dir / f"{sid}.sqlite") == 2 for sid in ids)
+    assert sorted(p.name for p in sessions_dir.iterdir()) == sorted(f"{s}.sqlite" for s in ids)
+
+
+def test_backup_all_reports_what_it_copied_before_ctrl_c(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    ids = clones(sessions_dir, N, revision=2)
+    dest = tmp_path / "backups"
+    code, out, err = interrupt_after_progress(
+        ["--sessions-dir", str(sessions_dir), "backup", "--all", "--to", str(dest), "--json"],
+        at_least=2,
+    )
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    reported = [s["session_id"] for s in doc["sessions"]]
+    assert 2 <= len(reported) < N
+    assert reported == ids[: len(reported)]
+    assert {s["outcome"] for s in doc["sessions"]} == {"copied"}
+    copies = {p.name.removesuffix(".sqlite") for p in dest.glob("*.sqlite")}
+    assert set(reported) <= copies
+    assert len(copies - set(reported)) <= 1
+
+
+def test_prune_reports_what_it_removed_before_ctrl_c(sessions_dir: Path) -> None:
+    n = 200
+    ids = clones(sessions_dir, n, revision=2)
+    p = subprocess.Popen(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), *PRUNE],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+
+    def removed() -> int:
+        return n - len(list(sessions_dir.glob("*.sqlite")))
+
+    try:
+        assert wait_for(lambda: removed() >= 3, timeout=120), "prune removed nothing"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True and doc["dry_run"] is False
+    gone = {sid for sid in ids if not (sessions_dir / f"{sid}.sqlite").exists()}
+    assert 2 <= len(doc["removed"]) < n
+    assert set(doc["removed"]) <= gone
+    assert len(gone - set(doc["removed"])) <= 1  # the one in hand: its intent file says so
+    r = subprocess.run(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), *PRUNE],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert list(sessions_dir.iterdir()) == []  # finished, intent and all
+
+
+# --- start-up ---------------------------------------------------------------------------------
+
+# A sitecustomize that pauses the import of one module (named by $PAUSE_IMPORT) and says so on
+# stderr, so the test can send SIGINT exactly while agentdb is still starting up.
+_SITE = """
+import os, sys, time
+class _Pause:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ.get("PAUSE_IMPORT"):
+            sys.stderr.write("pausing in import\\n"); sys.stderr.flush()
+            time.sleep(60)
+        return None
+sys.meta_path.insert(0, _Pause())
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("click", ["check"]),  # the console script's own imports
+        ("agentdb.cli.check", ["check"]),  # a command's module, loaded on first use
+        ("agentdb.migrate", ["migrate", "--all"]),  # a job module under a command
+        ("tabulate", ["sessions", "list"]),  # drawing the first table
+    ],
+)
+def test_ctrl_c_during_start_up_prints_no_traceback(
+    tmp_path: Path, sessions_dir: Path, module: str, argv: list[str]
+) -> None:
+    make_session(sessions_dir, turns=1)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(_SITE))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir), *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**env(), "PYTHONPATH": f"{site}{os.pathsep}{SRC}", "PAUSE_IMPORT": module},
+    )
+    try:
+        assert p.stderr is not None
+        assert p.stderr.readline() == b"pausing in import\n"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = err.decode()
+    assert p.returncode == 130, text
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1] == "agentdb: interrupted"
+
+
+# --- closed pipes -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    d = tmp_path_factory.mktemp("long") / "sessions"
+    d.mkdir(mode=0o700)
+    sid, _ = make_session(d, turns=200)  # 1,200 events: far more than a pipe buffer holds
+    return d, sid
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["events", "{id}", "--json"],
+        ["events", "{id}"],
+        ["sessions", "show", "{id}", "--json"],
+        ["--help"],
+    ],
+)
+def test_reader_closing_the_pipe_early_is_not_an_error(
+    long_session: tuple[Path, str], argv: list[str]
+) -> None:
+    """``agentdb events ID --json | head -1``: exit 0, nothing on stderr."""
+    sdir, sid = long_session
+    args = [a.replace("{id}", sid) for a in argv]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sdir), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    assert p.stdout is not None and p.stderr is not None
+    first = p.stdout.readline()  # what `head -1` reads
+    assert first
+    p.stdout.close()  # ... and then it exits
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0, err
+    assert err == b""
+
+
+def test_head_in_a_shell_pipeline(long_session: tuple[Path, str]) -> None:
+    sdir, sid = long_session
+    r = subprocess.run(
+        [*SHELL_HEAD, *AGENTDB, "--sessions-dir", str(sdir), "events", sid, "--json"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert json.loads(r.stdout)["sequence"] == 1
