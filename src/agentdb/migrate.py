@@ -407,7 +407,7 @@ def _migrate_once(
     committed = False
     try:
         if wait is not None:
-            conn.set_busy_timeout(int(wait * 1000))
+            _wait_for_locks(conn, wait)
         with db.translated(path, conn):
             ident = identify(conn)
             if ident.kind == "too_new":
@@ -503,6 +503,21 @@ def _drop_empty_sidecars(path: Path) -> None:
             fsutil.fsync_dir(path.parent)
     except (errors.AgentdbError, OSError):
         pass
+
+
+def _wait_for_locks(conn: apsw.Connection, seconds: float) -> None:
+    """Wait up to ``seconds`` for a lock in short Python sleeps: Ctrl-C ends the wait at once
+    (SQLite's own busy timeout sleeps in C, where a signal waits until it gives up)."""
+    deadline = time.monotonic() + seconds
+
+    def again(tries: int) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(0.02, left))
+        return True
+
+    conn.set_busy_handler(again)
 
 
 def execute(

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import apsw
@@ -58,9 +59,12 @@ def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"} | {"PYTHONPATH": str(SRC)}
 
 
-def interrupt_after_progress(argv: list[str], at_least: int) -> tuple[int, str, str]:
+def interrupt_after_progress(
+    argv: list[str], at_least: int, settle: float = 0.0
+) -> tuple[int, str, str]:
     """Run ``agentdb argv`` with stderr on a terminal (so it draws its progress bar); once the
-    bar shows ``at_least`` sessions done, send SIGINT. Returns exit code, stdout, stderr."""
+    bar shows ``at_least`` sessions done (and ``settle`` seconds more), send SIGINT.
+    Returns exit code, stdout, stderr."""
     master, slave = os.openpty()
     p = subprocess.Popen(
         [sys.executable, "-m", "agentdb.cli.main", *argv],
@@ -79,6 +83,7 @@ def interrupt_after_progress(argv: list[str], at_least: int) -> tuple[int, str, 
             done = [int(m) for m in re.findall(rb"\] (\d+)/\d+ ", seen)]
             if done and max(done) >= at_least:
                 break
+        time.sleep(settle)
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=120)
         try:
@@ -121,6 +126,40 @@ def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) 
     assert r.returncode == 0, r.stderr
     assert all(user_version(sessions_dir / f"{sid}.sqlite") == 2 for sid in ids)
     assert sorted(p.name for p in sessions_dir.iterdir()) == sorted(f"{s}.sqlite" for s in ids)
+
+
+_LOCKER = """
+import sys, time, apsw
+c = apsw.Connection(sys.argv[1])
+c.execute("BEGIN IMMEDIATE")  # a kernel in the middle of a write transaction
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_ctrl_c_ends_a_long_wait_for_a_lock_at_once(sessions_dir: Path) -> None:
+    """``migrate --wait 3600`` on a session whose writer holds its write lock: Ctrl-C ends the
+    wait within a second or two (SQLite's busy timeout would sleep out the hour)."""
+    ids = clones(sessions_dir, 3, revision=1)
+    locked = sessions_dir / f"{ids[1]}.sqlite"
+    conn = apsw.Connection(str(locked))  # WAL, so readers (the probe, the backup) go on
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    holder = subprocess.Popen([sys.executable, "-c", _LOCKER, str(locked)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        argv = ["--sessions-dir", str(sessions_dir), "migrate", "--all", "--wait", "3600"]
+        start = time.monotonic()
+        code, out, err = interrupt_after_progress([*argv, "--json"], at_least=1, settle=1.0)
+        took = time.monotonic() - start
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 130, err
+    assert took < 30, f"Ctrl-C took {took:.1f}s to end the wait"
+    doc = json.loads(out)
+    assert [s["session_id"] for s in doc["sessions"]] == ids[:1]
+    assert user_version(locked) == 1 and user_version(sessions_dir / f"{ids[2]}.sqlite") == 1
 
 
 def test_backup_all_reports_what_it_copied_before_ctrl_c(

@@ -185,7 +185,7 @@ def test_relative_xdg_cache_home_is_named(two, tmp_path: Path, monkeypatch, caps
     assert "XDG_CACHE_HOME" not in err
 
 
-@pytest.mark.parametrize("value", ["999999999w", "36526d", "-1d", "1.5d", "", "0"])
+@pytest.mark.parametrize("value", ["999999999w", "1001y", "-1d", "1.5d", "", "0"])
 def test_durations_out_of_range(two, capsys, value: str) -> None:  # type: ignore[no-untyped-def]
     sdir, _ = two
     for argv in (
@@ -211,3 +211,21 @@ def test_usage_errors_are_one_line(two, capsys) -> None:  # type: ignore[no-unty
         code, out, err = run(capsys, "--sessions-dir", str(sdir), *argv)
         assert code == 2 and out == "", (argv, err)
         one_line_error(err, "agentdb")
+
+
+def test_output_dir_through_a_dangling_symlink(two, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    sdir, _ = two
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "nowhere")
+    for argv in (["demo", str(link)], ["backup", "--all", "--to", str(link)]):
+        code, out, err = run(capsys, "--sessions-dir", str(sdir), *argv)
+        assert code == 2 and out == "", (argv, err)
+        one_line_error(err, str(link), "does not exist")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_group_without_a_command_shows_its_help(capsys) -> None:  # type: ignore[no-untyped-def]
+    for argv, listed in (([], "migrate"), (["sessions"], "tree"), (["plugins"], "refs")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2
+        assert "Usage:" in err and listed in err and "Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -111,24 +112,35 @@ def events_cmd(
         after=after,
         payload_cap=max_payload,
     )
-    rows: list[tuple[Any, ...]] = []
-    n = 0
-    interrupted = False
-    try:
-        for e in it:
-            n += 1
-            if as_json:
-                output.emit_json_line(_json(e))
-            else:
-                rows.append(_row(e))
-    except KeyboardInterrupt:  # the events read before it are printed
-        interrupted = True
-    if not as_json:
-        output.emit_table(rows, ["seq", "timestamp", "kind", "producer", "bytes", "payload"], fmt)
-    if interrupted:
-        output.warn(f"interrupted: {n} event(s) printed before Ctrl-C")
+    read = _Reading()
+    if as_json:
+        for e in read.events(it):
+            output.emit_json_line(_json(e))
+            if output.stdout_closed():
+                break  # the reader has what it wanted (`| head -1`)
+    else:
+        headers = ["seq", "timestamp", "kind", "producer", "bytes", "payload"]
+        output.emit_table((_row(e) for e in read.events(it)), headers, fmt)
+    if read.interrupted:
+        output.warn(f"interrupted: the {read.count} event(s) read before Ctrl-C are printed")
         return EXIT_INTERRUPTED
     return 0
+
+
+class _Reading:
+    """Events as they are read; Ctrl-C ends the reading, and what was read is still printed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.interrupted = False
+
+    def events(self, it: Iterator[EventRow]) -> Iterator[EventRow]:
+        try:
+            for e in it:
+                self.count += 1
+                yield e
+        except KeyboardInterrupt:
+            self.interrupted = True
 
 
 def _row(e: EventRow) -> tuple[Any, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -87,17 +86,8 @@ def _fresh_line(as_json: bool) -> None:
 
 
 def _stdout_gone() -> int:
-    """The reader of our output went away (``agentdb events ID | head -1``): not an error.
-
-    Further writes, including the interpreter's final flush, go to /dev/null instead of raising.
-    """
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return errors.EXIT_OK  # not a real file (an in-process test runner's buffer)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    """The reader of our output went away while click wrote it (``agentdb --help | head -1``)."""
+    output.discard_stdout()
     return errors.EXIT_OK
 
 
@@ -129,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         except click.exceptions.Abort:  # Ctrl-C or end of input at a confirmation prompt
             _fresh_line(as_json)
             return fail("aborted, nothing changed", "interrupted", EXIT_INTERRUPTED)
+        except click.exceptions.NoArgsIsHelpError as e:  # `agentdb`, `agentdb sessions`: help
+            e.show()
+            return e.exit_code
         except click.ClickException as e:
             return fail(_usage_error(e), "usage", e.exit_code)
         except errors.AgentdbError as e:

@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import math
+import os
 import shutil
 import sys
 import textwrap
@@ -24,6 +25,38 @@ from typing import Any
 import click
 
 _PLAIN = (str, int, float, bool, type(None))
+_closed = False  # the reader of stdout went away: nothing more is written there
+
+
+def _out(text: str, nl: bool = True) -> None:
+    """One write to stdout. A reader that closed the pipe (``agentdb events ID | head -1``) is
+    not an error: the rest of the output goes nowhere and the command ends with its own code."""
+    global _closed
+    if _closed:
+        return
+    try:
+        click.echo(text, nl=nl)
+    except BrokenPipeError:
+        _closed = True
+        discard_stdout()
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null, so later writes and the interpreter's final flush of what is
+    still buffered do not fail on the closed pipe."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (an in-process test runner's buffer)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def stdout_closed() -> bool:
+    """True once the reader of stdout has gone: a streaming command can stop early."""
+    return _closed
+
 
 # Settings every command shares (-q, -v, --no-progress, --csv, --nl), kept in the click context's
 # meta dictionary, which every nested context shares; see commands.COMMON_OPTIONS.
@@ -77,11 +110,11 @@ def jsonable(obj: Any) -> Any:
 def emit_json(doc: Any) -> None:
     # ASCII-only JSON: text from a session file may hold C1 control characters (a terminal reads
     # U+009B as CSI), and an escaped \u009b is inert wherever the document is printed.
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False, allow_nan=False))
+    _out(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False, allow_nan=False))
 
 
 def emit_json_line(doc: Any) -> None:
-    click.echo(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":"), allow_nan=False))
+    _out(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":"), allow_nan=False))
 
 
 # Control characters (C0, DEL, C1) as visible escapes: text read from a session file may carry
@@ -187,7 +220,7 @@ def _draw(
         text = tabulate(chunk, headers=(), **kwargs)
     else:
         text = tabulate(chunk, headers=list(headers), **kwargs)
-    click.echo(text)
+    _out(text)
 
 
 def _emit_csv(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
@@ -199,7 +232,7 @@ def _emit_csv(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
         chunk = list(itertools.islice(it, CHUNK_ROWS))
         # CSV quotes what it must; control characters are escaped only on a terminal.
         writer.writerows([_cells(r) for r in chunk] if sys.stdout.isatty() else chunk)
-        click.echo(buf.getvalue(), nl=False)
+        _out(buf.getvalue(), nl=False)
         buf.seek(0)
         buf.truncate()
         if not chunk:
@@ -207,7 +240,7 @@ def _emit_csv(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
 
 
 def emit_text(text: str) -> None:
-    click.echo(text)
+    _out(text)
 
 
 def note(text: str) -> None:

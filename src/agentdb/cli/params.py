@@ -123,6 +123,8 @@ def output_dir_problem(path: Path) -> str | None:
         try:
             st = os.stat(p)
         except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: an ancestor is a file
+            if os.path.islink(p):
+                return f"{p}: a symbolic link to {os.readlink(p)}, which does not exist"
             if p.parent == p:
                 return f"{p}: does not exist"
             p = p.parent

@@ -11,12 +11,17 @@ from agentdb import errors, prune
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option
 from agentdb.cli.params import DURATION
+from agentdb.schema import enums
 
 
 def _statuses(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[str, ...]:
-    return tuple(s.strip() for v in value for s in v.split(",") if s.strip())
+    statuses = tuple(s.strip() for v in value for s in v.split(",") if s.strip())
+    for s in statuses:
+        if s not in enums.STATUSES:
+            raise click.BadParameter(f"unknown status {s!r}; one of {', '.join(enums.STATUSES)}")
+    return statuses
 
 
 @click.command("prune")
