@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -94,6 +95,8 @@ def _stdout_gone() -> int:
 def _run(args: list[str]) -> Any:
     """Parse and run one command line. Not click's ``main``: that turns Ctrl-C into Abort and a
     closed stdout into exit 1; here each reaches :func:`main` as what it is."""
+    if "_AGENTDB_COMPLETE" in os.environ:  # the shell asks for completions: click answers, exits
+        return cli.main(args=list(args), prog_name="agentdb", complete_var="_AGENTDB_COMPLETE")
     with cli.make_context("agentdb", list(args)) as ctx:
         return cli.invoke(ctx)
 
