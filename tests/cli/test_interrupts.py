@@ -227,6 +227,55 @@ def test_prune_reports_what_it_removed_before_ctrl_c(sessions_dir: Path) -> None
     assert list(sessions_dir.iterdir()) == []  # finished, intent and all
 
 
+def test_recover_all_reports_what_it_recovered_before_ctrl_c(sessions_dir: Path) -> None:
+    n = 30
+    ids = clones(sessions_dir, n, revision=2)
+    for sid in ids:  # zero the last page: a broken b-tree that integrity_check sees
+        with open(sessions_dir / f"{sid}.sqlite", "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(size - 4096)
+            f.write(b"\0" * 4096)
+    p = subprocess.Popen(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), "recover", "--all", "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+
+    def kept() -> set[str]:  # originals renamed <id>.sqlite.corrupt: recoveries done
+        return {q.name.split(".")[0] for q in sessions_dir.glob("*.sqlite.corrupt")}
+
+    try:
+        assert wait_for(lambda: len(kept()) >= 2, timeout=120), "recover recovered nothing"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    recovered = [s["session_id"] for s in doc["sessions"]]
+    assert {s["outcome"] for s in doc["sessions"]} == {"recovered"}
+    assert 1 <= len(recovered) < n and recovered == ids[: len(recovered)]
+    assert set(recovered) <= kept()
+    assert len(kept() - set(recovered)) <= 1  # the one in hand
+    r = subprocess.run(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), "recover", "--all", "--json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr  # the rest recovered, the in-hand one finished
+    assert kept() == set(ids)
+
+
 # --- start-up ---------------------------------------------------------------------------------
 
 # A sitecustomize that pauses the import of one module (named by $PAUSE_IMPORT) and says so on

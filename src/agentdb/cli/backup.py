@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -140,5 +141,8 @@ def backup_cmd(
 
 def _inside(dest: Path, sessions_dir: Path) -> bool:
     """True when ``dest`` is the sessions directory or lies under it (symlinks resolved)."""
-    d, s = dest.resolve(), sessions_dir.resolve()
+    try:
+        d, s = dest.resolve(), sessions_dir.resolve()
+    except (OSError, RuntimeError):  # a loop or an unreadable component: compare as written
+        d, s = Path(os.path.abspath(dest)), Path(os.path.abspath(sessions_dir))
     return d == s or s in d.parents

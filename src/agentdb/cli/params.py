@@ -93,6 +93,15 @@ class DirectoryType(click.ParamType):
             return value
         if not isinstance(value, str) or not value:
             self.fail("an empty path; give a directory (use . for the current one)", param, ctx)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a byte that is not UTF-8 (surrogate-escaped by Python)
+            self.fail(
+                f"{value!r}: not a UTF-8 path; SQLite opens only UTF-8 file names, so choose "
+                "or rename to one",
+                param,
+                ctx,
+            )
         return Path(value)
 
 
