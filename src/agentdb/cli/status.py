@@ -8,6 +8,7 @@ from agentdb import errors
 from agentdb import status as status_job
 from agentdb.cli import output
 from agentdb.cli.common import App, default_jobs, jobs_option, json_option
+from agentdb.cli.params import TABLE_FORMAT
 
 
 def _age(seconds: int | None) -> str:
@@ -92,6 +93,7 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
 @json_option
 @click.option(
     "--fmt",
+    type=TABLE_FORMAT,
     default="plain",
     show_default=True,
     metavar="FORMAT",
