@@ -229,3 +229,14 @@ def test_a_group_without_a_command_shows_its_help(capsys) -> None:  # type: igno
         code, out, err = run(capsys, *argv)
         assert code == 2
         assert "Usage:" in err and listed in err and "Traceback" not in err
+
+
+def test_report_html_needs_a_file_name(two, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    sdir, _ = two
+    f = tmp_path / "file"
+    f.write_text("keep")
+    for value, words in (("", "empty"), (str(tmp_path), "is a directory"), (f"{f}/r.html", str(f))):
+        code, out, err = run(capsys, "--sessions-dir", str(sdir), "report", "--html", value)
+        assert code == 2 and out == "", (value, err)
+        one_line_error(err, "--html", words)
+    assert f.read_text() == "keep"

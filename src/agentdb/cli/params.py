@@ -126,6 +126,27 @@ class OutputDirType(DirectoryType):
 OUTPUT_DIR = OutputDirType()
 
 
+class OutputFileType(DirectoryType):
+    """A file agentdb writes: a name (not empty, UTF-8), not an existing directory, in a place
+    where a directory can be (no file, FIFO or dangling symlink in the way of its parent)."""
+
+    name = "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        if value == "":
+            self.fail("an empty path; give a file name", param, ctx)
+        path = super().convert(value, param, ctx)
+        if os.path.isdir(path):
+            self.fail(f"{path}: is a directory; give a file name", param, ctx)
+        problem = output_dir_problem(path.parent)
+        if problem is not None:
+            self.fail(f"{problem}; give a file in a directory", param, ctx)
+        return path
+
+
+OUTPUT_FILE = OutputFileType()
+
+
 def output_dir_problem(path: Path) -> str | None:
     """Why ``path`` cannot be (made into) a directory, or None."""
     p = path

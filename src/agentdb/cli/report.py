@@ -9,6 +9,7 @@ import click
 from agentdb import errors, report
 from agentdb.cli import output
 from agentdb.cli.common import App, default_jobs, jobs_option, json_option
+from agentdb.cli.params import OUTPUT_FILE
 
 
 def document(r: report.Report) -> dict[str, object]:
@@ -34,7 +35,7 @@ def document(r: report.Report) -> dict[str, object]:
 @click.option(
     "--html",
     "html_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=OUTPUT_FILE,
     default=None,
     metavar="FILE",
     help="Write the page to FILE (created 0600; never over an existing file without --force; "
