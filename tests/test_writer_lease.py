@@ -251,3 +251,17 @@ def test_create_takes_the_lease(sessions_dir: Path) -> None:
             SessionWriter.open(sessions_dir, w.session_id)
     finally:
         w.close()
+
+
+def test_the_lease_never_opens_what_is_not_a_regular_file(sessions_dir: Path) -> None:
+    """A FIFO or symlink where the session should be: refused as such, at once, not opened."""
+    fifo = sessions_dir / "01J0000000000000000000000F.sqlite"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(errors.NotRegularFile):
+        SessionWriter.open(sessions_dir, fifo.name[:26])
+    sid, path = make_session(sessions_dir, turns=1, status="running")
+    link = sessions_dir / "01J0000000000000000000000S.sqlite"
+    link.symlink_to(path)
+    with pytest.raises(errors.NotRegularFile):
+        SessionWriter.open(sessions_dir, link.name[:26])
+    assert locks.probe(path) is None

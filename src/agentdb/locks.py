@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import fsutil
-from agentdb.errors import SessionBusy, SessionLive
+from agentdb.errors import FileSystemError, SessionBusy, SessionLive
 from agentdb.paths import sidecar
 
 PENDING_BYTE = 0x40000000
@@ -249,8 +249,8 @@ class Lease:
             raise _busy(self.path, os.getpid())
         try:
             self._open()
-        except SessionBusy:
-            return  # missing, a symlink...: the SQLite open that follows says what it is
+        except (SessionBusy, FileSystemError):
+            return  # missing, a symlink, a FIFO...: the SQLite open that follows says what it is
         assert self.fd is not None
         if _getlk(self.fd, LEASE_BYTE, 1) is not None:
             pid = _lease_pid(self.fd)
@@ -258,13 +258,14 @@ class Lease:
             raise _busy(self.path, pid)
 
     def _open(self) -> None:
+        """Open the session file (a regular file only: never a device, FIFO or symlink)."""
         try:
+            st = os.lstat(self.path)
+            if not stat.S_ISREG(st.st_mode):
+                raise SessionBusy(f"{self.path}: not a regular file; retry", path=self.path)
             self.fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
-            raise SessionBusy(
-                f"{self.path}: cannot open to take the writer lease ({e.strerror})",
-                path=self.path,
-            ) from e
+            raise fsutil.os_error(e, self.path, "open for the writer lease") from e
 
     def _close(self) -> None:
         if self.fd is not None:
@@ -274,7 +275,10 @@ class Lease:
     def acquire(self) -> None:
         """Take the lease on the file the path names now (after recovery, that may be a new
         inode); raise :class:`SessionBusy` naming the holder if someone else has it."""
-        st = os.lstat(self.path)
+        try:
+            st = os.lstat(self.path)
+        except OSError as e:
+            raise fsutil.os_error(e, self.path, "open for the writer lease") from e
         if not stat.S_ISREG(st.st_mode):
             raise SessionBusy(f"{self.path}: replaced while opening; retry", path=self.path)
         if self.fd is not None and _key(os.fstat(self.fd)) != _key(st):
