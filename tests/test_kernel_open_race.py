@@ -16,22 +16,20 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import backup, paths
-from agentdb.salvage import protocol
+from agentdb import backup, paths, swap
 from tests.support import SRC, all_rows, make_session, wait_for
 
 _HOLDER = r"""
 import sys, os
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from agentdb import fsutil, locks
-from agentdb.salvage import protocol
+from agentdb import fsutil, locks, swap
 p, repl, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[4]
 with locks.hold(p) as fd:
     print("held", flush=True)
     sys.stdin.readline()
     if what == "swap":
-        protocol.swap(p, repl, protocol.next_corrupt_name(p))
+        swap.swap(p, repl, swap.next_corrupt_name(p))
     else:  # prune's removal
         os.unlink(p)
         fsutil.fsync_dir(p.parent)
@@ -132,7 +130,7 @@ def test_kernel_open_during_recover_swap_writes_into_the_replacement(
     out, err = k.communicate(timeout=120)
     assert k.returncode == 0, (out, err)
     assert out.startswith("wrote"), out
-    corrupt = protocol.corrupt_name(path, 0)
+    corrupt = swap.corrupt_name(path, 0)
     # the old inode, now the .corrupt copy, is untouched: same bytes, no WAL of its own
     assert corrupt.read_bytes() == original
     assert not paths.sidecar(corrupt, "-wal").exists()

@@ -256,6 +256,25 @@ def refuse_hard_linked(path: Path, st: os.stat_result | None = None) -> None:
 
 
 # ---------------------------------------------------------------------------- creation
+StatKey = tuple[int, int, int]  # (inode, size, mtime_ns)
+Stamp = tuple[StatKey | None, StatKey | None, StatKey | None]  # main, -wal, -journal
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def stamp_of(main: Path) -> Stamp:
+    """Who a session file and its ``-wal``/``-journal`` are (None: absent), by ``lstat``: a job
+    that judged the file compares this again under its lock before it acts."""
+
+    def one(p: Path) -> StatKey | None:
+        try:
+            return stat_key(os.lstat(p))
+        except FileNotFoundError:
+            return None
+
+    return (one(main), one(paths.sidecar(main, "-wal")), one(paths.sidecar(main, "-journal")))
 
 
 def ensure_dir(path: Path) -> None:

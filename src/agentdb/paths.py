@@ -17,6 +17,12 @@ from agentdb.errors import InvalidSessionId, UsageError
 ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 SESSION_SUFFIX = ".sqlite"
 CORRUPT_RE = re.compile(r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})\.sqlite\.corrupt(?:\.(?P<n>[0-9]+))?")
+# Names under which a job keeps a session's previous file (its -wal/-journal beside it): recover
+# keeps a damaged original as ".corrupt[.N]", restore keeps the file it replaced as
+# ".pre-restore[.N]".
+KEPT_RE = re.compile(
+    r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})\.sqlite\.(?P<kind>corrupt|pre-restore)(?:\.(?P<n>[0-9]+))?"
+)
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import recoverylog, salvage
+from agentdb import recoverylog, salvage, swap
 from agentdb.paths import JOB_FILE_RE, sidecar
-from agentdb.salvage import protocol
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check, install
 from tests.support import SRC
@@ -58,7 +57,7 @@ def check_invariants(sessions_dir: Path, path: Path, original: bytes, original_w
     """At any instant: the session file exists, the original bytes exist under some name, and
     the old WAL never sits beside a file that is not the original."""
     assert path.exists()
-    names = [path, *protocol.corrupt_names(path)]
+    names = [path, *swap.corrupt_names(path)]
     holders = [p for p in names if p.read_bytes() == original]
     assert holders, "the original bytes are gone"
     wal_beside = sidecar(path, "-wal")
@@ -87,7 +86,7 @@ def finish_and_check(sessions_dir: Path, sid: str, path: Path, original: bytes, 
     assert log[-1]["event"] == "outcome" and log[-1]["outcome"] == "recovered"
 
 
-@pytest.mark.parametrize("point", protocol.POINTS)
+@pytest.mark.parametrize("point", swap.POINTS)
 def test_kill_at_step(point: str, base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
     original = path.read_bytes()

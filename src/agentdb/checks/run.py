@@ -116,7 +116,7 @@ def check_directory_extras(
         elif m := paths.JOB_FILE_RE.fullmatch(name):
             sid, job = m.group("id"), m.group("job")
             if wanted is None or sid in wanted:
-                fix = f"agentdb {job} {sid}"
+                fix = f"agentdb {job} {sid}" + (" --from DIR" if job == "restore" else "")
                 put(
                     sid,
                     name,

@@ -26,6 +26,7 @@ LAZY: dict[str, str] = {
     "prune": "agentdb.cli.prune:prune_cmd",
     "recover": "agentdb.cli.recover:recover_cmd",
     "report": "agentdb.cli.report:report_cmd",
+    "restore": "agentdb.cli.restore:restore_cmd",
     "sessions": "agentdb.cli.sessions:sessions_cmd",
     "status": "agentdb.cli.status:status_cmd",
 }

@@ -48,6 +48,16 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
             "pinned sessions too; lists the plugin versions left unreferenced",
         ),
     ],
+    "restore": [
+        (
+            "agentdb restore --all --from /srv/backup/agent --dry-run",
+            "which missing or damaged sessions would be restored",
+        ),
+        (
+            "agentdb restore 01HZX3V5P3R6M9T4Q8K2W7Y1BC --from /srv/backup/agent",
+            "put one session's newest good copy back; the current file is kept",
+        ),
+    ],
     "recover": [
         ("agentdb recover --all --dry-run", "what would be salvaged, changing nothing"),
         ("agentdb recover 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "salvage one damaged session"),

@@ -9,7 +9,8 @@ Per session, under ``locks.hold`` (no SQLite connection can open the file meanwh
    inode has no other name, truncate it through the locked descriptor, so a process that opened
    the name just before cannot write into a ghost;
 4. unlink ``-wal``, ``-shm``, ``-journal`` (and, with ``--include-damaged``, the ``.corrupt``
-   copies), fsync the directory; then remove the intent file.
+   copies), fsync the directory; log a ``pruned`` outcome line to the recovery log; then remove
+   the intent file.
 
 A run killed anywhere leaves the intent file; the next prune run finishes that removal (after
 checking the session is still as planned) and ``agentdb check`` reports it as a job leftover.
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, faults, fsutil, locks, paths
+from agentdb import errors, faults, fsutil, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
@@ -232,6 +233,18 @@ def _remove(sessions_dir: Path, d: PruneDecision, point: Fault) -> tuple[int, li
     freed += f2
     names += n2
     point("after_sidecars")
+    # Before the intent goes: a run killed here logs it on resume. `restore --all` reads this
+    # line to leave pruned sessions alone unless told --include-pruned.
+    recoverylog.append(
+        paths.recovery_log_path(sessions_dir),
+        {
+            "session_id": d.session_id,
+            "event": "outcome",
+            "job": "prune",
+            "outcome": "pruned",
+            "files": names,
+        },
+    )
     _unlink(intent)
     fsutil.fsync_dir(sessions_dir)
     return freed, names

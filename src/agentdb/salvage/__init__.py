@@ -14,7 +14,7 @@ attempt (:mod:`agentdb.kernel`). For one session it:
    key (:mod:`.merge`); when rows are still known lost, SQLite's own recovery extension
    (:mod:`.shell`, optional: only when a capable shell exists) may fill gaps, never override;
 4. writes the replacement beside the original (0600, current revision), verifies it, logs the
-   intent, and swaps (:mod:`.protocol`); then logs the outcome.
+   intent, and swaps (:mod:`agentdb.swap`); then logs the outcome.
 
 Nothing salvageable at all: the original is untouched and the outcome is ``unreadable``.
 """
@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import db, errors, fsutil, locks, paths, recoverylog
+from agentdb import db, errors, fsutil, locks, paths, recoverylog, swap
 from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.paths import sidecar
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
-from agentdb.salvage import protocol, replacement, rows, sidecars
+from agentdb.salvage import replacement, rows, sidecars
 from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
 from agentdb.schema.revisions import APPLICATION_ID
@@ -176,7 +176,7 @@ def recover_session(
         out.error = failure
         if not dry_run:
             with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
-                protocol.remove_job_files(path)
+                swap.remove_job_files(path)
         out.outcome = "failed"
         if out.swap_started:
             out.notes.append(
@@ -214,8 +214,8 @@ def _recover_held(
         out.notes.append(f"{path}: replaced while being locked; retry")
         return out
     if not dry_run:
-        protocol.remove_job_files(path)
-    interrupted = protocol.existing_corrupt_of(path, st)
+        swap.remove_job_files(path)
+    interrupted = swap.existing_corrupt_of(path, st)
     wal_path = sidecar(path, "-wal")
     if not wal_path.exists() and interrupted is not None:
         wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
@@ -335,7 +335,7 @@ def _recover_held(
                 _check_rules(target, session_id, check)
         except BaseException:
             if not dry_run:
-                protocol.remove_job_files(path)
+                swap.remove_job_files(path)
             raise
         out.replacement_check = check.problems
         if check.fk_orphans:
@@ -344,7 +344,7 @@ def _recover_held(
             )
         if not check.ok:
             if not dry_run:
-                protocol.remove_job_files(path)
+                swap.remove_job_files(path)
             out.outcome = "unreadable"
             out.notes.append(f"the replacement failed verification: {check.problems[0]}")
             if not dry_run:
@@ -355,7 +355,7 @@ def _recover_held(
         if dry_run:
             out.notes.append("dry run: nothing was changed")
             return out
-        corrupt = interrupted or protocol.next_corrupt_name(path)
+        corrupt = interrupted or swap.next_corrupt_name(path)
         out.corrupt_path = str(corrupt)
         if wal_bytes:
             out.corrupt_wal = str(sidecar(corrupt, "-wal"))
@@ -364,7 +364,7 @@ def _recover_held(
         recoverylog.append(log, out.log_entry("intent"))
         out.swap_started = True
         _fault(fault, "after_intent")
-        protocol.swap(path, target, corrupt, fault)
+        swap.swap(path, target, corrupt, fault)
         out.swap_started = False
         _log_outcome(log, out)
         return out

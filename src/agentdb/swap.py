@@ -4,9 +4,9 @@ Runs while the caller holds :func:`agentdb.locks.hold` on the original, so no SQ
 can open the session in the middle. Steps, each followed by an fsync of the directory:
 
 1. hard-link the original to ``<id>.sqlite.corrupt[.N]`` (or reuse such a name that already is
-   the original: an interrupted earlier run made it);
-2. hard-link its WAL, if any, to ``<corrupt>-wal``;
-3. remove ``<id>.sqlite-wal`` and ``-shm``;
+   the original: an interrupted earlier run made it); restore uses ``.pre-restore[.N]``;
+2. hard-link its WAL or rollback journal, if any, to ``<corrupt>-wal`` / ``<corrupt>-journal``;
+3. remove ``<id>.sqlite-wal``, ``-shm`` and ``-journal``;
 4. rename the replacement to ``<id>.sqlite``.
 
 At every instant ``<id>.sqlite`` exists, the original bytes exist under some name, and the old
@@ -35,19 +35,29 @@ POINTS = (
 )
 
 
-def corrupt_name(db_path: Path, n: int) -> Path:
-    return db_path.with_name(db_path.name + ".corrupt" + (f".{n}" if n else ""))
+def kept_name(db_path: Path, n: int, kind: str = "corrupt") -> Path:
+    """``<id>.sqlite.<kind>`` (n = 0) or ``<id>.sqlite.<kind>.<n>``; kind is ``corrupt`` (recover)
+    or ``pre-restore`` (restore)."""
+    return db_path.with_name(f"{db_path.name}.{kind}" + (f".{n}" if n else ""))
 
 
-def corrupt_names(db_path: Path) -> list[Path]:
-    """Existing ``.corrupt[.N]`` names of this session, in order of N."""
+def kept_names(db_path: Path, kind: str = "corrupt") -> list[Path]:
+    """Existing ``.<kind>[.N]`` names of this session, in order of N."""
     sid = db_path.name[: -len(paths.SESSION_SUFFIX)]
     found: list[tuple[int, Path]] = []
     for entry in os.scandir(db_path.parent):
-        m = paths.CORRUPT_RE.fullmatch(entry.name)
-        if m and m.group("id") == sid:
+        m = paths.KEPT_RE.fullmatch(entry.name)
+        if m and m.group("id") == sid and m.group("kind") == kind:
             found.append((int(m.group("n") or 0), db_path.parent / entry.name))
     return [p for _, p in sorted(found)]
+
+
+def corrupt_name(db_path: Path, n: int) -> Path:
+    return kept_name(db_path, n, "corrupt")
+
+
+def corrupt_names(db_path: Path) -> list[Path]:
+    return kept_names(db_path, "corrupt")
 
 
 def same_bytes(a: Path, b: Path, *, a_stat: os.stat_result | None = None) -> bool:
@@ -81,9 +91,9 @@ def same_bytes(a: Path, b: Path, *, a_stat: os.stat_result | None = None) -> boo
         os.close(fa)
 
 
-def existing_corrupt_of(db_path: Path, db_stat: os.stat_result) -> Path | None:
-    """A ``.corrupt`` name an interrupted run already gave the current original, if any."""
-    for p in corrupt_names(db_path):
+def existing_kept_of(db_path: Path, db_stat: os.stat_result, kind: str = "corrupt") -> Path | None:
+    """A ``.<kind>`` name an interrupted run already gave the current file, if any."""
+    for p in kept_names(db_path, kind):
         try:
             st = os.lstat(p)
         except FileNotFoundError:
@@ -91,49 +101,54 @@ def existing_corrupt_of(db_path: Path, db_stat: os.stat_result) -> Path | None:
         if (st.st_dev, st.st_ino) == (db_stat.st_dev, db_stat.st_ino):
             return p
     # A copy (file systems without hard links): compare bytes, newest name first.
-    for p in reversed(corrupt_names(db_path)):
+    for p in reversed(kept_names(db_path, kind)):
         if same_bytes(db_path, p, a_stat=db_stat):
             return p
     return None
 
 
-def next_corrupt_name(db_path: Path) -> Path:
-    taken = {p.name for p in corrupt_names(db_path)}
+def next_kept_name(db_path: Path, kind: str = "corrupt") -> Path:
+    """The first ``.<kind>[.N]`` name not taken (never overwrites an earlier one)."""
+    taken = {p.name for p in kept_names(db_path, kind)}
     n = 0
-    while corrupt_name(db_path, n).name in taken or corrupt_name(db_path, n).exists():
+    while kept_name(db_path, n, kind).name in taken or kept_name(db_path, n, kind).exists():
         n += 1
-    return corrupt_name(db_path, n)
+    return kept_name(db_path, n, kind)
+
+
+def existing_corrupt_of(db_path: Path, db_stat: os.stat_result) -> Path | None:
+    return existing_kept_of(db_path, db_stat, "corrupt")
+
+
+def next_corrupt_name(db_path: Path) -> Path:
+    return next_kept_name(db_path, "corrupt")
 
 
 def swap(
     db_path: Path, replacement: Path, corrupt: Path, fault: Fault | None = None
 ) -> Path | None:
-    """Steps 1-4 above; returns the path the WAL was kept under, if there was one."""
+    """Steps 1-4 above; returns the path the WAL was kept under, if there was one.
+
+    ``corrupt`` is the name the original keeps (``.corrupt[.N]`` for recover, ``.pre-restore[.N]``
+    for restore); a rollback journal, if any, is kept beside it like the WAL.
+    """
     directory = db_path.parent
     if not same_bytes(db_path, corrupt):
         fsutil.link_or_copy(db_path, corrupt)
         fsutil.fsync_dir(directory)
     _fault(fault, "after_link")
-    wal = sidecar(db_path, "-wal")
     kept_wal: Path | None = None
-    corrupt_wal = sidecar(corrupt, "-wal")
-    if wal.exists():
-        if not same_bytes(wal, corrupt_wal):
-            if corrupt_wal.exists():
-                raise FileExistsError(f"{corrupt_wal}: exists and is not {wal}; move it away")
-            fsutil.link_or_copy(wal, corrupt_wal)
+    for suffix in ("-wal", "-journal"):
+        side = sidecar(db_path, suffix)
+        kept = sidecar(corrupt, suffix)
+        if side.exists() and not same_bytes(side, kept):
+            if kept.exists():
+                raise FileExistsError(f"{kept}: exists and is not {side}; move it away")
+            fsutil.link_or_copy(side, kept)
             fsutil.fsync_dir(directory)
-        kept_wal = corrupt_wal
-    elif corrupt_wal.exists():
-        kept_wal = corrupt_wal
+        if suffix == "-wal" and kept.exists():
+            kept_wal = kept
     _fault(fault, "after_wal_link")
-    journal = sidecar(db_path, "-journal")
-    corrupt_journal = sidecar(corrupt, "-journal")
-    if journal.exists() and not same_bytes(journal, corrupt_journal):
-        if corrupt_journal.exists():
-            raise FileExistsError(f"{corrupt_journal}: exists and is not {journal}; move it away")
-        fsutil.link_or_copy(journal, corrupt_journal)
-        fsutil.fsync_dir(directory)
     for suffix in ("-wal", "-shm", "-journal"):
         try:
             os.unlink(sidecar(db_path, suffix))
@@ -152,9 +167,10 @@ def _fault(fault: Fault | None, point: str) -> None:
         fault(point)
 
 
-def remove_job_files(db_path: Path) -> None:
-    """Remove what an interrupted recover of this session left beside it (its own names only)."""
-    tmp = paths.job_file(db_path, "recover", "tmp")
+def remove_job_files(db_path: Path, job: str = "recover") -> None:
+    """Remove what an interrupted ``job`` (recover, restore) left beside this session: its
+    ``<id>.sqlite.agentdb-<job>-tmp`` and that file's SQLite sidecars (its own names only)."""
+    tmp = paths.job_file(db_path, job, "tmp")
     for p in (tmp, sidecar(tmp, "-wal"), sidecar(tmp, "-shm"), sidecar(tmp, "-journal")):
         try:
             os.unlink(p)
