@@ -147,6 +147,8 @@ def runs(state: dict[str, object], elsewhere: Path) -> list[list[str]]:
     commands = leaf_commands()
     if "restore" in commands:
         out.append(["restore", "--all", "--from", str(elsewhere / "backups"), "--dry-run"])
+    if "sessions end" in commands:
+        out.append(["sessions", "end", *every, "--dry-run", "--json"])
     if "status" in commands:
         out.append(["status", "--json"])
     if "report" in commands:

@@ -583,6 +583,27 @@ def open_writer(path: Path, *, create: bool = False) -> apsw.Connection:
     raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)
 
 
+def open_held(path: Path) -> apsw.Connection:
+    """Open a session for writing while the caller holds it with :func:`agentdb.locks.hold`.
+
+    The hold is an open-file-description lock that every SQLite connection's POSIX locks
+    conflict with, this process's included; so this connection takes no file lock at all
+    (the ``unix-none`` VFS) and keeps its WAL index in its own memory (``locking_mode``
+    ``EXCLUSIVE``): while the hold lasts nobody else can open the file. The caller has judged
+    the file (identity, integrity, revision); the connection is hardened, with the writer's
+    durability settings. Closing it checkpoints the WAL into the file and removes it.
+    """
+    require_regular(path)
+    require_secure(path)
+
+    def setup(conn: apsw.Connection) -> None:
+        exec_script(conn, "PRAGMA locking_mode=EXCLUSIVE")
+        refuse_unsafe_schema(conn, path)
+        exec_script(conn, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON")
+
+    return _connect(path, _uri(path), apsw.SQLITE_OPEN_READWRITE, setup, vfs="unix-none")
+
+
 # SQLite opens the path before it takes a lock: a job holding the file (recover, prune) may
 # rename another file over the path, or unlink it, while the first read waits for the lock.
 _MOVED_RETRIES = 5
@@ -611,11 +632,12 @@ def _connect(
     setup: Callable[[apsw.Connection], None],
     *,
     cls: type[apsw.Connection] = apsw.Connection,
+    vfs: str | None = None,
 ) -> apsw.Connection:
     """Open ``uri``, harden the connection, give it the busy timeout and run ``setup``; on any
     failure the connection is closed and APSW's error translated."""
     try:
-        conn = cls(uri, flags=flags | apsw.SQLITE_OPEN_URI)
+        conn = cls(uri, flags=flags | apsw.SQLITE_OPEN_URI, vfs=vfs)
     except apsw.Error as e:
         raise translate(e, path) from e
     try:

@@ -554,10 +554,13 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
             if holder is not None:
                 run.live = holder.pid or 0
         elif run.status == enums.RUNNING:
+            fix = f"agentdb sessions end {session_id}"
             run.add(
                 "interrupted",
                 "status is running but no process has it open: the kernel stopped without "
-                "ending it; resume the session or leave it as a record",
+                f"ending it; resume it, or end it with `{fix}` (cancelled: it can still be "
+                "resumed)",
+                fix,
             )
     return run
 

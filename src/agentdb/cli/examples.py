@@ -68,6 +68,13 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("agentdb report --json", "the numbers the page is made of"),
     ],
     "sessions": [("agentdb sessions list", "every session, oldest first")],
+    "sessions end": [
+        ("agentdb sessions end 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "cancel a session whose kernel died"),
+        (
+            "agentdb sessions end 01HZX3V5P3R6M9T4Q8K2W7Y1BC --dry-run --json",
+            "what would be ended, as JSON",
+        ),
+    ],
     "sessions list": [
         ("agentdb sessions list", "every session, oldest first"),
         ("agentdb sessions list --json", "the same as one JSON document"),

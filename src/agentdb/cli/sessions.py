@@ -19,6 +19,7 @@ from agentdb.cli.common import (
     json_option,
 )
 from agentdb.cli.params import DURATION
+from agentdb.cli.sessions_end import end_cmd
 from agentdb.schema import enums
 
 
@@ -32,7 +33,8 @@ def _ts(v: str | None) -> str:
 
 @click.group("sessions")
 def sessions_cmd() -> None:
-    """Cross-session queries: list sessions, show one, draw the parent/child tree.
+    """Cross-session queries: list sessions, show one, draw the parent/child tree; end
+    sessions whose kernel died.
 
     There is no index: every command scans <ULID>.sqlite files and reads each one's single
     session_meta row. A file that cannot be read is listed with status "unreadable".
@@ -233,3 +235,6 @@ def tree_cmd(app: App, session_id: str | None, as_json: bool) -> int:
         for line in tree_lines(roots):
             output.emit_text(line)
     return 0
+
+
+sessions_cmd.add_command(end_cmd)
