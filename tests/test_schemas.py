@@ -73,6 +73,12 @@ def test_real_output_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str
     again = check("backup", "backup", "--all", "--to", str(tmp_path / "copies"))
     assert again["summary"]["total"] == len(state.sessions)
     check("backup-verify", "backup", "--verify", str(tmp_path / "copies"))
+    check("restore", "restore", "--all", "--from", str(tmp_path / "copies"), "--dry-run")
+    lost = state.by_role("parent").session_id
+    (state.sessions_dir / f"{lost}.sqlite").unlink()
+    restored = check("restore", "restore", lost, "--from", str(tmp_path / "copies"))
+    assert restored["sessions"][0]["outcome"] == "restored"
+    check("sessions-end", "sessions", "end", state.by_role("running").session_id, "--dry-run")
     # errors under --json are one document on stderr, with the same version
     for argv, code in (
         (["check", "NOTANID", "--json"], 2),
