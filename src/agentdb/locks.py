@@ -35,8 +35,9 @@ import os
 import stat
 import struct
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,47 @@ def probe(db_path: Path) -> Holder | None:
             )
     # A missing -shm (or one that cannot be opened) holds no lock: _probe_file says None.
     return _probe_file(os.fspath(db_path) + "-shm", SHM_LOCK_START, SHM_LOCK_LEN)
+
+
+def wait_free(db_path: Path, seconds: float) -> Holder | None:
+    """:func:`probe` until nobody holds the session or ``seconds`` have passed; the last answer.
+
+    A lease this process holds is answered at once (waiting for ourselves would never end).
+    Polls every 50 ms, backing off to 250 ms; takes no lock, changes nothing.
+    """
+    deadline = time.monotonic() + max(0.0, seconds)
+    pause = 0.05
+    while True:
+        holder = probe(db_path)
+        if holder is None or (holder.lease and holder.pid == os.getpid()):
+            return holder
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return holder
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.25)
+
+
+@contextmanager
+def hold_waiting(db_path: Path, seconds: float) -> Iterator[int]:
+    """:func:`hold`, retried while the session is live for up to ``seconds`` (``--wait``); then
+    :class:`SessionLive` as from :func:`hold`. Any other error is raised at once."""
+    deadline = time.monotonic() + max(0.0, seconds)
+    pause = 0.05
+    while True:
+        stack = ExitStack()
+        try:
+            fd = stack.enter_context(hold(db_path))
+        except SessionLive:
+            left = deadline - time.monotonic()
+            if left <= 0 or _own_lease(db_path) is not None:
+                raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.25)
+            continue
+        with stack:
+            yield fd
+        return
 
 
 @contextmanager

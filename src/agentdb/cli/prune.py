@@ -10,7 +10,7 @@ import click
 from agentdb import errors, prune
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option
-from agentdb.cli.params import DURATION
+from agentdb.cli.params import DURATION, SecondsType
 from agentdb.schema import enums
 
 
@@ -81,6 +81,14 @@ def _statuses(
 @click.option(
     "--yes", "-y", is_flag=True, help="Remove without asking (required with no terminal)."
 )
+@click.option(
+    "--wait",
+    type=SecondsType(maximum=86400),
+    default=None,
+    metavar="SECONDS",
+    help="Wait at most SECONDS (all together) for selected sessions another process has open "
+    "to be closed, instead of refusing them as live at once.",
+)
 @json_option
 @fmt_option
 @click.pass_obj
@@ -97,6 +105,7 @@ def prune_cmd(
     include_pinned: bool,
     dry_run: bool,
     yes: bool,
+    wait: float | None,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -129,7 +138,7 @@ def prune_cmd(
         selectors.validate()
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    plan = prune.plan(app.require_sessions_dir(), app.use_plugin_cache(), selectors)
+    plan = prune.plan(app.require_sessions_dir(), app.use_plugin_cache(), selectors, wait=wait)
     for n in plan.notes:
         output.warn(n)
     if dry_run:

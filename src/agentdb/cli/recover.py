@@ -14,6 +14,7 @@ from agentdb.cli.common import (
     make_selection,
     session_selection,
 )
+from agentdb.cli.params import SecondsType
 
 
 @click.command("recover")
@@ -21,11 +22,25 @@ from agentdb.cli.common import (
 @click.option(
     "--dry-run", is_flag=True, help="Salvage into a temporary file, report, change nothing."
 )
+@click.option(
+    "--wait",
+    type=SecondsType(maximum=86400),
+    default=None,
+    metavar="SECONDS",
+    help="Wait at most SECONDS for each session another process has open to be closed, "
+    "instead of skipping it at once (skipped_live).",
+)
 @json_option
 @fmt_option
 @click.pass_obj
 def recover_cmd(
-    app: App, ids: tuple[str, ...], all_: bool, dry_run: bool, as_json: bool, fmt: str
+    app: App,
+    ids: tuple[str, ...],
+    all_: bool,
+    dry_run: bool,
+    wait: float | None,
+    as_json: bool,
+    fmt: str,
 ) -> int:
     """Salvage damaged sessions into replacements, keeping each original as
     <id>.sqlite.corrupt (then .corrupt.1, ...) with its WAL beside it.
@@ -44,6 +59,7 @@ def recover_cmd(
         None if sel.all else sel.ids,
         dry_run=dry_run,
         recovery_log=app.recovery_log,
+        wait=wait,
     )
     for s in report.sessions:
         if s.outcome == "recovered":

@@ -160,7 +160,7 @@ def _execute(plan: PrunePlan, result: PruneResult, point: Fault) -> None:
                 fsutil.fsync_dir(sessions_dir)
             continue
         try:
-            freed, names = _remove(sessions_dir, d, point)
+            freed, names = _remove(sessions_dir, d, point, plan.wait)
         except errors.SessionLive as e:
             result.refused.append(_refused(d, "live", _tail(str(e))))
             continue
@@ -187,7 +187,9 @@ def _tail(message: str) -> str:
     return message.split(": ", 1)[1] if ": " in message else message
 
 
-def _remove(sessions_dir: Path, d: PruneDecision, point: Fault) -> tuple[int, list[str]]:
+def _remove(
+    sessions_dir: Path, d: PruneDecision, point: Fault, plan_wait: float = 0.0
+) -> tuple[int, list[str]]:
     main = paths.session_path(sessions_dir, d.session_id)
     intent = sessions_dir / (paths.session_filename(d.session_id) + INTENT)
     planned = d.stamp or Stamp(None, None)
@@ -198,7 +200,7 @@ def _remove(sessions_dir: Path, d: PruneDecision, point: Fault) -> tuple[int, li
     freed = 0
     names: list[str] = []
     if st is not None and stat.S_ISREG(st.st_mode):
-        with locks.hold(main) as fd:
+        with locks.hold_waiting(main, plan_wait) as fd:
             now = Stamp(stat_key(os.fstat(fd)), _key(sessions_dir / f"{main.name}-wal"))
             if now != planned:
                 raise _Changed("changed since the plan was made; it stays, run prune again")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, paths, plugins
+from agentdb import errors, locks, paths, plugins
 from agentdb.durations import parse_timestamp
 from agentdb.prune.scan import (
     INTENT,
@@ -156,6 +157,8 @@ class PrunePlan:
                     counts[v][3] += 1
         return [VersionUse(v, *counts[v]) for v in sorted(counts)]
 
+    wait: float = 0.0  # --wait: seconds execute may wait for a session someone opened meanwhile
+
     @property
     def removals(self) -> list[PruneDecision]:
         return [d for d in self.candidates if d.remove]
@@ -272,12 +275,18 @@ def plan(
     selectors: Selectors,
     *,
     now: dt.datetime | None = None,
+    wait: float | None = None,
 ) -> PrunePlan:
-    """Decide, changing nothing, what ``execute`` would remove and what stays and why."""
+    """Decide, changing nothing, what ``execute`` would remove and what stays and why.
+
+    With ``wait`` (seconds, ``--wait``), a selected session someone has open is waited for (all
+    of them together at most that long) and judged again once it is closed, instead of being
+    refused as ``live`` at once.
+    """
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned)
+    result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
     groups = group_names(sessions_dir)
     cached = plugins.cached_versions(plugin_cache)
     facts: dict[str, Facts] = {}
@@ -313,6 +322,14 @@ def plan(
             kept = set(readable[: selectors.keep_last])
             matched = [s for s in matched if s not in kept]
     selected = sorted(set(selectors.ids) | set(matched))
+    if wait:
+        deadline = time.monotonic() + wait
+        for sid in selected:
+            if sid not in facts or facts[sid].holder is None or facts[sid].entry_kind == "absent":
+                continue
+            main = paths.session_path(sessions_dir, sid)
+            if locks.wait_free(main, max(0.0, deadline - time.monotonic())) is None:
+                facts[sid] = read_facts(sessions_dir, sid, groups.get(sid, Files()))
 
     # 2. --with-descendants: each selected session's subtree joins, grouped under its top.
     top: dict[str, str] = {sid: sid for sid in selected}

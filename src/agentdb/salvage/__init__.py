@@ -111,6 +111,7 @@ def recover_sessions(
     dry_run: bool = False,
     recovery_log: Path | None = None,
     fault: Fault | None = None,
+    wait: float | None = None,
 ) -> RecoveryReport:
     """Recover the given sessions (None: every ``<ULID>.sqlite`` entry in the directory)."""
     if session_ids is None:
@@ -122,7 +123,12 @@ def recover_sessions(
         for sid in ids:
             report.sessions.append(
                 recover_session(
-                    sessions_dir, sid, dry_run=dry_run, recovery_log=recovery_log, fault=fault
+                    sessions_dir,
+                    sid,
+                    dry_run=dry_run,
+                    recovery_log=recovery_log,
+                    fault=fault,
+                    wait=wait,
                 )
             )
     except KeyboardInterrupt:  # the session in hand is as a killed recover leaves it
@@ -137,8 +143,10 @@ def recover_session(
     dry_run: bool = False,
     recovery_log: Path | None = None,
     fault: Fault | None = None,
+    wait: float | None = None,
 ) -> RecoveryOutcome:
-    """Recover one session if it is damaged; see the module docstring."""
+    """Recover one session if it is damaged; see the module docstring. With ``wait``
+    (seconds), a session someone has open is waited for that long before it is skipped."""
     path = paths.session_path(sessions_dir, session_id)
     log = recovery_log or paths.recovery_log_path(sessions_dir)
     out = RecoveryOutcome(session_id, "refused", str(path), dry_run=dry_run)
@@ -154,14 +162,14 @@ def recover_session(
         except errors.AgentdbError as e:
             out.notes.append(f"{e}; not recovered")
             return out
-    holder = locks.probe(path)
+    holder = locks.probe(path) if wait is None else locks.wait_free(path, wait)
     if holder is not None:
         out.outcome = "skipped_live"
         who = f"pid {holder.pid}" if holder.pid else "another agentdb job"
         out.notes.append(f"{path}: open by {who}; recover it when the session is closed")
         return out
     try:
-        with locks.hold(path) as fd:
+        with locks.hold_waiting(path, wait or 0.0) as fd:
             return _recover_held(path, session_id, fd, out, log, dry_run, fault)
     except errors.SessionLive as e:
         out.outcome = "skipped_live"
