@@ -96,6 +96,10 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     # a stale -shm and no -wal
     shm_only, _ = make_session(sessions)
     (sessions / f"{shm_only}.sqlite-shm").write_bytes(stale_shm)
+    # a hot rollback journal (a writer killed mid-transaction in DELETE mode)
+    from tests.fuzz.test_hot_journal import hot_journal_session
+
+    hot, _, _ = hot_journal_session(sessions, "UPDATE events SET payload = randomblob(2000)")
     _mode_600(sessions)
     for sid in (both, wal_only):
         assert (sessions / f"{sid}.sqlite-wal").stat().st_size > 0
@@ -113,6 +117,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             "both": both,
             "wal_only": wal_only,
             "shm_only": shm_only,
+            "hot": hot,
         },
         "committed": {both: both_seqs, wal_only: wal_only_seqs},
     }
@@ -315,3 +320,24 @@ def test_salvage_reads_its_own_private_copy_in_place(tmp_path: Path) -> None:
         assert int(db.scalar(conn, "SELECT max(sequence) FROM events")) >= max(seqs)
     finally:
         conn.close()
+
+
+def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path) -> None:
+    """A writer killed mid-transaction in rollback-journal mode: immutable would read its
+    uncommitted pages; every read-only open reads the committed state (a private copy, rolled
+    back) and the file, its journal and the directory stay as they were."""
+    from tests.fuzz.test_hot_journal import hot_journal_session
+
+    sessions = tmp_path / "s"
+    sessions.mkdir()
+    sid, path, committed = hot_journal_session(sessions, "DELETE FROM events WHERE sequence > 3")
+    before = tree_listing(sessions)
+    conn = db.open_readonly(path)
+    try:
+        assert conn.how == "copy"
+        n = int(db.scalar(conn, "SELECT count(*) FROM events"))
+    finally:
+        conn.close()
+    assert n == len(committed["events"]) > 3
+    assert main(["--sessions-dir", str(sessions), "events", sid, "--json"]) == 0
+    assert tree_listing(sessions) == before

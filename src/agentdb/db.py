@@ -409,7 +409,9 @@ class ReadConnection(apsw.Connection):
       (``readonly_shm``), beside a live writer as after a crash; the writer is never blocked.
     * ``"copy"``: a ``-wal`` with no ``-shm`` (its writer is gone): SQLite would create the
       ``-shm`` beside it, so a private copy of the database and its WAL is read instead
-      (copied while unchanged); the copy is removed when the connection is closed.
+      (copied while unchanged); the copy is removed when the connection is closed. The same
+      for a non-empty ``-journal``: the copy is rolled back first (a journal that cannot be
+      rolled back leaves the file alone to read, ``immutable``).
     """
 
     how = "immutable"
@@ -467,6 +469,15 @@ def open_readonly(
     for _ in range(_COPY_RETRIES):
         require_regular(path, stats.db)
         require_secure(path, stats)
+        journal = _lstat(os.fspath(path) + "-journal")
+        if stats.wal is None and not private and _has_content(journal):
+            # A rollback journal: immutable would read pages a dead (or live) writer's
+            # transaction left half-written; the committed state is the copy rolled back.
+            copied = _open_copy(path, stats, setup, "-journal", journal)
+            if copied is not None:
+                return copied
+            stats = file_stats(path)
+            continue
         if stats.wal is None:
             uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
         elif stats.shm is not None:
@@ -488,21 +499,53 @@ def open_readonly(
     )
 
 
+def _has_content(st: os.stat_result | None) -> bool:
+    return st is not None and stat.S_ISREG(st.st_mode) and st.st_size > 0
+
+
 def _open_copy(
-    path: Path, stats: FileStats, setup: Callable[[apsw.Connection], None]
+    path: Path,
+    stats: FileStats,
+    setup: Callable[[apsw.Connection], None],
+    suffix: str = "-wal",
+    side: os.stat_result | None = None,
 ) -> ReadConnection | None:
-    """Open a private copy of ``path`` and its ``-wal`` (None: they changed while copied)."""
-    assert stats.db is not None and stats.wal is not None
+    """Open a private copy of ``path`` and its ``-wal`` (or its ``-journal``, rolled back in
+    the copy). None: they changed while copied."""
+    side = stats.wal if suffix == "-wal" else side
+    assert stats.db is not None and side is not None
     stack = ExitStack()
     try:
         work = stack.enter_context(fsutil.private_workdir("agentdb-read-"))
         copy = work / path.name
         copied = fsutil.copy_private(path, copy, stats.db) and fsutil.copy_private(
-            sidecar(path, "-wal"), sidecar(copy, "-wal"), stats.wal
+            sidecar(path, suffix), sidecar(copy, suffix), side
         )
-        if not copied or not _same(file_stats(path), stats):
+        now = _lstat(os.fspath(path) + suffix)
+        unchanged = now is not None and (now.st_ino, now.st_size, now.st_mtime_ns) == (
+            side.st_ino,
+            side.st_size,
+            side.st_mtime_ns,
+        )
+        if not copied or not unchanged or not _same(file_stats(path), stats):
             stack.close()
             return None
+        if suffix == "-journal":
+            try:
+                roll_back_private(copy)
+            except errors.AgentdbError:
+                # A journal SQLite cannot roll back (another database's, damaged): the file
+                # alone is what there is to read, as check judges it (foreign_journal).
+                stack.close()
+                conn = _connect(
+                    path,
+                    _uri(path, mode="ro", immutable="1"),
+                    apsw.SQLITE_OPEN_READONLY,
+                    setup,
+                    cls=ReadConnection,
+                )
+                assert isinstance(conn, ReadConnection)
+                return conn
         conn = _connect(
             path, _uri(copy, mode="ro"), apsw.SQLITE_OPEN_READONLY, setup, cls=ReadConnection
         )
