@@ -296,6 +296,31 @@ def test_corrupt_copies_need_include_damaged(sessions_dir: Path, plugin_cache: P
     assert res.removed == [sid] and os.listdir(sessions_dir) == []
 
 
+def test_prune_judges_with_checks_rules(sessions_dir: Path, plugin_cache: Path) -> None:
+    """Damage only check's full judge sees (a flipped payload byte under a valid b-tree,
+    invalid UTF-8 in a TEXT column) keeps a session unless --include-damaged, as check would."""
+    flipped = old_session(sessions_dir, 200)
+    bad_text = old_session(sessions_dir, 190)
+    fine = old_session(sessions_dir, 180)
+    conn = apsw.Connection(str(sessions_dir / f"{flipped}.sqlite"))
+    conn.execute("UPDATE events SET payload = X'00ff' WHERE sequence = 2")  # hash now fails
+    conn.close()
+    conn = apsw.Connection(str(sessions_dir / f"{bad_text}.sqlite"))
+    conn.execute("UPDATE events SET timestamp = CAST(X'32303236c328' AS TEXT) WHERE sequence = 3")
+    conn.close()
+    for sid in (flipped, bad_text, fine):  # the edits above left a -wal/-shm behind: settle
+        for side in ("-wal", "-shm"):
+            assert not (sessions_dir / f"{sid}.sqlite{side}").exists()
+    plan = prune.plan(sessions_dir, plugin_cache, Selectors(ids=(flipped, bad_text, fine)))
+    assert codes(plan) == {flipped: ["unreadable"], bad_text: ["unreadable"], fine: []}
+    assert [d.session_id for d in plan.removals] == [fine]
+    assert "check says corrupt" in plan.refusals[0].reasons[0].message
+    sel = Selectors(ids=(flipped, bad_text), include_damaged=True)
+    assert sorted(d.session_id for d in prune.plan(sessions_dir, plugin_cache, sel).removals) == (
+        sorted([flipped, bad_text])
+    )
+
+
 def test_unreadable_only_by_explicit_id_with_include_damaged(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:

@@ -7,6 +7,7 @@ Pure and read-only: one ``scandir``, a lock probe per session, read-only opens. 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import time
 from collections.abc import Iterable
@@ -21,7 +22,7 @@ from agentdb.prune.scan import (
     Files,
     Stamp,
     group_names,
-    quick_check,
+    judge,
     read_facts,
     read_intent,
 )
@@ -213,6 +214,7 @@ def _own_reasons(
     pins: list[plugins.PluginVersion],
     sessions_dir: Path,
     include_pinned: bool,
+    recovered: bool = False,
 ) -> list[Reason]:
     """Every reason that keeps this one session, judged alone (has_children comes later)."""
     out: list[Reason] = []
@@ -235,7 +237,9 @@ def _own_reasons(
         out.append(Reason("live", f"open{who} ({f.holder.file}); stop it or retry later"))
     problem = f.problem
     if problem is None and f.info is not None:
-        problem = quick_check(sessions_dir, f.session_id) if f.holder is None else None
+        problem = (
+            judge(sessions_dir, f.session_id, recovered=recovered) if f.holder is None else None
+        )
     if f.entry_kind == "directory":
         out.append(Reason("unreadable", f"{problem}; never removed, move it away by hand"))
     elif f.foreign:
@@ -288,6 +292,15 @@ def plan(
     now = now or dt.datetime.now(dt.timezone.utc)
     result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
     groups = group_names(sessions_dir)
+
+    @functools.cache
+    def recovered_ids() -> frozenset[str]:
+        """Sessions the recovery log records a salvage of (read once, when first needed)."""
+        from agentdb.checks.run import read_recovery_index_or_finding, was_recovered
+
+        index, _ = read_recovery_index_or_finding(paths.recovery_log_path(sessions_dir))
+        return frozenset(sid for sid, entries in index.items() if was_recovered(entries))
+
     cached = plugins.cached_versions(plugin_cache)
     facts: dict[str, Facts] = {}
     for sid, files in groups.items():
@@ -367,7 +380,13 @@ def plan(
                 d.reasons.append(Reason("live", f"{f.holder.file} is open; retry later"))
         else:
             d.reasons += _own_reasons(
-                f, explicit, damaged, d.pins, sessions_dir, selectors.include_pinned
+                f,
+                explicit,
+                damaged,
+                d.pins,
+                sessions_dir,
+                selectors.include_pinned,
+                recovered=sid in recovered_ids(),
             )
         d.damaged = damaged
         d.files = _files(f, damaged)

@@ -201,20 +201,23 @@ def _foreign_behind_triggers(main: Path) -> bool:
         conn.close()
 
 
-def quick_check(sessions_dir: Path, session_id: str) -> str | None:
-    """None when ``PRAGMA quick_check`` passes, else its first complaint (one line)."""
-    from agentdb import db  # only here: the one extra open for selected sessions
+def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> str | None:
+    """None when ``check``'s own judge calls the file ``ok`` or ``needs_migration``; else one
+    line with its verdict and first error. The same rules as ``agentdb check`` (integrity,
+    schema, content hashes, invalid text, every row read), so prune never removes a file that
+    check calls damaged without --include-damaged. ``recovered``: the recovery log records a
+    salvage of it (its orphan rows are expected), as ``check`` is told."""
+    from agentdb import checks  # only here: the one extra open for selected sessions
 
     main = paths.session_path(sessions_dir, session_id)
-    try:
-        with SessionReader(main, session_id=session_id) as reader, db.translated(main):
-            problems = db.integrity_problems(reader.conn, quick=True, limit=1)
-    except errors.AgentdbError as e:
-        return _short(e, main)
-    if not problems:
+    s = checks.check_path(main, session_id, recovered=recovered)
+    if s.verdict in ("ok", "needs_migration"):
         return None
-    text = " ".join(problems[0].replace("*** in database main ***", "").split())
-    return f"quick_check failed: {text[:200]}"
+    first = next((f for f in s.findings if f.severity == "error"), None)
+    text = " ".join((first.message if first else s.verdict).split())
+    prefix = f"{main.name}: "
+    text = text[len(prefix) :] if text.startswith(prefix) else text
+    return f"check says {s.verdict}: {text[:200]}"
 
 
 def _short(e: errors.AgentdbError, main: Path) -> str:
