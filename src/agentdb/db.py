@@ -58,11 +58,14 @@ READ_ERRORS: tuple[type[BaseException], ...] = (apsw.Error, UnicodeDecodeError)
 
 @dataclass(frozen=True)
 class FileStats:
-    """``lstat`` of a database and its two sidecars, taken together (None: absent)."""
+    """``lstat`` of a database and its sidecars, taken together (None: absent)."""
 
     db: os.stat_result | None
     wal: os.stat_result | None
     shm: os.stat_result | None
+    # A rollback journal: SQLite opens and reads it (following a link, blocking on a FIFO)
+    # whenever a writer opens a file without a WAL, so it is judged like the other two.
+    journal: os.stat_result | None = None
 
     @property
     def wal_in_use(self) -> bool:
@@ -78,9 +81,10 @@ def _lstat(p: str) -> os.stat_result | None:
 
 
 def file_stats(path: Path | str) -> FileStats:
-    """One ``lstat`` each of ``path``, ``path-wal`` and ``path-shm`` (never follows links)."""
+    """One ``lstat`` each of ``path`` and its ``-wal``, ``-shm`` and ``-journal`` (never follows
+    links)."""
     p = os.fspath(path)
-    return FileStats(_lstat(p), _lstat(p + "-wal"), _lstat(p + "-shm"))
+    return FileStats(_lstat(p), _lstat(p + "-wal"), _lstat(p + "-shm"), _lstat(p + "-journal"))
 
 
 def require_regular(path: Path, st: os.stat_result | None = None) -> os.stat_result:
@@ -124,13 +128,26 @@ def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[
     db_st = stats.db
     if db_st is None:
         return problems
+    journal = stats.journal
+    if journal is not None and not stat.S_ISREG(journal.st_mode):
+        # A writer's open would read it through SQLite: hang on a FIFO, replay a link's target.
+        problems.append(
+            (
+                "insecure_sidecar",
+                f"{sidecar(path, '-journal')}: its -journal sidecar is not a regular file; remove "
+                "it by hand",
+            )
+        )
     for suffix, st in (("", db_st), ("-wal", stats.wal), ("-shm", stats.shm)):
         if st is None:
             continue
         p = sidecar(path, suffix) if suffix else path
         if suffix and not stat.S_ISREG(st.st_mode):
             problems.append(
-                ("insecure_sidecar", f"{p}: sidecar is not a regular file; remove it by hand")
+                (
+                    "insecure_sidecar",
+                    f"{p}: its {suffix} sidecar is not a regular file; remove it by hand",
+                )
             )
             continue
         mode = stat.S_IMODE(st.st_mode)
