@@ -53,6 +53,14 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
         raise errors.SessionBusy(
             f"{reason.rstrip('.')}; not recovered — open it again when it is closed", path=path
         )
+    if out.outcome == "healthy":
+        # The writer's open refused the file but recover finds no damage to salvage: what is
+        # wrong is not damage (check names it), and nothing was changed.
+        raise errors.Corrupt(
+            f"{path}: the open refused it, but recover finds no damage to salvage; kept as it "
+            f"is, see `agentdb check {session_id}`",
+            path=path,
+        )
     reason = out.notes[-1] if out.notes else out.outcome
     if out.outcome == "failed":  # the system refused a write (no space, ...)
         log.warning("%s: damaged; recovering it failed (%s)", path, reason)

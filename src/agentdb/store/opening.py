@@ -148,6 +148,15 @@ def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id:
             path=path,
         )
     ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
+    if len(ids) == 1 and ids[0] != session_id:
+        # Another session's file under this name (copied or renamed): nothing is damaged, so
+        # no recovery is attempted (recover calls it healthy); the kernel skips it.
+        raise errors.ForeignFile(
+            f"{path}: session_meta names session {ids[0]!r}, not {session_id!r}: this is "
+            "another session's file under this name; move it back to its own name (see "
+            "`agentdb check` on it)",
+            path=path,
+        )
     if ids != [session_id]:
         raise errors.Corrupt(
             f"{path}: session_meta holds {ids!r}, expected exactly [{session_id!r}]; "
