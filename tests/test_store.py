@@ -187,7 +187,7 @@ def test_open_refuses_mismatched_session_meta(sessions_dir: Path) -> None:
     c = apsw.Connection(str(path))
     c.execute("UPDATE session_meta SET session_id = '01ARZ3NDEKTSV4RRFFQ69G5FAV'")
     c.close()
-    with pytest.raises(errors.Corrupt, match="session_meta"):
+    with pytest.raises(errors.ForeignFile, match="session_meta names session"):
         SessionWriter.open(sessions_dir, sid)
 
 
