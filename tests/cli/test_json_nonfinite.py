@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 from agentdb import demo, schemas
@@ -29,9 +30,13 @@ def test_non_finite_costs_are_null(tmp_path: Path, sessions_dir: Path) -> None:
     for cost in (float("inf"), 1e308):
         w = SessionWriter.create(sessions_dir, profile="coder")
         for _ in range(2):  # 2 x 1e308 overflows the sum
-            w.emit(Event("message", demo.MODEL_OLD, b"{}", usage=Usage("p", "m", 1, 1, cost)))
+            w.emit(Event("message", demo.MODEL_OLD, b"{}", usage=Usage("p", "m", 1, 1, 1.0)))
         w.set_status("completed")
         w.close()
+        # agentdb's writer refuses a non-finite cost; another writer's file may hold one.
+        conn = apsw.Connection(str(w.path))
+        conn.execute("UPDATE cost_ledger SET cost_usd = ?", (cost,))
+        conn.close()
         ids.append(w.session_id)
     g = ("--sessions-dir", str(sessions_dir), "--plugin-cache", str(tmp_path / "none"))
     for name, args in (
