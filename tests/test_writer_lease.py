@@ -265,3 +265,38 @@ def test_the_lease_never_opens_what_is_not_a_regular_file(sessions_dir: Path) ->
     with pytest.raises(errors.NotRegularFile):
         SessionWriter.open(sessions_dir, link.name[:26])
     assert locks.probe(path) is None
+
+
+_OLD_WRITER = r"""
+import sys
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from agentdb.store import SessionWriter
+w = SessionWriter.open(Path(sys.argv[1]), sys.argv[2], migrate=False)  # a revision-1 writer
+print("ready", flush=True)
+sys.stdin.readline()
+w.close()
+"""
+
+
+def test_migrate_never_changes_the_schema_under_a_leaseholder(sessions_dir: Path) -> None:
+    """Even with --wait: the writer's next emit would write the old revision's rows."""
+    sid, path = make_session(sessions_dir, revision=1)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _OLD_WRITER, str(sessions_dir), sid, str(SRC)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        r = run_cli("--sessions-dir", str(sessions_dir), "migrate", sid, "--wait", "1", "--json")
+        (out,) = json.loads(r.stdout)["sessions"]
+        assert (out["outcome"], out["to"]) == ("skipped_live", 1), out
+    finally:
+        assert p.stdin is not None
+        p.stdin.write("close\n")
+        p.stdin.flush()
+        p.wait(timeout=60)
+    r = run_cli("--sessions-dir", str(sessions_dir), "migrate", sid, "--wait", "1", "--json")
+    assert json.loads(r.stdout)["sessions"][0]["outcome"] == "migrated", r.stdout + r.stderr

@@ -375,12 +375,20 @@ def _migrate_once(
                 message = str(fsutil.os_error(e, item.leftover, "remove"))
         return done(item.outcome or "failed", rev, message)
     holder = locks.probe(path)  # again: the plan may be old
-    if holder is not None and wait is None:
+    if holder is not None and holder.lease and wait is not None:
+        # A kernel's writer holds the session: never change the schema under it (its next
+        # emit would write the old revision's rows). --wait waits for it to close instead.
+        holder = locks.wait_free(path, wait) or None
+        if holder is not None and not holder.lease:
+            holder = None  # only readers left: BEGIN IMMEDIATE below waits for them as before
+    if holder is not None and (wait is None or holder.lease):
         who = f" by pid {holder.pid}" if holder.pid else ""
+        what = "held by its writer" if holder.lease else "open"
         return done(
             "skipped_live",
             rev,
-            f"{path}: open{who}; not migrated — retry when it is closed, or pass --wait",
+            f"{path}: {what}{who}; not migrated — retry when it is closed"
+            + ("" if holder.lease else ", or pass --wait"),
         )
     faults.point("after_probe")
     bak = backup_file(path)
