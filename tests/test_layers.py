@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentdb"
 
 BASE = {"paths", "errors", "results"}
-UTIL = {"fsutil", "locks", "recoverylog", "durations", "faults", "hashing", "swap"}
+UTIL = {"fsutil", "locks", "recoverylog", "durations", "faults", "hashing", "workers", "swap"}
 
 # part -> the parts it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {

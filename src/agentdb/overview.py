@@ -10,18 +10,14 @@ order. Read-only.
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentdb import errors, paths, plugins
+from agentdb import errors, paths, plugins, workers
 from agentdb.sessions import UNREADABLE, SessionRow
 from agentdb.store import SessionReader
-
-POOL_THRESHOLD = 200  # fewer files than this are read in this process
-CHUNK = 250  # entries per task sent to a reader process
+from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 Costs = list[tuple[str, str, str, int, float]]  # (day, provider, model, turns, cost_usd)
 
@@ -76,10 +72,6 @@ def _unreadable(entry: paths.Entry, e: errors.AgentdbError) -> SessionRow:
     return SessionRow(entry.session_id, entry.path, UNREADABLE, error=str(e), error_code=e.code)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-
-
 def _read_chunk(work: tuple[list[paths.Entry], bool]) -> list[Scanned]:
     entries, costs = work
     return [read_one(e, costs=costs) for e in entries]
@@ -93,11 +85,6 @@ def scan(sessions_dir: Path, *, costs: bool = False, jobs: int = 1) -> Iterator[
             yield read_one(entry, costs=costs)
         return
     chunks = [(entries[i : i + CHUNK], costs) for i in range(0, len(entries), CHUNK)]
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
-    try:
+    with workers.forked_pool(jobs) as pool:
         for part in pool.imap(_read_chunk, chunks):
             yield from part
-        pool.close()
-    finally:
-        pool.terminate()  # no-op after close(); on Ctrl-C or an error stops the readers
-        pool.join()

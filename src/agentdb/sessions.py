@@ -5,19 +5,18 @@ views: list, show, tree, events, preflight. Read-only; an unreadable file is lis
 from __future__ import annotations
 
 import datetime as dt
-import multiprocessing
 import os
-import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ulid
 
-from agentdb import errors, paths
+from agentdb import errors, paths, workers
 from agentdb.durations import older_than, parse_timestamp
 from agentdb.schema import enums
 from agentdb.store import EventRow, ProducerRow, SessionInfo, SessionReader
+from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 UNREADABLE = "unreadable"  # the status shown for a file whose session_meta cannot be read
 
@@ -83,14 +82,6 @@ def _row(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> Sess
     )
 
 
-POOL_THRESHOLD = 200  # fewer files than this are read in this process (no pool start-up)
-CHUNK = 250  # entries per task sent to a worker
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-
-
 def _read_chunk(work: tuple[list[paths.Entry], bool]) -> list[SessionRow]:
     entries, count_events = work
     return [read_row(e, count_events=count_events) for e in entries]
@@ -108,14 +99,9 @@ def scan(sessions_dir: Path, *, count_events: bool = True, jobs: int = 1) -> Ite
             yield read_row(entry, count_events=count_events)
         return
     chunks = [(entries[i : i + CHUNK], count_events) for i in range(0, len(entries), CHUNK)]
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
-    try:
+    with workers.forked_pool(jobs) as pool:
         for part in pool.imap(_read_chunk, chunks):
             yield from part
-        pool.close()
-    finally:
-        pool.terminate()  # no-op after close(); on Ctrl-C or an error stops the readers
-        pool.join()
 
 
 class Interrupted(KeyboardInterrupt):

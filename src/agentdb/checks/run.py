@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, paths, recoverylog
+from agentdb import errors, paths, recoverylog, workers
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
 from agentdb.results import CheckReport, DirectoryFinding, Finding, SessionCheck
@@ -191,10 +189,6 @@ def check_file(
 _Work = tuple[str, str, bool, bool]  # (session_id, path, quick, recovered)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _check_chunk(chunk: list[_Work]) -> list[SessionCheck]:
     return [check_path(Path(p), sid, quick=q, recovered=r) for sid, p, q, r in chunk]
 
@@ -242,18 +236,14 @@ def check_sessions(
     else:
         size = max(8, min(256, total // (jobs * 8) or 1))
         chunks = [work[i : i + size] for i in range(0, total, size)]
-        pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
         try:
-            for part in pool.imap_unordered(_check_chunk, chunks):
-                results.extend(part)
-                if progress:
-                    progress(len(results), total)
-            pool.close()
+            with workers.forked_pool(jobs) as pool:
+                for part in pool.imap_unordered(_check_chunk, chunks):
+                    results.extend(part)
+                    if progress:
+                        progress(len(results), total)
         except KeyboardInterrupt:
             interrupted = True
-            pool.terminate()  # workers only read; stopping them mid-file changes nothing
-        finally:
-            pool.join()
     extra, directory = check_directory_extras(
         sessions_dir, None if ids is None else selected, recovery=recovery
     )

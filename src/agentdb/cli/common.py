@@ -167,3 +167,20 @@ def jobs_option(what: str) -> Callable[[F], F]:
         )(f)
 
     return deco
+
+
+def wait_option(help: str) -> Callable[[F], F]:
+    """``--wait SECONDS`` (finite, 0 to a day) for the jobs that act on a session someone may
+    have open: migrate, recover, prune."""
+    from agentdb.cli.params import SecondsType
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--wait",
+            type=SecondsType(maximum=86400),
+            default=None,
+            metavar="SECONDS",
+            help=help,
+        )(f)
+
+    return deco

@@ -13,8 +13,8 @@ from agentdb.cli.common import (
     json_option,
     make_selection,
     session_selection,
+    wait_option,
 )
-from agentdb.cli.params import SecondsType
 
 _SUMMARY = (
     ("migrated", "migrated"),
@@ -32,13 +32,9 @@ _SUMMARY = (
 @click.option(
     "--dry-run", is_flag=True, help="Probe and report what would be done; change nothing."
 )
-@click.option(
-    "--wait",
-    type=SecondsType(maximum=86400),
-    default=None,
-    metavar="SECONDS",
-    help="Also migrate sessions another process has open, waiting at most SECONDS for the "
-    "write lock (without it they are skipped as skipped_live).",
+@wait_option(
+    "Also migrate sessions another process has open, waiting at most SECONDS for the "
+    "write lock (without it they are skipped as skipped_live)."
 )
 @click.option(
     "--keep-backups",

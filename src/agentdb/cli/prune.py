@@ -9,8 +9,8 @@ import click
 
 from agentdb import errors, prune
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option
-from agentdb.cli.params import DURATION, SecondsType
+from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option, wait_option
+from agentdb.cli.params import DURATION
 from agentdb.schema import enums
 
 
@@ -81,13 +81,9 @@ def _statuses(
 @click.option(
     "--yes", "-y", is_flag=True, help="Remove without asking (required with no terminal)."
 )
-@click.option(
-    "--wait",
-    type=SecondsType(maximum=86400),
-    default=None,
-    metavar="SECONDS",
-    help="Wait at most SECONDS (all together) for selected sessions another process has open "
-    "to be closed, instead of refusing them as live at once.",
+@wait_option(
+    "Wait at most SECONDS (all together) for selected sessions another process has open "
+    "to be closed, instead of refusing them as live at once."
 )
 @json_option
 @fmt_option

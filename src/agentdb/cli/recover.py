@@ -13,8 +13,8 @@ from agentdb.cli.common import (
     json_option,
     make_selection,
     session_selection,
+    wait_option,
 )
-from agentdb.cli.params import SecondsType
 
 
 @click.command("recover")
@@ -22,13 +22,9 @@ from agentdb.cli.params import SecondsType
 @click.option(
     "--dry-run", is_flag=True, help="Salvage into a temporary file, report, change nothing."
 )
-@click.option(
-    "--wait",
-    type=SecondsType(maximum=86400),
-    default=None,
-    metavar="SECONDS",
-    help="Wait at most SECONDS for each session another process has open to be closed, "
-    "instead of skipping it at once (skipped_live).",
+@wait_option(
+    "Wait at most SECONDS for each session another process has open to be closed, "
+    "instead of skipping it at once (skipped_live)."
 )
 @json_option
 @fmt_option
