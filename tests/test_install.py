@@ -3,6 +3,7 @@ Schemas inside the package."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,9 @@ def test_pip_install_puts_man_pages_on_the_man_path(tmp_path: Path) -> None:
             "install",
             "-q",
             "--no-deps",
+            # Without it pip uninstalls the running environment's own agentdb (the editable
+            # install the rest of the suite imports) before installing into the prefix.
+            "--ignore-installed",
             "--prefix",
             str(prefix),
             str(src),
@@ -43,6 +47,11 @@ def test_pip_install_puts_man_pages_on_the_man_path(tmp_path: Path) -> None:
         timeout=240,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    env_clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    still = subprocess.run(
+        [sys.executable, "-c", "import agentdb.cli.main"], capture_output=True, env=env_clean
+    )
+    assert still.returncode == 0, "the install into the prefix broke this environment's agentdb"
     pages = sorted(p.name for p in (prefix / "share" / "man" / "man1").glob("agentdb*.1"))
     assert "agentdb-check.1" in pages and "agentdb-status.1" in pages
     assert pages == sorted(p.name for p in (ROOT / "src" / "agentdb" / "man").glob("*.1"))
