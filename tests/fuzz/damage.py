@@ -21,6 +21,7 @@ from pathlib import Path
 import apsw
 
 from agentdb.paths import sidecar
+from tests.salvage.corpus import pages_of
 
 SECTOR = 512
 
@@ -30,23 +31,6 @@ def page_size(path: Path) -> int:
         f.seek(16)
         raw = int.from_bytes(f.read(2), "big")
     return 65536 if raw == 1 else raw
-
-
-def pages_of(path: Path, name: str, pagetype: str | None = None) -> list[int]:
-    """Pages of the b-tree ``name`` (``leaf``, ``internal``, ``overflow``), via dbstat."""
-    conn = apsw.Connection(
-        f"file:{path.absolute()}?immutable=1",
-        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
-    )
-    try:
-        sql = "SELECT pageno FROM dbstat WHERE name = ?"
-        args: list[object] = [name]
-        if pagetype:
-            sql += " AND pagetype = ?"
-            args.append(pagetype)
-        return [int(r[0]) for r in conn.execute(sql + " ORDER BY pageno", args)]
-    finally:
-        conn.close()
 
 
 def write_at(path: Path, offset: int, data: bytes) -> None:
