@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import errors, paths, plugins, workers
-from agentdb.sessions import UNREADABLE, SessionRow
+from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionReader
 from agentdb.workers import CHUNK, POOL_THRESHOLD
 
@@ -42,19 +42,7 @@ def read_one(entry: paths.Entry, *, costs: bool = False) -> Scanned:
             info, rev = r.info(), r.revision
         except errors.AgentdbError as e:
             return Scanned(_unreadable(entry, e), None, None)
-        row = SessionRow(
-            entry.session_id,
-            entry.path,
-            info.status,
-            info.profile,
-            info.parent_session_id,
-            info.depth,
-            info.started_at,
-            info.ended_at,
-            info.cost_usd,
-            None,
-            rev,
-        )
+        row = row_of(entry, info, None, rev)
         try:
             producers: list[plugins.PluginVersion] | None = plugins.session_producers(r)
         except errors.AgentdbError:

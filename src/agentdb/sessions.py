@@ -63,10 +63,11 @@ def read_row(entry: paths.Entry, *, count_events: bool = True) -> SessionRow:
             rev = r.revision
     except errors.AgentdbError as e:
         return SessionRow(entry.session_id, entry.path, UNREADABLE, error=str(e), error_code=e.code)
-    return _row(entry, info, n, rev)
+    return row_of(entry, info, n, rev)
 
 
-def _row(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> SessionRow:
+def row_of(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> SessionRow:
+    """The list row of a session whose ``session_meta`` was read (``n``: its event count)."""
     return SessionRow(
         entry.session_id,
         entry.path,
@@ -186,7 +187,7 @@ def show_session(sessions_dir: Path, session_id: str) -> SessionDetail:
     path = paths.session_path(sessions_dir, session_id)
     entry = paths.Entry(session_id, path)
     with SessionReader(path, session_id=session_id) as r:
-        row = _row(entry, r.info(), r.event_count(), r.revision)
+        row = row_of(entry, r.info(), r.event_count(), r.revision)
         costs = [
             {
                 "provider": p,

@@ -17,7 +17,7 @@ import apsw
 
 from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
-from agentdb.checks.journal import check_with_journal
+from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
 from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.hashing import hash_sql
@@ -49,20 +49,6 @@ def _stat_key(path: Path | str) -> tuple[int, int, int] | None:
         return _key(os.lstat(path))
     except FileNotFoundError:
         return None
-
-
-def _head(path: Path) -> bytes:
-    """The first 100 bytes of the database file (its header), or b"" when unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        return os.pread(fd, 100, 0)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
 
 
 def _snapshot(stats: db.FileStats) -> tuple[object, ...]:
@@ -190,7 +176,7 @@ class _Run:
             fix = self.fix_recover if a.severity == "error" else None
             suffix = f"; run `{fix}`" if fix else ""
             self.add(a.code, f"WAL: {a.message}{suffix}", fix)
-        foreign = foreign_evidence(_head(self.path), scan, (APPLICATION_ID,))
+        foreign = foreign_evidence(read_header(self.path), scan, (APPLICATION_ID,))
         if foreign is not None:
             self.foreign_wal(foreign)
         return key

@@ -36,7 +36,7 @@ def hot_journal(path: Path) -> bytes | None:
     return data
 
 
-def _head(path: Path) -> bytes:
+def read_header(path: Path) -> bytes:
     """The database header (first 100 bytes), or b"" when unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -57,7 +57,7 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
     if data is None:
         return None
     name = path.name
-    problem = journal_problem(_head(path), data)
+    problem = journal_problem(read_header(path), data)
     if problem is None:
         with fsutil.private_workdir("agentdb-journal-") as work:
             copy = work / name
