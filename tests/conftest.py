@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from agentdb import fsutil
+from tests.runner import Agentdb
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -29,3 +30,9 @@ def plugin_cache(tmp_path: Path) -> Path:
     d = tmp_path / "cache" / "agent" / "plugins"
     d.mkdir(parents=True)
     return d
+
+
+@pytest.fixture
+def agentdb() -> Agentdb:
+    """Run the CLI in-process: ``code, out, err = agentdb(*argv)`` (see tests/runner.py)."""
+    return Agentdb()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import apsw
@@ -13,6 +12,7 @@ from agentdb import paths
 from agentdb.hashing import event_hash
 from agentdb.schema.revisions import DDL
 from agentdb.store import Event, Producer, SessionWriter
+from tests.rows import all_rows
 from tests.support import make_session
 
 REVISIONS = sorted(DDL)  # every released revision
@@ -21,21 +21,8 @@ BIG = 100 * 1024  # a payload this size spills onto overflow pages
 
 
 def rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of every table, committed WAL frames included, read from a copy of the file
-    and its -wal (so that reading neither checkpoints nor removes the original's WAL)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "copy.sqlite"
-        shutil.copyfile(path, copy)
-        if paths.sidecar(path, "-wal").exists():
-            shutil.copyfile(paths.sidecar(path, "-wal"), paths.sidecar(copy, "-wal"))
-        conn = apsw.Connection(str(copy))
-        try:
-            return {
-                t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
-                for t in ("events", "session_meta", "cost_ledger", "plan_items", "producers")
-            }
-        finally:
-            conn.close()
+    """Every row of every table, committed WAL frames included, read from a private copy."""
+    return all_rows(path, private_copy=True)
 
 
 def user_version(path: Path) -> int:

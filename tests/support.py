@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import apsw
 
 from agentdb import demo
 from agentdb.store import Producer, SessionWriter
@@ -54,24 +53,18 @@ def make_session(
     return w.session_id, w.path
 
 
-def all_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of every session table, read with a plain read-only connection.
-
-    Immutable (no sidecars created) when no WAL is beside the file; otherwise a normal
-    read-only open that also sees what is committed in the WAL.
-    """
-    live = path.with_name(path.name + "-wal").exists()
-    conn = apsw.Connection(
-        f"file:{path.absolute()}?{'mode=ro' if live else 'immutable=1'}",
-        flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
-    )
-    try:
-        out = {}
-        for t in ("events", "session_meta", "cost_ledger", "plan_items", "producers"):
-            out[t] = [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
-        return out
-    finally:
-        conn.close()
+def tree_snapshot(root: Path) -> dict[str, tuple[int, str | None]]:
+    """Every entry under ``root``: mode and, for regular files, a hash of the bytes."""
+    out: dict[str, tuple[int, str | None]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            digest = None
+            if stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            out[str(p.relative_to(root))] = (st.st_mode, digest)
+    return out
 
 
 def _python() -> list[str]:
@@ -160,16 +153,35 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyp
     return False
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real console entry point in a subprocess (for exit codes, stdout/stderr split)."""
-    return subprocess.run(
-        [sys.executable, "-m", "agentdb.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
+GOOD_ID = "01KRJ2J16Z66Y18RC6X1RVCXA6"
 
 
-def load_json(text: str) -> object:
-    return json.loads(text)
+def hostile_extras(sessions_dir: Path, model_id: str) -> dict[str, str]:
+    """Files that are not sessions (never touched) and <ULID>.sqlite entries that cannot be
+    opened; returns {name: kind}."""
+    base = GOOD_ID[:25]
+    src = sessions_dir / f"{model_id}.sqlite"
+    (sessions_dir / "notes.txt").write_text("operator notes\n")
+    (sessions_dir / "foo.sqlite").write_bytes(src.read_bytes())
+    (sessions_dir / f"{model_id.lower()}.sqlite").write_bytes(src.read_bytes())
+    (sessions_dir / "random").mkdir()
+    (sessions_dir / "random" / "inside.sqlite").write_bytes(src.read_bytes())
+    (sessions_dir / f"{model_id}.sqlite.bak").write_bytes(src.read_bytes())
+    (sessions_dir / f"{base}9.sqlite.corrupt.notes").write_text("not a corrupt copy\n")
+    os.mkdir(sessions_dir / f"{base}0.sqlite")
+    os.mkfifo(sessions_dir / f"{base}1.sqlite")
+    os.symlink(src.name, sessions_dir / f"{base}2.sqlite")
+    return {f"{base}0": "directory", f"{base}1": "fifo", f"{base}2": "symlink"}
+
+
+def ulids(n: int) -> list[str]:
+    """``n`` distinct valid session ids, in order."""
+    alpha = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    out = []
+    for i in range(n):
+        tail = ""
+        for _ in range(6):
+            tail = alpha[i % 32] + tail
+            i //= 32
+        out.append("01M8" + "0" * 16 + tail)
+    return out

@@ -15,7 +15,9 @@ import pytest
 from agentdb import backupdir
 from agentdb.checks import prefix
 from agentdb.store import Event, Producer, SessionWriter
-from tests.support import all_rows, make_session, run_cli
+from tests.rows import all_rows
+from tests.runner import run_cli
+from tests.support import make_session
 
 TOOL = Producer("tool", "shell", "2.0.0")
 

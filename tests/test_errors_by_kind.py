@@ -19,7 +19,8 @@ import pytest
 
 from agentdb import db, errors
 from agentdb.store import Event, Producer, SessionReader, SessionWriter
-from tests.support import SRC, all_rows, make_session
+from tests.rows import all_rows
+from tests.support import SRC, make_session
 
 TOOL = Producer("tool", "shell", "1.0")
 

@@ -11,7 +11,8 @@ import apsw
 from agentdb import backup
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import assert_same_rows, large_session, rows, user_version
-from tests.support import WriterProcess, make_session, run_cli, wait_for
+from tests.runner import run_cli
+from tests.support import WriterProcess, make_session, wait_for
 
 
 def test_migrate_and_backup_beside_a_busy_writer(sessions_dir: Path, tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import SRC, make_session, run_cli
+from tests.runner import run_cli
+from tests.support import SRC, make_session
 
 _OPEN = """
 import sys

@@ -10,7 +10,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from tests.support import make_session, run_cli
+from tests.runner import run_cli
+from tests.support import make_session
 
 
 def _strict(text: str) -> object:

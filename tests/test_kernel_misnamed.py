@@ -12,7 +12,8 @@ import pytest
 
 from agentdb import errors, kernel, paths
 from agentdb.store import new_session_id
-from tests.support import all_rows, make_session
+from tests.rows import all_rows
+from tests.support import make_session
 
 
 def test_a_session_under_another_id_is_refused_without_recovery(

@@ -17,7 +17,8 @@ from pathlib import Path
 import apsw
 
 from agentdb import backup, paths, swap
-from tests.support import SRC, all_rows, make_session, wait_for
+from tests.rows import all_rows
+from tests.support import SRC, make_session, wait_for
 
 _HOLDER = r"""
 import sys, os

@@ -19,7 +19,9 @@ from typing import Any
 import apsw
 
 from agentdb import demo
-from tests.support import SRC, WriterProcess, all_rows, make_session, run_cli, wait_for
+from tests.rows import all_rows
+from tests.runner import run_cli
+from tests.support import SRC, WriterProcess, make_session, wait_for
 
 BAD = {"corrupt", "unreadable", "recovered", "migrated", "removed", "insecure", "foreign"}
 

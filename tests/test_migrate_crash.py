@@ -16,7 +16,7 @@ from tests.migrate_support import (
     rows,
     user_version,
 )
-from tests.support import run_cli
+from tests.runner import run_cli
 
 POINTS = ["after_probe", "after_backup", "before_commit", "after_commit", "after_verify"]
 

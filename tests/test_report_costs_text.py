@@ -8,7 +8,8 @@ from pathlib import Path
 
 import apsw
 
-from tests.support import make_session, run_cli
+from tests.runner import run_cli
+from tests.support import make_session
 
 
 def _cost_by_model(sessions_dir: Path, tmp_path: Path) -> list[dict[str, object]]:

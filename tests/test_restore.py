@@ -11,8 +11,10 @@ import pytest
 
 from agentdb import recoverylog
 from agentdb.store import Event, Producer, SessionWriter
+from tests.rows import all_rows
+from tests.runner import run_cli
 from tests.salvage import corpus
-from tests.support import WriterProcess, all_rows, make_session, run_cli
+from tests.support import WriterProcess, make_session
 
 TOOL = Producer("tool", "shell", "2.0.0")
 

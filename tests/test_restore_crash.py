@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from agentdb import recoverylog, swap
-from tests.support import WriterProcess, all_rows, make_session, run_cli
+from tests.rows import all_rows
+from tests.runner import run_cli
+from tests.support import WriterProcess, make_session
 
 SWAP_POINTS = [
     "restore_after_tmp",

@@ -12,7 +12,8 @@ from agentdb import db, errors
 from agentdb.hashing import event_hash
 from agentdb.schema import enums, identity, migrations, revisions
 from agentdb.store import Event, Producer, SessionReader, SessionWriter, Usage
-from tests.support import all_rows, make_session
+from tests.rows import all_rows
+from tests.support import make_session
 
 
 def _digest(text: str) -> str:

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from agentdb import demo, schemas
-from agentdb.cli.main import main
+from tests.runner import Agentdb
 
 jsonschema = pytest.importorskip("jsonschema")
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(list(args))
-    out = capsys.readouterr().out
+def run(agentdb: Agentdb, *args: str) -> dict[str, Any]:
+    code, out, _ = agentdb(*args)
     assert code in (0, 1), (args, code)
     doc: dict[str, Any] = json.loads(out)
     return doc
@@ -39,14 +38,14 @@ def test_every_schema_is_a_valid_schema() -> None:
         jsonschema.Draft202012Validator.check_schema(schemas.load(name))
 
 
-def test_real_output_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_real_output_validates(tmp_path: Path, agentdb: Agentdb) -> None:
     state = demo.build(tmp_path / "demo")
     g = ["--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache)]
     sid = state.by_role("parent").session_id
     seen = set()
 
     def check(name: str, *args: str) -> dict[str, Any]:
-        doc = run(capsys, *g, *args, "--json")
+        doc = run(agentdb, *g, *args, "--json")
         validate(name, doc)
         seen.add(name)
         return doc
@@ -84,8 +83,9 @@ def test_real_output_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str
         (["check", "NOTANID", "--json"], 2),
         (["sessions", "show", "01J9Z8Q4N5X7W3V2T6R8Y0P1KM", "--json"], 1),
     ):
-        assert main([*g, *argv]) == code
-        err = json.loads(capsys.readouterr().err)
+        ran = agentdb(*g, *argv)
+        assert ran.code == code
+        err = json.loads(ran.err)
         validate("error", err)
         assert err["error"]["exit"] == code
     seen.add("error")

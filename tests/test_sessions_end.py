@@ -11,8 +11,10 @@ import apsw
 import pytest
 
 from agentdb import recoverylog
+from tests.rows import all_rows
+from tests.runner import run_cli
 from tests.salvage import corpus
-from tests.support import WriterProcess, all_rows, make_session, run_cli
+from tests.support import WriterProcess, make_session
 
 POINTS = [
     "sessions_end_after_intent",

@@ -23,7 +23,8 @@ from agentdb.store import (
     SessionWriter,
     Usage,
 )
-from tests.support import SRC, WriterProcess, all_rows, make_session
+from tests.rows import all_rows
+from tests.support import SRC, WriterProcess, make_session
 
 MODEL = Producer("model", "anthropic", "1.0")
 TOOL = Producer("tool", "shell", "2.0")

@@ -20,7 +20,9 @@ import pytest
 from agentdb import demo, errors, kernel, locks
 from agentdb.salvage import recover_session
 from agentdb.store import Event, Producer, SessionReader, SessionWriter
-from tests.support import SRC, all_rows, make_session, run_cli
+from tests.rows import all_rows
+from tests.runner import run_cli
+from tests.support import SRC, make_session
 
 TOOL = Producer("tool", "shell", "1.0")
 

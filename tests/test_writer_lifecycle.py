@@ -11,7 +11,8 @@ import pytest
 from agentdb import errors
 from agentdb.schema import enums
 from agentdb.store import Event, Producer, SessionWriter
-from tests.support import WriterProcess, all_rows, make_session
+from tests.rows import all_rows
+from tests.support import WriterProcess, make_session
 
 TOOL = Producer("tool", "shell", "1.0")
 

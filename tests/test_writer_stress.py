@@ -12,7 +12,8 @@ from pathlib import Path
 import apsw
 
 from agentdb import locks
-from tests.support import SRC, all_rows, make_session
+from tests.rows import all_rows
+from tests.support import SRC, make_session
 
 THREADS = 8
 EMITS = 40

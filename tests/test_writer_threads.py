@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentdb import errors
 from agentdb.store import Event, Producer, SessionReader, SessionWriter, Usage
-from tests.support import all_rows
+from tests.rows import all_rows
 
 THREADS = 8
 EMITS = 40

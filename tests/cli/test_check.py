@@ -13,20 +13,15 @@ import sys
 from pathlib import Path
 
 from agentdb import demo
-from agentdb.cli.main import main
-from tests.support import SRC, make_session
+from agentdb.results import VERDICTS
+from tests.runner import Agentdb, run_cli, state_options
+from tests.support import GOOD_ID, SRC, hostile_extras, make_session
 
 
-def run(capsys, *args: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_json_verdicts_and_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_json_verdicts_and_exit_codes(tmp_path: Path, agentdb: Agentdb) -> None:
     state = demo.build(tmp_path / "demo")
     g = ["--sessions-dir", str(state.sessions_dir)]
-    code, out, _ = run(capsys, *g, "check", "--all", "--json", "--jobs", "2")
+    code, out, _ = agentdb(*g, "check", "--all", "--json", "--jobs", "2")
     assert code == 1
     doc = json.loads(out)
     verdicts = {s["session_id"]: s["verdict"] for s in doc["sessions"]}
@@ -41,22 +36,22 @@ def test_json_verdicts_and_exit_codes(tmp_path: Path, capsys) -> None:  # type: 
     assert list(verdicts) == sorted(verdicts)
 
     ok_id = state.by_role("recent").session_id
-    code, out, err = run(capsys, *g, "check", ok_id)
+    code, out, err = agentdb(*g, "check", ok_id)
     assert code == 0
     assert ok_id in out and "1 sessions checked: 1 ok" in err
 
-    code, out, _ = run(capsys, *g, "check", state.by_role("damaged").session_id, "--quick")
+    code, out, _ = agentdb(*g, "check", state.by_role("damaged").session_id, "--quick")
     assert code == 1 and "corrupt" in out
 
 
-def test_usage_errors(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    assert run(capsys, "--sessions-dir", str(tmp_path / "nope"), "check")[0] == 2
-    assert run(capsys, "--sessions-dir", str(tmp_path), "check", "../etc/passwd")[0] == 2
-    assert run(capsys, "--sessions-dir", str(tmp_path), "check", "--jobs", "0")[0] == 2
+def test_usage_errors(tmp_path: Path, agentdb: Agentdb) -> None:
+    assert agentdb("--sessions-dir", str(tmp_path / "nope"), "check")[0] == 2
+    assert agentdb("--sessions-dir", str(tmp_path), "check", "../etc/passwd")[0] == 2
+    assert agentdb("--sessions-dir", str(tmp_path), "check", "--jobs", "0")[0] == 2
 
 
-def test_empty_directory_is_ok(sessions_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--json")
+def test_empty_directory_is_ok(sessions_dir: Path, agentdb: Agentdb) -> None:
+    code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "check", "--json")
     assert code == 0
     assert json.loads(out)["sessions"] == []
 
@@ -107,3 +102,58 @@ def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
     ids = [s["session_id"] for s in doc["sessions"]]
     assert ids == sorted(ids)
     assert b"interrupted" in rest
+
+
+def test_check_lists_every_session_entry_with_a_verdict(tmp_path: Path) -> None:
+    state = demo.build(tmp_path / "d")
+    refused = hostile_extras(state.sessions_dir, state.sessions[0].session_id)
+    r = run_cli(*state_options(state), "check", "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    got = {s["session_id"]: s for s in doc["sessions"]}
+    assert set(got) == {s.session_id for s in state.sessions} | set(refused)
+    for sid in refused:
+        assert got[sid]["verdict"] in VERDICTS and got[sid]["findings"], got[sid]
+    assert got[f"{GOOD_ID[:25]}2"]["verdict"] == "insecure"  # a symlink
+    assert [s["session_id"] for s in doc["sessions"]] == sorted(got)
+
+
+def test_check_json_shape(demo_state: demo.DemoState) -> None:
+    r = run_cli(*state_options(demo_state), "check", "--json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert isinstance(doc["summary"], dict)
+    for s in doc["sessions"]:
+        assert isinstance(s["session_id"], str) and isinstance(s["path"], str)
+        assert s["verdict"] in ("ok", *VERDICTS)
+        for f in s["findings"]:
+            assert isinstance(f["code"], str) and isinstance(f["message"], str)
+    verdicts = {s["session_id"]: s["verdict"] for s in doc["sessions"]}
+    assert verdicts[demo_state.by_role("damaged").session_id] == "corrupt"
+    assert verdicts[demo_state.by_role("old-revision").session_id] == "needs_migration"
+    assert verdicts[demo_state.by_role("recent").session_id] == "ok"
+    assert VERDICTS == (
+        "insecure",
+        "foreign",
+        "too_new",
+        "unsafe_schema",
+        "unreadable",
+        "corrupt",
+        "inconsistent",
+        "needs_migration",
+    )
+
+
+def test_verdict_is_the_first_that_applies(tmp_path: Path, sessions_dir: Path) -> None:
+    """An insecure (mode 0666) file that is also an old revision and damaged: insecure first;
+    a damaged old-revision file: corrupt before needs_migration; findings list everything."""
+    sid, p = make_session(sessions_dir, turns=30, revision=1)
+    demo.damage_page(p, table="events", nth_leaf=1)
+    r = run_cli("--sessions-dir", str(sessions_dir), "check", sid, "--json")
+    s = json.loads(r.stdout)["sessions"][0]
+    assert s["verdict"] == "corrupt"
+    assert {"integrity", "needs_migration"} <= {f["code"] for f in s["findings"]}
+    os.chmod(p, 0o666)
+    r = run_cli("--sessions-dir", str(sessions_dir), "check", sid, "--json")
+    assert json.loads(r.stdout)["sessions"][0]["verdict"] == "insecure"
+    assert r.returncode == 1

@@ -17,14 +17,9 @@ import click
 import pytest
 
 from agentdb.cli import output
-from agentdb.cli.main import cli, main
-from tests.support import SRC, make_session, run_cli
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from agentdb.cli.main import cli
+from tests.runner import Agentdb, run_cli
+from tests.support import SRC, make_session
 
 
 @pytest.fixture
@@ -45,42 +40,42 @@ def test_every_command_has_the_common_options() -> None:
                 assert {"--csv", "--nl"} <= opts, sub.name
 
 
-def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = run(capsys, "--sessions-dir", str(sessions_dir), "check")
+def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
+    code, out, err = agentdb("--sessions-dir", str(sessions_dir), "check")
     assert code == 0 and "2 sessions checked" in err and two[0] in out
-    code, out, err = run(capsys, "--sessions-dir", str(sessions_dir), "check", "-q")
+    code, out, err = agentdb("--sessions-dir", str(sessions_dir), "check", "-q")
     assert code == 0 and err == "" and two[0] in out
 
 
-def test_csv_and_nl(sessions_dir: Path, two: list[str], capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--csv")
+def test_csv_and_nl(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
+    code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "check", "--csv")
     rows = list(csv.reader(io.StringIO(out)))
     assert code == 0
     assert rows[0][0] == "session" and "verdict" in rows[0]
     assert [r[0] for r in rows[1:]] == sorted(two)
-    code, out, _ = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--nl")
+    code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "check", "--nl")
     docs = [json.loads(line) for line in out.splitlines()]
     assert [d["session"] for d in docs] == sorted(two)
     assert all(d["verdict"] == "ok" for d in docs)
-    code, _, err = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--csv", "--nl")
+    code, _, err = agentdb("--sessions-dir", str(sessions_dir), "check", "--csv", "--nl")
     assert code == 2 and "--csv or --nl" in err
 
 
-def test_errors_under_json_are_json_on_stderr(sessions_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = run(capsys, "--sessions-dir", str(sessions_dir / "nope"), "check", "--json")
+def test_errors_under_json_are_json_on_stderr(sessions_dir: Path, agentdb: Agentdb) -> None:
+    code, out, err = agentdb("--sessions-dir", str(sessions_dir / "nope"), "check", "--json")
     assert code == 2 and out == ""
     doc = json.loads(err)
     assert doc["version"] == 1 and doc["error"]["exit"] == 2
     assert "nope" in doc["error"]["message"]
-    code, out, err = run(capsys, "--sessions-dir", str(sessions_dir), "check", "--json", "bad-id")
+    code, out, err = agentdb("--sessions-dir", str(sessions_dir), "check", "--json", "bad-id")
     assert code == 2 and json.loads(err)["error"]["code"] == "usage"
-    code, out, err = run(capsys, "--sessions-dir", str(sessions_dir / "nope"), "check")
+    code, out, err = agentdb("--sessions-dir", str(sessions_dir / "nope"), "check")
     assert code == 2 and err.startswith("agentdb: ") and len(err.strip().splitlines()) == 1
 
 
-def test_lower_case_id_suggests_upper_case(sessions_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_lower_case_id_suggests_upper_case(sessions_dir: Path, agentdb: Agentdb) -> None:
     sid = "01arz3ndektsv4rrffq69g5fav"
-    code, _, err = run(capsys, "--sessions-dir", str(sessions_dir), "check", sid)
+    code, _, err = agentdb("--sessions-dir", str(sessions_dir), "check", sid)
     assert code == 2 and sid.upper() in err
 
 
@@ -103,7 +98,7 @@ def test_completion_offers_session_ids(sessions_dir: Path, two: list[str]) -> No
     assert two[0] in r.stdout and two[1] not in r.stdout.replace(two[0], "")
 
 
-def test_long_tables_are_drawn_in_chunks_that_line_up(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_long_tables_are_drawn_in_chunks_that_line_up(capsys) -> None:
     rows = [(f"id{i:05d}", "x" * (i % 7 + 1), f"n{i}") for i in range(output.CHUNK_ROWS * 2 + 17)]
     with click.Context(cli):
         output.emit_table(rows, ["id", "text", "n"])
@@ -152,12 +147,9 @@ def test_progress_shows_count_rate_and_eta() -> None:
     assert "50/200" in line and "5.0/s" in line and "ETA 0:30" in line
 
 
-def test_every_command_has_examples_and_whole_summaries() -> None:
+def test_every_command_has_examples_and_whole_summaries(agentdb: Agentdb) -> None:
     """Add a new command's examples to src/agentdb/cli/examples.py."""
-    from click.testing import CliRunner
-
     ctx = click.Context(cli)
-    runner = CliRunner()
     for name in cli.list_commands(ctx):  # type: ignore[attr-defined]
         cmd = cli.get_command(ctx, name)  # type: ignore[attr-defined]
         assert cmd is not None
@@ -165,10 +157,10 @@ def test_every_command_has_examples_and_whole_summaries() -> None:
             [[name, s] for s in cmd.commands] if isinstance(cmd, click.Group) else []
         )
         for path in paths:
-            result = runner.invoke(cli, [*path, "--help"], terminal_width=80)
-            assert result.exit_code == 0
-            assert "Examples:" in result.output and "$ agentdb " in result.output, path
-    top = " ".join(runner.invoke(cli, ["--help"], terminal_width=80).output.split())
+            code, out, _ = agentdb(*path, "--help")  # 80 columns
+            assert code == 0
+            assert "Examples:" in out and "$ agentdb " in out, path
+    top = " ".join(agentdb("--help").out.split())
     for name in cli.list_commands(ctx):  # type: ignore[attr-defined]
         cmd = cli.get_command(ctx, name)  # type: ignore[attr-defined]
         assert cmd is not None

@@ -13,7 +13,7 @@ import pytest
 
 from agentdb import demo, schemas
 from agentdb.store import Event, SessionWriter, Usage
-from tests.support import run_cli
+from tests.runner import run_cli
 
 jsonschema = pytest.importorskip("jsonschema")
 

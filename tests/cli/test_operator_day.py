@@ -11,51 +11,32 @@ from __future__ import annotations
 
 import html.parser
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from agentdb import demo
 from agentdb.store import SessionWriter
+from tests.rows import all_rows
+from tests.runner import global_options, run_cli
 from tests.support import SRC, make_session
 from tests.test_prune import cache_version
 
 
 def agentdb(state: Path, *args: str) -> tuple[int, Any, str]:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentdb.cli.main",
-            "--sessions-dir",
-            str(state / "sessions"),
-            "--plugin-cache",
-            str(state / "cache"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC), "XDG_CACHE_HOME": str(state / "xdg-cache")},
-        timeout=300,
+    """One command against the day's state, as a real process; JSON parsed under --json."""
+    r = run_cli(
+        *global_options(state / "sessions", state / "cache"),
+        *args,
+        env={"PYTHONPATH": str(SRC), "XDG_CACHE_HOME": str(state / "xdg-cache")},
     )
     assert "Traceback" not in r.stderr, r.stderr
     doc = json.loads(r.stdout) if "--json" in args and r.stdout.strip() else r.stdout
     return r.returncode, doc, r.stderr
 
 
-def events_of(path: Path) -> list[tuple[Any, ...]]:
-    """The events of a closed session, read without creating anything beside it."""
-    import apsw
-
-    conn = apsw.Connection(
-        f"file:{path}?immutable=1", flags=apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READONLY
-    )
-    try:
-        return [tuple(r) for r in conn.execute("SELECT sequence, id FROM events ORDER BY 1")]
-    finally:
-        conn.close()
+def event_ids(path: Path) -> list[tuple[object, ...]]:
+    """(sequence, id) of every event of a closed session, read without creating anything."""
+    return [r[:2] for r in all_rows(path)["events"]]
 
 
 def outcomes(doc: dict[str, Any]) -> dict[str, str]:
@@ -106,12 +87,12 @@ def test_an_operators_day(tmp_path: Path) -> None:
     assert outcomes(doc)[a] == "updated" and outcomes(doc)[b] == "unchanged"
 
     # 3. A session file is lost: restore brings it back, and check says ok.
-    before_b = events_of(b_path)
+    before_b = event_ids(b_path)
     b_path.rename(tmp_path / "lost.sqlite")
     code, doc, err = agentdb(tmp_path, "restore", b, "--from", str(backups), "--json")
     assert code == 0, err
     assert outcomes(doc)[b] == "restored"
-    assert events_of(b_path) == before_b
+    assert event_ids(b_path) == before_b
     code, doc, err = agentdb(tmp_path, "check", b, "--json")
     assert code == 0 and doc["sessions"][0]["verdict"] == "ok", doc
 
@@ -121,11 +102,11 @@ def test_an_operators_day(tmp_path: Path) -> None:
     demo._turns(w, demo.MODEL_OLD, 1, seed=7)
     w.set_status("completed")
     w.close()
-    grown = events_of(b_path)
+    grown = event_ids(b_path)
     code, doc, err = agentdb(tmp_path, "restore", b, "--from", str(backups), "--json")
     assert code == 1
     assert outcomes(doc)[b] == "refused"
-    assert events_of(b_path) == grown
+    assert event_ids(b_path) == grown
 
     # 5. The interrupted session is ended (cancelled by default).
     code, doc, err = agentdb(tmp_path, "sessions", "end", interrupted, "--json")

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from agentdb import demo, report
+from agentdb.report import SessionLine
+from agentdb.report.html import _tree
 from agentdb.store import Event, Producer, SessionWriter, Usage
-from tests.support import make_session, run_cli
+from tests.runner import run_cli
+from tests.support import make_session, ulids
 
 
 class Page(HTMLParser):
@@ -169,7 +173,7 @@ def test_file_rules(tmp_path: Path, sessions_dir: Path) -> None:
 
 def test_many_sessions_keep_the_page_bounded(
     tmp_path: Path, sessions_dir: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ids = [make_session(sessions_dir, turns=1)[0] for _ in range(6)]
     bad = make_session(sessions_dir, turns=1, revision=1)[0]
     monkeypatch.setattr(report, "TREE_LIMIT", 3)
@@ -217,3 +221,49 @@ def test_force_never_replaces_a_device_fifo_log_or_database(
     old.write_text("old report")
     assert run_cli(*g, "report", "--html", str(old), "--force").returncode in (0, 1)
     assert old.read_text().startswith("<!DOCTYPE html>")
+
+
+class _Depth(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = self.deepest = self.items = 0
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        if tag == "ul":
+            self.depth += 1
+            self.deepest = max(self.deepest, self.depth)
+        elif tag == "li":
+            self.items += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "ul":
+            self.depth -= 1
+
+
+def test_the_report_tree_of_a_chain_deeper_than_the_recursion_limit() -> None:
+    n = sys.getrecursionlimit() * 3
+    ids = ulids(n)
+    lines = [
+        SessionLine(sid, "completed", "p", ids[i - 1] if i else None, i, None, 0.0, "ok")
+        for i, sid in enumerate(ids)
+    ]
+    page = _tree(lines)
+    p = _Depth()
+    p.feed(page)
+    p.close()
+    assert (p.deepest, p.items, p.depth) == (n, n, 0)
+    # siblings and a cycle still come out as before: each session once, properly nested
+    a, b, c, d, e = ulids(5)
+    small = [
+        SessionLine(a, "completed", "p", None, 0, None, 0.0, "ok"),
+        SessionLine(b, "completed", "p", a, 1, None, 0.0, "ok"),
+        SessionLine(c, "completed", "p", a, 1, None, 0.0, "ok"),
+        SessionLine(d, "completed", "p", e, 1, None, 0.0, "ok"),
+        SessionLine(e, "completed", "p", d, 1, None, 0.0, "ok"),
+    ]
+    page = _tree(small)
+    assert all(page.count(f'data-session="{x}"') == 1 for x in (a, b, c, d, e))
+    assert page.index(a) < page.index(b) < page.index(c)
+    p = _Depth()
+    p.feed(page)
+    assert (p.deepest, p.items, p.depth) == (2, 5, 0)

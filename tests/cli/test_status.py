@@ -8,7 +8,8 @@ from pathlib import Path
 
 from agentdb import demo
 from agentdb.store import SessionWriter
-from tests.support import held_open, make_session, run_cli
+from tests.runner import run_cli
+from tests.support import held_open, make_session
 
 
 def _settle() -> None:

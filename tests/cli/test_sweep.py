@@ -15,21 +15,19 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from agentdb.cli import params
 from agentdb.cli.common import SessionIdType
 from agentdb.cli.main import cli, main
+from tests.runner import invoke
 from tests.support import make_session
 
 EXITS = {0, 1, 2, 130}
@@ -216,29 +214,7 @@ def base_line(path: list[str], cmd: click.Command, w: World, swept: str | None) 
 def run(w: World, argv: list[str]) -> tuple[int, str, str]:
     """``agentdb --sessions-dir S --plugin-cache C argv`` in-process, with a hang guard."""
     full = ["--sessions-dir", str(w.sessions), "--plugin-cache", str(w.cache), *argv]
-    return run_raw(full)
-
-
-class Hang(Exception):
-    """A run took longer than HANG seconds (not an OSError: main() must not swallow it)."""
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise Hang(f"no answer within {HANG}s")
-
-
-def run_raw(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    runner = CliRunner(env=env)
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(HANG)
-    try:
-        with runner.isolation() as (out, err, _):
-            code = main(argv)
-            o, e = out.getvalue(), err.getvalue()
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    return code, o.decode("utf-8", "replace"), e.decode("utf-8", "replace")
+    return invoke(full, hang=HANG)
 
 
 def judge(argv: list[str], code: int, out: str, err: str, names: list[str]) -> list[str]:
@@ -357,10 +333,10 @@ def test_global_options_at_their_boundaries(world: World, p: click.Option) -> No
             argv = [a.replace("{healthy}", world.ids["healthy"]) for a in line]
             others = [o for q in GLOBALS if q is not p for o in (q.opts[0], _good(q, world))]
             full = [*others, option, value, *argv]
-            code, out, err = run_raw(full)
+            code, out, err = invoke(full, hang=HANG)
             problems += judge(full, code, out, err, [option, value or "''"])
             if envvar is not None:
-                code, out, err = run_raw([*others, *argv], env={envvar: value})
+                code, out, err = invoke([*others, *argv], env={envvar: value}, hang=HANG)
                 names = [envvar, option, value or "''"]
                 problems += judge([f"{envvar}={value}", *argv], code, out, err, names)
     assert not problems, "\n".join(problems)
@@ -374,5 +350,5 @@ def test_every_group_without_a_command(world: World) -> None:
     """``agentdb``, ``agentdb sessions``, ...: the group's help, exit 2, no traceback."""
     groups = [()] + [tuple(path[:i]) for path, _ in COMMANDS for i in range(1, len(path))]
     for path in set(groups):
-        code, out, err = run_raw(list(path))
+        code, out, err = invoke(list(path), hang=HANG)
         assert code == 2 and "Usage:" in err and "Traceback" not in err, (path, err)

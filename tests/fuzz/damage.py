@@ -21,30 +21,10 @@ from pathlib import Path
 import apsw
 
 from agentdb.paths import sidecar
+from tests.rows import page_size, read_at, write_at
 from tests.salvage.corpus import pages_of
 
 SECTOR = 512
-
-
-def page_size(path: Path) -> int:
-    with open(path, "rb") as f:
-        f.seek(16)
-        raw = int.from_bytes(f.read(2), "big")
-    return 65536 if raw == 1 else raw
-
-
-def write_at(path: Path, offset: int, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, data, offset)
-    finally:
-        os.close(fd)
-
-
-def read_at(path: Path, offset: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
 
 
 @dataclass(frozen=True)

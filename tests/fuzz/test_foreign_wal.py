@@ -21,8 +21,10 @@ from agentdb import checks, demo, salvage
 from agentdb.paths import sidecar
 from agentdb.store import SessionWriter
 from tests.fuzz import damage
+from tests.rows import row_sets
+from tests.runner import run_cli
 from tests.salvage import corpus
-from tests.support import make_session, run_cli
+from tests.support import make_session
 
 
 def other_session_wal(root: Path) -> bytes:
@@ -63,7 +65,7 @@ def rows_alone(path: Path, into: Path) -> dict[str, set[tuple[object, ...]]]:
     into.mkdir()
     copy = into / path.name
     shutil.copyfile(path, copy)
-    return corpus.read_rows(copy)
+    return row_sets(copy)
 
 
 @pytest.mark.parametrize("kind", ["other_session", "page_size"])
@@ -94,7 +96,7 @@ def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind:
     assert Path(out.corrupt_path).read_bytes() == file_bytes
     assert Path(out.corrupt_wal).read_bytes() == wal
     assert not sidecar(path, "-wal").exists()
-    after = corpus.read_rows(path)
+    after = row_sets(path)
     assert after == before  # every row of this session, nothing of the other's
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
@@ -108,7 +110,7 @@ def test_damaged_file_with_foreign_wal_salvages_the_file(
     put_wal(path, other_session_wal(tmp_path))
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered", out.notes
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     kept = got["events"] & original["events"]
     assert got["events"] <= original["events"]  # nothing of the other session
     assert len(kept) >= 0.9 * len(original["events"])

@@ -19,7 +19,7 @@ import apsw
 from agentdb import checks, salvage
 from agentdb.paths import sidecar
 from tests.fuzz import damage
-from tests.salvage import corpus
+from tests.rows import row_sets
 from tests.support import make_session
 
 KILL_MID_TRANSACTION = r"""
@@ -39,7 +39,7 @@ def hot_journal_session(sessions_dir: Path, sql: str) -> tuple[str, Path, dict[s
     conn = apsw.Connection(str(path))
     assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
     conn.close()
-    committed = corpus.read_rows(path)
+    committed = row_sets(path)
     p = subprocess.run([sys.executable, "-c", KILL_MID_TRANSACTION, str(path), sql])
     assert p.returncode == -9
     assert sidecar(path, "-journal").stat().st_size > 0
@@ -61,7 +61,7 @@ def test_hot_journal_with_a_healthy_rollback(sessions_dir: Path, tmp_path: Path)
     conn = apsw.Connection(str(path))  # the next normal open rolls it back
     conn.execute("SELECT count(*) FROM events").fetchall()
     conn.close()
-    assert corpus.read_rows(path) == committed
+    assert row_sets(path) == committed
     assert checks.check_path(path, sid).verdict == "ok"
 
 
@@ -81,7 +81,7 @@ def test_hot_journal_with_a_damaged_rollback(sessions_dir: Path, tmp_path: Path)
     assert Path(out.corrupt_path).read_bytes() == file_bytes
     assert Path(out.corrupt_journal).read_bytes() == journal
     assert not sidecar(path, "-journal").exists()  # never beside the replacement
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     assert got["cost_ledger"] == committed["cost_ledger"]  # committed rows, not the uncommitted
     assert got["events"] <= committed["events"]
     assert len(got["events"]) >= len(committed["events"]) - 20

@@ -17,6 +17,7 @@ import pytest
 
 from agentdb import migrate, salvage
 from tests.fuzz import damage
+from tests.rows import row_sets
 from tests.salvage import corpus
 
 
@@ -38,12 +39,12 @@ def test_unhashed_gap_fillers_are_unverified(
     migrated: tuple[str, Path], tmp_path: Path, seed: int
 ) -> None:
     sid, src = migrated
-    original = {r[0]: r[:9] for r in corpus.read_rows(src)["events"]}
+    original = {r[0]: r[:9] for r in row_sets(src)["events"]}
     path = damage.copy_session(src, tmp_path)
     what = damage.sector_damage(path, seed)
     out = salvage.recover_session(tmp_path, sid, recovery_log=tmp_path / "log")
     assert out.outcome == "recovered", (str(what), out.notes)
-    got = {r[0]: r[:9] for r in corpus.read_rows(path)["events"]}
+    got = {r[0]: r[:9] for r in row_sets(path)["events"]}
     sources = out.tables["events"]["sources"]
     unverified = out.lost.get("unverified_event_sequences", [])
     below_live = sum(n for s, n in sources.items() if s in ("stale", "stray", "free-space"))

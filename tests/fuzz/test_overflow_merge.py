@@ -17,6 +17,7 @@ import pytest
 
 from agentdb import salvage
 from tests.fuzz import damage
+from tests.rows import row_sets
 from tests.salvage import corpus
 
 CASES: list[tuple[str, Callable[[Path, int], damage.Damage], int]] = [
@@ -48,12 +49,12 @@ def test_structurally_rejected_rows_never_kept_silently(
     seed: int,
 ) -> None:
     sid, src = bases[revision]
-    original = {r[0]: r[:9] for r in corpus.read_rows(src)["events"]}
+    original = {r[0]: r[:9] for r in row_sets(src)["events"]}
     path = damage.copy_session(src, tmp_path)
     what = hurt(path, seed)
     out = salvage.recover_session(tmp_path, sid, recovery_log=tmp_path / "log")
     assert out.outcome == "recovered", (str(what), out.notes)
-    got = {r[0]: r[:9] for r in corpus.read_rows(path)["events"]}
+    got = {r[0]: r[:9] for r in row_sets(path)["events"]}
     unverified = out.lost.get("unverified_event_sequences", [])
     wrong = [s for s, row in got.items() if original.get(s) != row and not _in(unverified, s)]
     assert wrong == [], (str(what), out.lost, out.engines)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import apsw
 from agentdb import demo
 from agentdb.paths import sidecar
 from agentdb.store import Event, Producer, SessionWriter
+from tests.rows import flip, page_size, write_at, zero_page
 
 TABLES = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
 BIG = Producer("tool", "fetch", "1.0.0")
@@ -64,20 +64,6 @@ def build_wal(directory: Path, into: Path) -> tuple[str, Path]:
     return w.session_id, dst
 
 
-def read_rows(path: Path) -> dict[str, set[tuple[object, ...]]]:
-    """Every row SQLite sees in ``path`` (+ its WAL), read from a private copy."""
-    with tempfile.TemporaryDirectory() as d:
-        copy = Path(d) / path.name
-        shutil.copyfile(path, copy)
-        if sidecar(path, "-wal").exists():
-            shutil.copyfile(sidecar(path, "-wal"), sidecar(copy, "-wal"))
-        conn = apsw.Connection(str(copy), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            return {t: {tuple(r) for r in conn.execute(f"SELECT * FROM {t}")} for t in TABLES}
-        finally:
-            conn.close()
-
-
 def pages_of(path: Path, name: str, pagetype: str | None = None) -> list[int]:
     conn = apsw.Connection(
         f"file:{path.absolute()}?immutable=1",
@@ -92,31 +78,6 @@ def pages_of(path: Path, name: str, pagetype: str | None = None) -> list[int]:
         return [int(r[0]) for r in conn.execute(sql + " ORDER BY pageno", args)]
     finally:
         conn.close()
-
-
-def page_size(path: Path) -> int:
-    return int.from_bytes(path.read_bytes()[16:18], "big")
-
-
-def _write(path: Path, offset: int, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, data, offset)
-    finally:
-        os.close(fd)
-
-
-def zero_page(path: Path, pgno: int) -> None:
-    ps = page_size(path)
-    _write(path, (pgno - 1) * ps, bytes(ps))
-
-
-def flip(path: Path, offset: int, length: int) -> None:
-    data = path.read_bytes()[offset : offset + length]
-    _write(path, offset, bytes(b ^ 0xFF for b in data))
-
-
-# ---------------------------------------------------------------------------- damage classes
 
 
 def d_zeroed_page(p: Path) -> None:
@@ -142,12 +103,12 @@ def d_truncated_inside(p: Path) -> None:
 
 
 def d_damaged_header(p: Path) -> None:
-    _write(p, 0, b"\xa5" * 100)
+    write_at(p, 0, b"\xa5" * 100)
 
 
 def d_damaged_schema(p: Path) -> None:
     ps = page_size(p)
-    _write(p, 100, bytes(ps - 100))
+    write_at(p, 100, bytes(ps - 100))
 
 
 def d_broken_freelist(p: Path) -> None:
@@ -159,14 +120,14 @@ def d_broken_freelist(p: Path) -> None:
     # The trunk now lists live leaves as free pages, and points at a bogus next trunk.
     body = (999_999).to_bytes(4, "big") + len(leaves).to_bytes(4, "big")
     body += b"".join(x.to_bytes(4, "big") for x in leaves)
-    _write(p, (trunk - 1) * ps, body)
+    write_at(p, (trunk - 1) * ps, body)
 
 
 def d_broken_overflow(p: Path) -> None:
     ps = page_size(p)
     ovf = pages_of(p, "events", "overflow")
-    _write(p, (ovf[1] - 1) * ps, ovf[1].to_bytes(4, "big"))  # chain loops on itself
-    _write(p, (ovf[6] - 1) * ps, (10_000_000).to_bytes(4, "big"))  # chain leaves the file
+    write_at(p, (ovf[1] - 1) * ps, ovf[1].to_bytes(4, "big"))  # chain loops on itself
+    write_at(p, (ovf[6] - 1) * ps, (10_000_000).to_bytes(4, "big"))  # chain leaves the file
 
 
 def d_index_only(p: Path) -> None:

@@ -13,6 +13,7 @@ from agentdb import checks, db, recoverylog, salvage
 from agentdb.paths import sidecar
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import CURRENT_REVISION
+from tests.rows import row_sets
 from tests.salvage import corpus
 
 
@@ -83,7 +84,7 @@ def assert_check_cli_ok(sessions_dir: Path, session_id: str) -> None:
 def sqlite_alone(path: Path) -> int:
     """How many events SQLite itself can read from the damaged file (a floor to beat)."""
     try:
-        got = corpus.read_rows(path)
+        got = row_sets(path)
     except apsw.Error:
         return 0
     return len(got["events"])
@@ -92,7 +93,7 @@ def sqlite_alone(path: Path) -> int:
 @pytest.mark.parametrize("case", corpus.CASES, ids=[c.name for c in corpus.CASES])
 def test_corpus_case(case: corpus.Case, bases: dict, sessions_dir: Path) -> None:
     sid, path = install(bases["wal" if case.wal else "plain"], sessions_dir)
-    original = corpus.read_rows(path)
+    original = row_sets(path)
     case.damage(path)
     damaged = path.read_bytes()
     wal = sidecar(path, "-wal")
@@ -103,7 +104,7 @@ def test_corpus_case(case: corpus.Case, bases: dict, sessions_dir: Path) -> None
     if case.healthy:
         assert out.outcome == "healthy", out.notes
         assert path.read_bytes() == damaged and wal.read_bytes() == damaged_wal
-        got = corpus.read_rows(path)
+        got = row_sets(path)
         assert all(got[t] <= original[t] for t in corpus.TABLES)
         assert sorted(original["events"])[-8] in got["events"]  # WAL-only commits still there
         return
@@ -120,7 +121,7 @@ def test_corpus_case(case: corpus.Case, bases: dict, sessions_dir: Path) -> None
     assert {p.name for p in sessions_dir.iterdir()} == expected  # no temp or lock files
     assert_passes_check(path, sid)
     assert_check_cli_ok(sessions_dir, sid)
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     # Nothing invented: every salvaged row is one of the original rows.
     for table in corpus.TABLES:
         extra = got[table] - original[table]

@@ -15,6 +15,7 @@ import pytest
 
 from agentdb import recoverylog, salvage, swap
 from agentdb.paths import JOB_FILE_RE, sidecar
+from tests.rows import row_sets, zero_page
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check, install
 from tests.support import SRC
@@ -80,7 +81,7 @@ def finish_and_check(sessions_dir: Path, sid: str, path: Path, original: bytes, 
     assert names == {path.name, corrupt.name, corrupt.name + "-wal"}, names  # no .corrupt.1
     assert not any(JOB_FILE_RE.fullmatch(n) for n in names)
     assert_passes_check(path, sid)
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     assert len(got["events"]) == 97
     log = recoverylog.entries_for(sessions_dir.parent / "recovery.log", sid)
     assert log[-1]["event"] == "outcome" and log[-1]["outcome"] == "recovered"
@@ -129,7 +130,7 @@ def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_
 def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
     assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
-    corpus.zero_page(path, corpus.pages_of(path, "events", "leaf")[1])
+    zero_page(path, corpus.pages_of(path, "events", "leaf")[1])
     second = path.read_bytes()
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered"

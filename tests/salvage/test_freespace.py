@@ -10,9 +10,10 @@ import pytest
 from agentdb import salvage
 from agentdb.salvage import freespace, pages
 from agentdb.salvage.pages import classify
+from tests.rows import all_rows, zero_page
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check
-from tests.support import all_rows, make_session
+from tests.support import make_session
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +62,7 @@ def test_deleted_event_in_a_freeblock_fills_the_gap(sessions_dir: Path) -> None:
     # the tier sees it (its key found through its content_hash when the rowid was overwritten)
     found = free_rows(path, sid, {victim})
     assert ("events", events[victim][:9]) in [(t, r[:9]) for t, r in found]
-    corpus.zero_page(path, leaves[-1])
+    zero_page(path, leaves[-1])
 
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered", out.notes
@@ -95,7 +96,7 @@ def test_older_session_meta_in_a_freeblock_never_wins(sessions_dir: Path) -> Non
     # The free-space tier does find the older copy (else this test would prove nothing) ...
     metas = [r for t, r in free_rows(path, sid, set()) if t == "session_meta"]
     assert old in metas, metas
-    corpus.zero_page(path, small_event_leaves(path)[1])
+    zero_page(path, small_event_leaves(path)[1])
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered", out.notes
     # ... and the live, updated row wins.

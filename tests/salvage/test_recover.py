@@ -19,6 +19,7 @@ from agentdb.kernel import open_session
 from agentdb.paths import sidecar
 from agentdb.salvage import merge
 from agentdb.store import Event, SessionReader
+from tests.rows import row_sets, zero_page
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check
 from tests.support import held_open, make_session
@@ -90,18 +91,18 @@ def test_symlink_and_foreign_are_refused(sessions_dir: Path, tmp_path: Path) -> 
 
 def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20, revision=1)
-    original = corpus.read_rows(path)
+    original = row_sets(path)
     corpus.d_interior_page(path)
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered"
     assert_passes_check(path, sid)
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     assert {r[:9] for r in got["events"]} == original["events"]
 
 
 def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=5)
-    corpus.zero_page(path, corpus.pages_of(path, "session_meta")[0])
+    zero_page(path, corpus.pages_of(path, "session_meta")[0])
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered"
     assert "session_meta" in out.lost and "derived" in out.engines

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +13,8 @@ from agentdb import demo
 from agentdb.salvage import shell as sh
 from agentdb.salvage import shell_load
 from agentdb.schema.revisions import TABLES
-from tests.support import WriterProcess, all_rows, make_session, wait_for
+from tests.rows import all_rows, page_size, zero_page
+from tests.support import WriterProcess, make_session, wait_for
 
 DEBIAN_SQLITE3 = Path("/usr/bin/sqlite3")
 
@@ -24,22 +24,6 @@ def rev1_rows(path: Path) -> dict[str, set[tuple[object, ...]]]:
     rows = all_rows(path)
     rows["events"] = [r[:9] for r in rows["events"]]
     return {t: set(rows[t]) for t in TABLES}
-
-
-def zero_page(path: Path, pgno: int) -> None:
-    size = page_size(path)
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, b"\0" * size, (pgno - 1) * size)
-    finally:
-        os.close(fd)
-
-
-def page_size(path: Path) -> int:
-    with open(path, "rb") as f:
-        head = f.read(18)
-    n = int.from_bytes(head[16:18], "big")
-    return 65536 if n == 1 else n
 
 
 def dbstat(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:

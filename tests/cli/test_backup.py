@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -17,7 +18,9 @@ import pytest
 from agentdb import backupdir, demo
 from agentdb.checks import prefix
 from agentdb.store import Event, Producer, SessionWriter
-from tests.support import SRC, all_rows, make_session, run_cli
+from tests.rows import all_rows
+from tests.runner import run_cli, state_options
+from tests.support import SRC, make_session
 
 TOOL = Producer("tool", "shell", "2.0.0")
 CLI = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir"]
@@ -306,3 +309,41 @@ def test_json_validates_against_the_shipped_schemas(sessions_dir: Path, tmp_path
     jsonschema.validate(verify, schemas.load("backup-verify"), cls=jsonschema.Draft202012Validator)
     with pytest.raises(jsonschema.ValidationError):  # the schema can fail
         jsonschema.validate(dict(docs[0], version="1"), schemas.load("backup"))
+
+
+def test_backup_contract(tmp_path: Path) -> None:
+    state = demo.build(tmp_path / "d")
+    dest = tmp_path / "b" / "c"
+    sid = state.by_role("recent").session_id
+    r = run_cli(*state_options(state), "backup", sid, "--to", str(dest), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)["sessions"][0]
+    assert out["session_id"] == sid and (dest / f"{sid}.sqlite").is_file()
+    assert stat.S_IMODE(os.stat(dest).st_mode) == 0o700
+    r = run_cli(*state_options(state), "backup", sid, "--to", str(dest), "--json")
+    assert r.returncode == 0  # a repeated backup is the normal case
+    doc = json.loads(r.stdout)
+    assert doc["version"] == 1 and doc["sessions"][0]["outcome"] == "unchanged"
+    assert doc["summary"]["unchanged"] == 1
+    (dest / f"{sid}.sqlite").write_bytes(b"someone else's file")
+    r = run_cli(*state_options(state), "backup", sid, "--to", str(dest), "--json")
+    out = json.loads(r.stdout)["sessions"][0]
+    # a copy that fails verification is renamed, never overwritten, and a fresh copy written
+    assert r.returncode == 0 and out["outcome"] == "copied"
+    assert out["corrupt_path"] == str(dest / f"{sid}.sqlite.corrupt")
+    assert (dest / f"{sid}.sqlite.corrupt").read_bytes() == b"someone else's file"
+
+
+def test_backup_verify_judges_a_recovered_session_as_check_does(tmp_path: Path) -> None:
+    """check says ok for a salvaged session (its lost events are in the recovery log); the
+    backup of it must verify the same, not send the operator to recover a healthy file."""
+    state = demo.build(tmp_path / "d")
+    sid = state.by_role("damaged").session_id
+    assert run_cli(*state_options(state), "recover", sid).returncode == 0
+    r = run_cli(*state_options(state), "check", sid, "--json")
+    assert r.returncode == 0, r.stdout
+    dest = tmp_path / "b"
+    assert run_cli(*state_options(state), "backup", sid, "--to", str(dest)).returncode == 0
+    r = run_cli(*state_options(state), "backup", "--verify", str(dest), "--json")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["sessions"][0]["verdict"] == "ok"
