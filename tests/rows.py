@@ -16,8 +16,7 @@ from pathlib import Path
 import apsw
 
 from agentdb.paths import sidecar
-
-TABLES = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
+from agentdb.schema.revisions import TABLES
 
 
 def _read(path: Path, immutable: bool) -> dict[str, list[tuple[object, ...]]]:

@@ -40,18 +40,25 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from agentdb import backupdir, checks, db, errors, faults, fsutil, paths
 from agentdb.backupdir import VerifyReport, verify_dir
 from agentdb.checks import prefix
 from agentdb.checks.run import read_recovery_index, was_recovered
+from agentdb.errors import one_line
+from agentdb.results import BackupOutcomeName, Verdict
 from agentdb.schema.identity import identify
 
 __all__ = ["OUTCOMES", "BackupOutcome", "BackupReport", "VerifyReport", "verify_dir"]
 
-OUTCOMES = ("copied", "updated", "unchanged", "kept", "corrupt", "foreign", "failed")
-DONE = ("copied", "updated", "unchanged", "kept")  # the session's state is in DIR
+OUTCOMES: tuple[BackupOutcomeName, ...] = get_args(BackupOutcomeName)
+DONE: tuple[BackupOutcomeName, ...] = (
+    "copied",
+    "updated",
+    "unchanged",
+    "kept",
+)  # the session's state is in DIR
 # check's verdicts under which a copy is a faithful backup: an older revision is, and so is a
 # session that is merely inconsistent (its copy is as good as the session; `check` reports it)
 USABLE = ("ok", "needs_migration", "inconsistent")
@@ -66,12 +73,12 @@ class BackupOutcome:
     """What happened to one session's copy."""
 
     session_id: str  # the ULID in the file name
-    outcome: str  # one of OUTCOMES
+    outcome: BackupOutcomeName
     path: Path | None  # DIR/<id>.sqlite (None when nothing is there)
     bytes: int = 0  # size of the file written this run (0 when nothing was written)
     seconds: float = 0.0  # wall time for this session (copy, verify, compare, rename)
     revision: int | None = None  # the snapshot's user_version
-    verdict: str | None = None  # check's verdict of the snapshot
+    verdict: Verdict | None = None  # check's verdict of the snapshot
     message: str = ""  # why not, or what else to know, in one line
     corrupt_path: Path | None = None  # where an old copy that failed verification went
     current_path: Path | None = None  # kept: the timestamped copy that holds the current state
@@ -125,11 +132,6 @@ class BackupReport:
         }
 
 
-def one_line(text: str) -> str:
-    """SQLite's multi-line messages (integrity_check) as one line."""
-    return " ".join(text.split())
-
-
 def _snapshot(src_path: Path, tmp: Path) -> int:
     """Copy ``src_path`` into the new file ``tmp`` (fsynced); returns its revision."""
     src = db.open_readonly(src_path)
@@ -166,7 +168,9 @@ def _first_problem(judged: backupdir.VerifyResult) -> str:
 class _Placed(Exception):
     """The outcome is decided (raised out of the placing steps)."""
 
-    def __init__(self, outcome: str, message: str = "", written: Path | None = None) -> None:
+    def __init__(
+        self, outcome: BackupOutcomeName, message: str = "", written: Path | None = None
+    ) -> None:
         super().__init__(outcome)
         self.outcome, self.message, self.written = outcome, message, written
 
@@ -326,7 +330,9 @@ def backup_session(
     out = BackupOutcome(sid, "failed", None)
     note = ""
 
-    def done(outcome: str, message: str = "", written: Path | None = None) -> BackupOutcome:
+    def done(
+        outcome: BackupOutcomeName, message: str = "", written: Path | None = None
+    ) -> BackupOutcome:
         out.outcome, out.message, out.seconds = outcome, message, time.monotonic() - started
         if os.path.lexists(final):
             out.path = final

@@ -34,6 +34,7 @@ from typing import Any
 
 from agentdb import checks, errors, fsutil, paths
 from agentdb.checks.run import read_recovery_index, was_recovered
+from agentdb.results import Verdict
 
 _ID = r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -225,7 +226,7 @@ class VerifyResult:
 
     session_id: str
     path: Path
-    verdict: str  # "ok", or the first problem (insecure, foreign, too_new, corrupt, ...)
+    verdict: Verdict  # "ok", or the first problem (insecure, foreign, too_new, corrupt, ...)
     findings: list[VerifyFinding] = field(default_factory=list)
 
     @property
@@ -270,7 +271,7 @@ def check_copy(path: Path, session_id: str, recovered: bool = False) -> VerifyRe
     return VerifyResult(
         session_id,
         path,
-        str(found.verdict),
+        found.verdict,
         [VerifyFinding(str(f.code), str(f.message)) for f in found.findings],
     )
 

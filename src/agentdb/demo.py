@@ -17,6 +17,7 @@ from pathlib import Path
 import ulid
 
 from agentdb import db, fsutil
+from agentdb.schema.enums import Decision, Status
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
 
 KERNEL = Producer("kernel", "kernel", "0.9.0")
@@ -73,7 +74,7 @@ def _turns(
         stamp = None if at is None else _iso(at + dt.timedelta(seconds=40 * i))
         turn = f"turn-{seed}-{i}"
         call = f"call-{seed}-{i}"
-        decision = "deny" if i % deny_every == deny_every - 1 else "allow"
+        decision: Decision = "deny" if i % deny_every == deny_every - 1 else "allow"
         text = json.dumps({"role": "assistant", "content": f"step {i}: " + "lorem ipsum " * 20})
         events = [
             Event(
@@ -154,7 +155,7 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
     def turns(w: SessionWriter, model: Producer, n: int, seed: int) -> None:
         _turns(w, model, n, seed=seed, at=started[w.session_id] + dt.timedelta(seconds=5))
 
-    def end(w: SessionWriter, status: str, days_ago: float) -> None:
+    def end(w: SessionWriter, status: Status, days_ago: float) -> None:
         w.set_status(status, at=_iso(now - dt.timedelta(days=days_ago)))
         w.close()
 

@@ -26,17 +26,19 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeGuard, get_args
 
 import apsw
 
 from agentdb import checks, db, errors, faults, fsutil, locks, paths, recoverylog
 from agentdb.checks.refusal import refusal
 from agentdb.checks.run import read_recovery_index, was_recovered
+from agentdb.results import EndOutcomeName
 from agentdb.store import SessionReader, SessionWriter, validate_transition
 
-END_STATUSES = ("cancelled", "failed")  # what an operator may end a dead session as
-OUTCOMES = ("ended", "unchanged", "refused", "failed")
+EndStatus = Literal["cancelled", "failed"]  # what an operator may end a dead session as
+END_STATUSES: tuple[EndStatus, ...] = get_args(EndStatus)
+OUTCOMES: tuple[EndOutcomeName, ...] = get_args(EndOutcomeName)
 VERSION = 1  # the JSON document's version
 JOB = "sessions-end"
 Fault = Callable[[str], None]
@@ -62,7 +64,7 @@ class EndDecision:
 @dataclass
 class EndPlan:
     sessions_dir: Path
-    status: str  # the status asked for: cancelled or failed
+    status: EndStatus  # the status asked for
     recovery_log: Path
     decisions: list[EndDecision] = field(default_factory=list)  # in the order asked
 
@@ -70,7 +72,7 @@ class EndPlan:
 @dataclass
 class EndOutcome:
     session_id: str
-    outcome: str  # ended | unchanged | refused | failed
+    outcome: EndOutcomeName
     path: str
     status_before: str | None  # the status found
     status: str | None  # the status now (or, dry run, that it would have)
@@ -122,6 +124,10 @@ def _pending(entries: list[dict[str, Any]]) -> bool:
     return bool(mine) and mine[-1].get("event") == "intent"
 
 
+def _is_end_status(status: str) -> TypeGuard[EndStatus]:
+    return status in END_STATUSES
+
+
 def plan(
     sessions_dir: Path,
     ids: Sequence[str],
@@ -130,7 +136,7 @@ def plan(
     recovery_log: Path | None = None,
 ) -> EndPlan:
     """Judge each session, changing nothing."""
-    if status not in END_STATUSES:
+    if not _is_end_status(status):
         raise errors.UsageError(f"--status {status!r}: one of {', '.join(END_STATUSES)}")
     if not ids:
         raise errors.UsageError("give one or more session ids")

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
+def one_line(text: str) -> str:
+    """Any message (SQLite's multi-line integrity_check, click's wrapped usage) on one line."""
+    return " ".join(text.split())
+
+
 # Exit codes from CONTRACT.md.
 EXIT_OK = 0
 EXIT_PROBLEMS = 1

@@ -30,18 +30,20 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import apsw
 
 from agentdb import db, errors, faults, fsutil, locks, paths
+from agentdb.errors import one_line
+from agentdb.results import MigrateOutcomeName
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION, TABLES
 
-OUTCOMES = ("migrated", "current", "too_new", "corrupt", "skipped_live", "failed", "foreign")
+OUTCOMES: tuple[MigrateOutcomeName, ...] = get_args(MigrateOutcomeName)
 # Outcomes that mean nothing is wrong; any other makes the command exit 1.
-OK_OUTCOMES = ("migrated", "current")
+OK_OUTCOMES: tuple[MigrateOutcomeName, ...] = ("migrated", "current")
 MIGRATE = "migrate"  # plan action: this file needs the migration
 NONE = "none"  # plan action: nothing to do (the item's outcome says why)
 
@@ -54,7 +56,7 @@ class MigrationPlanItem:
     path: Path  # <sessions_dir>/<id>.sqlite
     revision: int | None  # the file's user_version; None when it could not be read
     action: str  # "migrate" or "none"
-    outcome: str | None  # for action "none": current, too_new, corrupt, foreign or failed
+    outcome: MigrateOutcomeName | None  # for action "none": why nothing is to be done
     live_pid: int | None = None  # who had the file open at plan time (None: nobody, or unknown)
     live: bool = False  # another process had the file open at plan time
     leftover: Path | None = None  # a backup an interrupted migration left beside the file
@@ -68,7 +70,7 @@ class MigrationOutcome:
     session_id: str  # the ULID in the file name
     from_: int | None  # revision before (None when unreadable); JSON key "from"
     to: int | None  # revision after (equal to from_ when nothing changed)
-    outcome: str  # one of OUTCOMES
+    outcome: MigrateOutcomeName
     backup_path: Path | None = None  # a backup kept for the operator (--keep-backups, failures)
     message: str = ""  # one line: what was done or why not, and what to do
     seconds: float = 0.0  # wall time spent on this file
@@ -95,7 +97,7 @@ class MigrationReport:
     interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
 
     def summary(self) -> dict[str, int]:
-        counts = dict.fromkeys(OUTCOMES, 0)
+        counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         for s in self.sessions:
             counts[s.outcome] += 1
         return counts
@@ -119,11 +121,6 @@ Progress = Callable[[MigrationOutcome, int, int], None]
 
 
 # ------------------------------------------------------------------------------------ plan
-
-
-def one_line(text: str) -> str:
-    """SQLite's multi-line messages (integrity_check) as one line."""
-    return " ".join(text.split())
 
 
 def backup_file(path: Path) -> Path:
@@ -362,7 +359,7 @@ def _migrate_once(
     path, sid, rev = item.path, item.session_id, item.revision
 
     def done(
-        outcome: str, to: int | None, message: str = "", kept: Path | None = None
+        outcome: MigrateOutcomeName, to: int | None, message: str = "", kept: Path | None = None
     ) -> MigrationOutcome:
         return MigrationOutcome(sid, rev, to, outcome, kept, message)
 
@@ -471,7 +468,7 @@ def _migrate_once(
                 f"{path}: still locked by its writer after {waited:g}s; not migrated — "
                 "retry when it is idle",
             )
-        outcome = (
+        outcome: MigrateOutcomeName = (
             "too_new"
             if isinstance(failure, errors.TooNew)
             else "corrupt"

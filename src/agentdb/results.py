@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 # The contract's verdicts, most serious first; "ok" when none applies.
-VERDICTS: tuple[str, ...] = (
+Problem = Literal[
     "insecure",
     "foreign",
     "too_new",
@@ -16,9 +16,40 @@ VERDICTS: tuple[str, ...] = (
     "corrupt",
     "inconsistent",
     "needs_migration",
-)
-OK = "ok"
-SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+]
+VERDICTS: tuple[Problem, ...] = get_args(Problem)
+OK: Final = "ok"
+Verdict = Literal["ok", Problem]  # what check says of one file
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+
+# What each job says it did to one session (CONTRACT.md); each job module keeps the tuple.
+RecoverOutcomeName = Literal[
+    "recovered", "healthy", "unreadable", "skipped_live", "refused", "failed"
+]
+MigrateOutcomeName = Literal[
+    "migrated", "current", "too_new", "corrupt", "skipped_live", "failed", "foreign"
+]
+BackupOutcomeName = Literal[
+    "copied", "updated", "unchanged", "kept", "corrupt", "foreign", "failed"
+]
+RestoreOutcomeName = Literal["restored", "unchanged", "refused", "failed"]
+EndOutcomeName = Literal["ended", "unchanged", "refused", "failed"]
+# Why prune keeps a selected session (every one that applies is listed).
+PruneReasonCode = Literal[
+    "running",
+    "live",
+    "pinned",
+    "has_children",
+    "unreadable",
+    "foreign",
+    "has_corrupt_copies",
+    "not_found",
+    "changed",
+    "failed",
+]
+# Why a job will not act on a session file as it is (checks.refusal).
+RefusalCode = Literal["unsafe", "foreign", "too_new", "damaged", "needs_migration"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +58,7 @@ class Finding:
 
     code: str  # stable machine-readable code (see checks.codes.CODES)
     message: str  # one line: the file, the problem and, where there is one, the fix
-    severity: str  # "error" (sets a non-ok verdict), "warning" or "info"
+    severity: Severity  # "error" (sets a non-ok verdict), "warning" or "info"
     fix: str | None = None  # the command (or action) that repairs it, if any
 
 
@@ -37,7 +68,7 @@ class SessionCheck:
 
     session_id: str  # the ULID in the file name
     path: Path  # the entry checked
-    verdict: str  # "ok" or the first of VERDICTS that applies
+    verdict: Verdict  # "ok" or the first of VERDICTS that applies
     status: str | None = None  # session_meta.status, when readable
     revision: int | None = None  # PRAGMA user_version, when readable
     size: int | None = None  # bytes of the database file plus its -wal

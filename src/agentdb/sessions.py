@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import ulid
 
@@ -297,6 +298,10 @@ def iter_events(
 # ------------------------------------------------------------------------------ preflight
 
 
+# "kernel": the reserved producer, never looked up; "invalid": an unsafe category/name/version.
+PreflightState = Literal["cached", "missing", "kernel", "invalid"]
+
+
 @dataclass(frozen=True)
 class PreflightItem:
     """One producer the session used, and whether the plugin cache has it."""
@@ -305,7 +310,7 @@ class PreflightItem:
     name: str
     version: str
     first_seen_sequence: int
-    state: str  # "cached", "missing", "kernel" (never looked up) or "invalid" (unsafe name)
+    state: PreflightState
 
 
 @dataclass
@@ -340,6 +345,7 @@ def preflight(sessions_dir: Path, session_id: str, plugin_cache: Path) -> Prefli
         producers = r.producers(limit=100_000).rows
     items = []
     for p in producers:
+        state: PreflightState
         if p.category == enums.KERNEL:
             state = "kernel"
         elif p.category not in enums.PLUGIN_CATEGORIES or not all(

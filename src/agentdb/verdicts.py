@@ -29,6 +29,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import db, errors, fsutil, paths
+from agentdb.results import Verdict
 
 CACHE_NAME = "verdicts.sqlite"
 APPLICATION_ID = 0x41474456  # "AGDV": not a session file; a cache file with any other id is rebuilt
@@ -158,7 +159,7 @@ class Recorded:
     name: str  # <ULID>.sqlite
     identity: str  # Identity.key() when the check started
     stamped_ns: int
-    verdict: str
+    verdict: str  # as stored: a Verdict, unless another build wrote the cache
     quick: bool
     checked_at: str  # UTC ISO time
     status: str | None
@@ -185,7 +186,7 @@ class Entry:
 
     name: str  # <ULID>.sqlite
     stamp: Stamp  # taken before the check read the file
-    verdict: str
+    verdict: Verdict
     quick: bool
     status: str | None = None
     revision: int | None = None

@@ -5,10 +5,10 @@ A code whose verdict is None is informational or a warning: it never makes a fil
 
 from __future__ import annotations
 
-from agentdb.results import OK, VERDICTS, Finding
+from agentdb.results import OK, VERDICTS, Finding, Problem, Severity, Verdict
 
 # code: (severity, verdict implied or None)
-CODES: dict[str, tuple[str, str | None]] = {
+CODES: dict[str, tuple[Severity, Problem | None]] = {
     # the entry itself
     "missing": ("error", "unreadable"),  # an id asked for has no file
     "symlink": ("error", "insecure"),  # a symbolic link where a session file should be
@@ -85,7 +85,7 @@ def finding(code: str, message: str, fix: str | None = None) -> Finding:
     return Finding(code, message, severity, fix)
 
 
-def verdict_of(findings: list[Finding]) -> str:
+def verdict_of(findings: list[Finding]) -> Verdict:
     """The first verdict in the contract's order that any finding implies; "ok" if none."""
     implied = [CODES[f.code][1] for f in findings if f.code in CODES]
     ranked = sorted((_RANK[v], v) for v in implied if v is not None)

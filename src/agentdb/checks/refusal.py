@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentdb.checks.codes import CODES
-from agentdb.results import SessionCheck
+from agentdb.results import RefusalCode, SessionCheck
 
 _UNSAFE_CODES = frozenset({"symlink", "not_regular", "insecure_sidecar"})
 
@@ -18,7 +18,7 @@ _UNSAFE_CODES = frozenset({"symlink", "not_regular", "insecure_sidecar"})
 class Refusal:
     """Why a job will not act on a session file as it is."""
 
-    code: str  # unsafe | foreign | too_new | damaged | needs_migration
+    code: RefusalCode
     message: str  # one line: what check found, and what to do about it
     forceable: bool  # True for "damaged": a job may act with --force (keeping the file)
 

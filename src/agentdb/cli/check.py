@@ -7,13 +7,14 @@ import click
 from agentdb import checked
 from agentdb.cli import output
 from agentdb.cli.common import (
-    SESSION_ID,
     App,
     default_jobs,
     finish,
     fmt_option,
     jobs_option,
     json_option,
+    make_selection,
+    session_selection,
 )
 from agentdb.results import CheckReport, SessionCheck
 
@@ -67,10 +68,7 @@ def render(report: CheckReport, fmt: str, *, problems: bool = False) -> None:
 
 
 @click.command("check")
-@click.argument("ids", nargs=-1, type=SESSION_ID)
-@click.option(
-    "--all", "all_", is_flag=True, help="Every session (the default when no ID is given)."
-)
+@session_selection(required=False)
 @click.option(
     "--quick",
     is_flag=True,
@@ -112,14 +110,13 @@ def check_cmd(
     Each verdict is also recorded, with the file's identity, in the verdict cache under
     $XDG_CACHE_HOME/agentdb/ (derived data: delete it any time), which `agentdb status` reads.
     """
-    if ids and all_:
-        raise click.UsageError("give session ids or --all, not both")
+    selection = make_selection(ids, all_, required=False)
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("checking")
     try:
         report, recorded = checked.check_and_record(
             sessions_dir,
-            ids or None,
+            None if selection.all else selection.ids,
             quick=quick,
             jobs=jobs or default_jobs(),
             progress=bar,

@@ -112,13 +112,20 @@ class Selection:
 
 
 def session_selection(*, required: bool = True) -> Callable[[F], F]:
-    """``ID...`` and ``--all``. With ``required``, one of them must be given."""
+    """``ID...`` and ``--all``, the one way every command that acts on sessions by id selects
+    them (read back with :func:`make_selection`). With ``required``, one of them must be given;
+    without, no ids means every session."""
+    help_all = (
+        "Every session in the directory."
+        if required
+        else "Every session (the default when no ID is given)."
+    )
 
     def deco(f: F) -> F:
         def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
             return value
 
-        f = click.option("--all", "all_", is_flag=True, help="Every session in the directory.")(f)
+        f = click.option("--all", "all_", is_flag=True, help=help_all)(f)
         f = click.argument("ids", nargs=-1, type=SESSION_ID, callback=callback)(f)
         return f
 

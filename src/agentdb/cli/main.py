@@ -66,13 +66,9 @@ def _wants_json(argv: list[str]) -> bool:
     return "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _usage_error(e: click.ClickException) -> str:
     """A click error as one line: the command, the problem, where to read more."""
-    message = _one_line(e.format_message())
+    message = errors.one_line(e.format_message())
     ctx = getattr(e, "ctx", None)
     if ctx is None:
         return message
@@ -128,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except click.ClickException as e:
             return fail(_usage_error(e), "usage", e.exit_code)
         except errors.AgentdbError as e:
-            return fail(_one_line(str(e)), e.code, e.exit_code, e.path)
+            return fail(errors.one_line(str(e)), e.code, e.exit_code, e.path)
         except KeyboardInterrupt:
             _fresh_line(as_json)
             return fail("interrupted", "interrupted", EXIT_INTERRUPTED)

@@ -30,6 +30,7 @@ from agentdb import errors, faults, fsutil, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
+from agentdb.results import PruneReasonCode
 
 Fault = Callable[[str], None]
 
@@ -179,7 +180,7 @@ def _execute(plan: PrunePlan, result: PruneResult, point: Fault) -> None:
         result.files += names
 
 
-def _refused(d: PruneDecision, code: str, message: str) -> PruneDecision:
+def _refused(d: PruneDecision, code: PruneReasonCode, message: str) -> PruneDecision:
     return PruneDecision(d.session_id, False, [Reason(code, message)], d.bytes, d.files)
 
 

@@ -26,6 +26,7 @@ from agentdb.prune.scan import (
     read_facts,
     read_intent,
 )
+from agentdb.results import PruneReasonCode
 from agentdb.schema.enums import RUNNING, STATUSES
 
 
@@ -76,8 +77,7 @@ class Selectors:
 class Reason:
     """Why a selected session stays."""
 
-    code: str  # running | live | pinned | has_children | unreadable | foreign |
-    #            has_corrupt_copies | not_found | changed
+    code: PruneReasonCode
     message: str  # one line
 
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import apsw
 
@@ -35,8 +35,9 @@ from agentdb.fsutil import stat_key
 from agentdb.paths import sidecar
 from agentdb.restore.copies import ACCEPTED
 from agentdb.restore.planning import RestoreDecision, RestorePlan, stamp_json, stamp_of
+from agentdb.results import RestoreOutcomeName
 
-OUTCOMES = ("restored", "unchanged", "refused", "failed")
+OUTCOMES: tuple[RestoreOutcomeName, ...] = get_args(RestoreOutcomeName)
 VERSION = 1  # the JSON document's version (bumped when a field changes meaning or goes away)
 Fault = Callable[[str], None]
 
@@ -46,7 +47,7 @@ class RestoreOutcome:
     """What restoring one session did (or, in a dry run, would do)."""
 
     session_id: str
-    outcome: str  # restored | unchanged | refused | failed
+    outcome: RestoreOutcomeName
     path: str  # the session file
     reason: str | None = None  # the first refusal's code (refused/failed), else None
     reasons: list[dict[str, str]] = field(default_factory=list)  # every {code, message}
@@ -123,11 +124,14 @@ class RestoreResult:
         }
 
 
+_AS_OUTCOME: dict[str, RestoreOutcomeName] = {"restore": "restored", "unchanged": "unchanged"}
+
+
 def _outcome(plan: RestorePlan, d: RestoreDecision) -> RestoreOutcome:
     """The decision as an outcome, before anything is done."""
     out = RestoreOutcome(
         d.session_id,
-        {"restore": "restored", "unchanged": "unchanged"}.get(d.action, "refused"),
+        _AS_OUTCOME.get(d.action, "refused"),
         str(paths.session_path(plan.sessions_dir, d.session_id)),
         copy=None if d.copy is None else str(d.copy.path),
         lost_events=None if d.lost_events is None else [list(r) for r in d.lost_events],

@@ -27,11 +27,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from agentdb import db, errors, fsutil, locks, paths, recoverylog, swap
 from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.paths import sidecar
+from agentdb.results import RecoverOutcomeName
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
 from agentdb.salvage import replacement, rows, sidecars
@@ -39,7 +40,7 @@ from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.tables import TABLES
 from agentdb.schema.revisions import APPLICATION_ID
 
-OUTCOMES = ("recovered", "healthy", "unreadable", "skipped_live", "refused", "failed")
+OUTCOMES: tuple[RecoverOutcomeName, ...] = get_args(RecoverOutcomeName)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class RecoveryOutcome:
     """What recovering one session did."""
 
     session_id: str
-    outcome: str  # recovered | healthy | unreadable | skipped_live | refused | failed
+    outcome: RecoverOutcomeName
     path: str  # the session file
     corrupt_path: str | None = None  # where the original bytes are kept (None if untouched)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> {"salvaged": N, ..}

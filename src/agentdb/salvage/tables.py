@@ -14,9 +14,9 @@ from typing import Any
 from agentdb.hashing import HASH_SIZE, event_hash
 from agentdb.schema import enums
 from agentdb.schema.revisions import COLUMNS
+from agentdb.schema.revisions import TABLES as TABLES  # the one list, re-exported
 
 Row = tuple[Any, ...]
-TABLES: tuple[str, ...] = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
 AUTOINCREMENT_TABLES: tuple[str, ...] = ("events", "cost_ledger", "plan_items")
 MAX_ROWID = (1 << 63) - 1
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-KINDS: tuple[str, ...] = (
+from typing import Final, Literal, get_args
+
+# Each enumeration is a ``Literal`` type (so ``Event("mesage", ...)`` or
+# ``set_status("complete")`` fails type checking) and the tuple of its values, in the spec's
+# order (the writer still checks at run time: callers need not be type-checked).
+
+Kind = Literal[
     "message",
     "tool_call",
     "tool_result",
@@ -13,10 +19,11 @@ KINDS: tuple[str, ...] = (
     "memory_update",
     "memory_delete",
     "hook_error",
-)
+]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 KIND_UNSPECIFIED = "KIND_UNSPECIFIED"  # the zero value: never valid on a persisted event
 
-PLUGIN_CATEGORIES: tuple[str, ...] = (
+PluginCategory = Literal[
     "model",
     "tool",
     "context",
@@ -24,11 +31,14 @@ PLUGIN_CATEGORIES: tuple[str, ...] = (
     "frontend",
     "widget",
     "slashcommand",
-)
-KERNEL = "kernel"  # the reserved kernel producer (writes plan and apply); never a plugin
-PRODUCER_CATEGORIES: tuple[str, ...] = (*PLUGIN_CATEGORIES, KERNEL)
+]
+PLUGIN_CATEGORIES: tuple[PluginCategory, ...] = get_args(PluginCategory)
+# The reserved kernel producer (writes plan and apply); never a plugin.
+KERNEL: Final = "kernel"
+ProducerCategory = Literal[PluginCategory, "kernel"]
+PRODUCER_CATEGORIES: tuple[ProducerCategory, ...] = (*PLUGIN_CATEGORIES, KERNEL)
 
-STATUSES: tuple[str, ...] = (
+Status = Literal[
     "running",
     "completed",
     "error_max_turns",
@@ -36,17 +46,20 @@ STATUSES: tuple[str, ...] = (
     "error_max_wall_clock",
     "cancelled",
     "failed",
-)
-RUNNING = "running"
+]
+STATUSES: tuple[Status, ...] = get_args(Status)
+RUNNING: Final = "running"
 # Terminal and replay-only: never re-opened to running.
-TERMINAL_STATUSES: frozenset[str] = frozenset(
+TERMINAL_STATUSES: frozenset[Status] = frozenset(
     {"error_max_turns", "error_max_budget_usd", "error_max_wall_clock", "failed"}
 )
 # May transition back to running (ResumeSession).
-REOPENABLE_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
+REOPENABLE_STATUSES: frozenset[Status] = frozenset({"completed", "cancelled"})
 
-DECISIONS: tuple[str, ...] = ("allow", "ask", "deny")
-EVENT_V1_SCHEMA_VERSIONS: tuple[str, ...] = ("1", "v1")
+Decision = Literal["allow", "ask", "deny"]
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
+SchemaVersion = Literal["1", "v1"]
+EVENT_V1_SCHEMA_VERSIONS: tuple[SchemaVersion, ...] = get_args(SchemaVersion)
 
 
 def sql_in(values: tuple[str, ...]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import apsw
 
@@ -33,7 +33,7 @@ class Identity:
 
     application_id: int  # PRAGMA application_id
     user_version: int  # PRAGMA user_version (the schema revision)
-    kind: str  # "session" | "empty" | "foreign" | "too_new"
+    kind: Literal["session", "empty", "foreign", "too_new"]
     problem: str | None = None  # why it is not a session file, when kind is not "session"
 
     @property

@@ -26,7 +26,7 @@ _MAX_INT = (1 << 63) - 1  # SQLite's INTEGER range
 class Producer:
     """A plugin (or the reserved kernel producer) that writes events."""
 
-    category: str  # one of the seven plugin categories, or "kernel"
+    category: enums.ProducerCategory  # one of the seven plugin categories, or "kernel"
     name: str
     version: str
 
@@ -55,7 +55,7 @@ class PlanItem:
     tool_call_id: str
     provider_name: str
     tool_name: str
-    decision: str  # allow | ask | deny
+    decision: enums.Decision  # allow | ask | deny
     decided_by: str  # policy rule name, or the subscriber that decided
 
 
@@ -63,10 +63,10 @@ class PlanItem:
 class Event:
     """An event to emit. ``id`` and ``timestamp`` default to a fresh ULID and now (UTC)."""
 
-    kind: str
+    kind: enums.Kind
     producer: Producer
     payload: bytes  # opaque; never inspected
-    schema_version: str = "1"
+    schema_version: enums.SchemaVersion = "1"
     usage: Usage | None = None  # required for, and only for, kind "message"
     plan_items: Sequence[PlanItem] = ()  # only for kind "plan"
     id: str | None = None

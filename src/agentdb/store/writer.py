@@ -329,7 +329,7 @@ class SessionWriter:
                 )
             )
 
-    def set_status(self, status: str, *, at: str | None = None) -> None:
+    def set_status(self, status: enums.Status, *, at: str | None = None) -> None:
         """Move the session's status: ``ended_at`` is set on ending and cleared on re-open."""
         with self._lock, db.translated(self.path):
             self.conn.execute("BEGIN IMMEDIATE")
