@@ -8,7 +8,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import db, errors
+from agentdb import db, errors, faults
 from agentdb.hashing import event_hash
 from agentdb.schema import enums, identity, migrations, revisions
 from agentdb.store import Event, Producer, SessionReader, SessionWriter, Usage
@@ -145,8 +145,8 @@ def test_migration_is_one_transaction(sessions_dir: Path) -> None:
     def boom() -> None:
         raise RuntimeError("injected")
 
-    with pytest.raises(RuntimeError):
-        migrations.apply_steps(conn, path, before_commit=boom)
+    with pytest.raises(RuntimeError), faults.injected({"before_commit": boom}):
+        migrations.apply_steps(conn, path)
     assert db.pragma(conn, "user_version") == 1
     assert db.pragma(conn, "foreign_keys") == 1
     conn.close()

@@ -266,7 +266,8 @@ def translate(
     msg = str(e).split("\n")[0]
     if isinstance(e, UnicodeDecodeError):
         return errors.Corrupt(
-            f"{path}: a TEXT value is not valid UTF-8 (damaged text); run `agentdb recover` on it",
+            problem="a TEXT value is not valid UTF-8 (damaged text)",
+            fix="run `agentdb recover` on it",
             path=path,
         )
     if conn is not None and isinstance(
@@ -292,52 +293,59 @@ def translate(
             return fsutil.errno_error(code, path, doing)
     if isinstance(e, apsw.NotADBError):
         return errors.Unreadable(
-            f"{path}: not a SQLite database ({msg}); run `agentdb check` to see what it is",
+            problem=f"not a SQLite database ({msg})",
+            fix="run `agentdb check` to see what it is",
             path=path,
         )
     if isinstance(e, apsw.CorruptError):
         return errors.Corrupt(
-            f"{path}: database is corrupt ({msg}); run `agentdb recover` on it", path=path
+            problem=f"database is corrupt ({msg})", fix="run `agentdb recover` on it", path=path
         )
     if isinstance(e, apsw.BusyError | apsw.LockedError):
         return errors.Busy(
-            f"{path}: database stayed locked ({msg}); retry when the writer is idle", path=path
+            problem=f"database stayed locked ({msg})",
+            fix="retry when the writer is idle",
+            path=path,
         )
     if isinstance(e, apsw.TooBigError):
         return errors.Unreadable(
-            f"{path}: a value exceeds the {MAX_VALUE}-byte limit ({msg}); the file may be hostile",
+            problem=f"a value exceeds the {MAX_VALUE}-byte limit ({msg})",
+            fix="the file may be hostile",
             path=path,
         )
     if isinstance(e, apsw.CantOpenError):
-        return errors.Unreadable(f"{path}: cannot open the database ({msg})", path=path)
+        return errors.Unreadable(problem=f"cannot open the database ({msg})", path=path)
     if isinstance(e, apsw.FullError):
         return errors.Full(
-            f"{path}: the disk is full ({msg}); nothing was written — free space and retry",
+            problem=f"the disk is full ({msg})",
+            fix="nothing was written — free space and retry",
             path=path,
         )
     if isinstance(e, apsw.IOError):
         return errors.DiskIOError(
-            f"{path}: input/output error ({msg}); check the disk and the system log", path=path
+            problem=f"input/output error ({msg})",
+            fix="check the disk and the system log",
+            path=path,
         )
     if isinstance(e, apsw.ReadOnlyError):
         return errors.ReadOnly(
-            f"{path}: cannot be written ({msg}); check its permissions and the filesystem's "
-            "mount options",
+            problem=f"cannot be written ({msg})",
+            fix="check its permissions and the filesystem's mount options",
             path=path,
         )
     if isinstance(e, apsw.ConstraintError):
         return errors.ConstraintViolation(
-            f"{path}: a write broke a constraint ({msg}); nothing was written", path=path
+            problem=f"a write broke a constraint ({msg})", fix="nothing was written", path=path
         )
     if isinstance(e, apsw.ThreadingViolationError):
         return errors.ThreadingViolation(
-            f"{path}: one connection used from two threads at once ({msg})", path=path
+            problem=f"one connection used from two threads at once ({msg})", path=path
         )
     if isinstance(
         e, apsw.MisuseError | apsw.ConnectionClosedError | apsw.CursorClosedError
     ) or msg.startswith(_MISUSE_MESSAGES):
-        return errors.Misuse(f"{path}: SQLite API misuse ({type(e).__name__}: {msg})", path=path)
-    return errors.Unreadable(f"{path}: SQLite error ({type(e).__name__}: {msg})", path=path)
+        return errors.Misuse(problem=f"SQLite API misuse ({type(e).__name__}: {msg})", path=path)
+    return errors.Unreadable(problem=f"SQLite error ({type(e).__name__}: {msg})", path=path)
 
 
 @contextmanager

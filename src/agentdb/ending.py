@@ -23,7 +23,7 @@ line. Nothing here migrates or recovers a file: those are refused with the comma
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard, get_args
@@ -41,7 +41,6 @@ END_STATUSES: tuple[EndStatus, ...] = get_args(EndStatus)
 OUTCOMES: tuple[EndOutcomeName, ...] = get_args(EndOutcomeName)
 VERSION = 1  # the JSON document's version
 JOB = "sessions-end"
-Fault = Callable[[str], None]
 
 
 @dataclass
@@ -218,9 +217,8 @@ def dry_run(p: EndPlan) -> EndResult:
     return EndResult(True, p.status, [_outcome(d, p.status) for d in p.decisions])
 
 
-def execute(p: EndPlan, *, fault: Fault | None = None) -> EndResult:
+def execute(p: EndPlan) -> EndResult:
     """End every session the plan decided to end; re-check each under its lock."""
-    point = fault or faults.point
     result = EndResult(False, p.status)
     for d in p.decisions:
         out = _outcome(d, p.status)
@@ -231,7 +229,7 @@ def execute(p: EndPlan, *, fault: Fault | None = None) -> EndResult:
         if d.action != "end":
             continue
         try:
-            _end(p, d, out, point)
+            _end(p, d, out)
         except errors.SessionLive as e:
             out.outcome, out.reason, out.message = "refused", "live", str(e)
             out.status = d.status
@@ -262,7 +260,7 @@ def _entry(d: EndDecision, out: EndOutcome, event: str) -> dict[str, Any]:
     }
 
 
-def _end(p: EndPlan, d: EndDecision, out: EndOutcome, point: Fault) -> None:
+def _end(p: EndPlan, d: EndDecision, out: EndOutcome) -> None:
     path = d.path
     with locks.hold(path) as fd:
         st, now = os.fstat(fd), os.lstat(path)
@@ -271,14 +269,14 @@ def _end(p: EndPlan, d: EndDecision, out: EndOutcome, point: Fault) -> None:
         if now.st_nlink > 1:
             raise _Changed(f"{path}: got another name (hard link) meanwhile; it was left alone")
         recoverylog.append(p.recovery_log, _entry(d, out, "intent"))
-        point("sessions_end_after_intent")
+        faults.point("sessions_end_after_intent")
         conn = db.open_held(path)
         try:
-            conn.set_update_hook(lambda *_: point("sessions_end_in_update"))
+            conn.set_update_hook(lambda *_: faults.point("sessions_end_in_update"))
             writer = SessionWriter(conn, path, d.session_id, int(d.revision or 0))
             writer.set_status(p.status)
             conn.set_update_hook(None)
-            point("sessions_end_after_commit")
+            faults.point("sessions_end_after_commit")
             out.ended_at = writer.info().ended_at
         finally:
             conn.close()  # checkpoints the WAL into the file and removes it
@@ -287,5 +285,5 @@ def _end(p: EndPlan, d: EndDecision, out: EndOutcome, point: Fault) -> None:
             # (the hold checked its lock byte). Without it readers open the file immutable.
             paths.sidecar(path, "-shm").unlink(missing_ok=True)
             fsutil.fsync_dir(path.parent)
-        point("sessions_end_after_write")
+        faults.point("sessions_end_after_write")
     recoverylog.append(p.recovery_log, _entry(d, out, "outcome"))

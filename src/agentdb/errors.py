@@ -20,14 +20,59 @@ EXIT_USAGE = 2
 
 
 class AgentdbError(Exception):
-    """Base of every error agentdb raises on purpose."""
+    """Base of every error agentdb raises on purpose.
+
+    It carries the parts of its message as fields: ``path`` (the file), ``problem`` and ``fix``
+    (None when there is nothing to do); ``str(e)`` is the one line ``<path>: <problem>; <fix>``.
+    Raise it with the parts (``problem=…, fix=…, path=…``) — or, the older way, with the line
+    already written (``message``), which is then read once, here, in that shape.
+    """
 
     exit_code: int = EXIT_PROBLEMS
     code: str = "error"  # stable machine-readable code, used as a finding/reason code
 
-    def __init__(self, message: str, *, path: str | Path | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        path: str | Path | None = None,
+        problem: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         self.path = str(path) if path is not None else None
+        if problem is None:
+            file, problem, fix = _parts(message or "", self.path)
+            line = message or ""
+        else:
+            file, line = self.path, compose(self.path, problem, fix)
+        self.file: str | None = file  # the file the message names (a sidecar, a copy, the path)
+        self.problem: str = problem  # what is wrong, without the file name
+        self.fix: str | None = fix  # what to do about it, if anything
+        super().__init__(line)
+
+    @property
+    def detail(self) -> str:
+        """The message without the file name: ``<problem>; <fix>``."""
+        return f"{self.problem}; {self.fix}" if self.fix else self.problem
+
+
+def compose(path: str | Path | None, problem: str, fix: str | None = None) -> str:
+    """The one-line shape of every message: ``<path>: <problem>; <fix>``."""
+    text = f"{path}: {problem}" if path is not None else problem
+    return f"{text}; {fix}" if fix else text
+
+
+def _parts(message: str, path: str | None) -> tuple[str | None, str, str | None]:
+    """(file, problem, fix) of a message written as ``<file>: <problem>; <fix>``."""
+    first, sep, after = message.partition(": ")
+    if path is not None and message.startswith(f"{path}: "):
+        file, rest = path, message[len(path) + 2 :]
+    elif sep and (path is not None or " " not in first):
+        file, rest = first, after  # another file named first (a sidecar, a copy)
+    else:
+        file, rest = None, message  # no file named (a usage error)
+    problem, sep, fix = rest.partition("; ")
+    return file, problem, (fix if sep else None)
 
 
 class UsageError(AgentdbError):
@@ -145,8 +190,16 @@ class SessionBusy(Retryable):
 
     code = "session_busy"
 
-    def __init__(self, message: str, *, path: str | Path | None = None, pid: int | None = None):
-        super().__init__(message, path=path)
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        path: str | Path | None = None,
+        pid: int | None = None,
+        problem: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, problem=problem, fix=fix)
         self.pid = pid
 
 
@@ -175,8 +228,16 @@ class FileSystemError(AgentdbError):
 
     code = "os_error"
 
-    def __init__(self, message: str, *, path: str | Path | None = None, errno: int = 0) -> None:
-        super().__init__(message, path=path)
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        path: str | Path | None = None,
+        errno: int = 0,
+        problem: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, problem=problem, fix=fix)
         self.errno = errno  # the OSError's errno (0 when SQLite reported it without one)
 
 

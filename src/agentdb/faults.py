@@ -1,11 +1,16 @@
-"""Fault injection for crash and race tests, at named points.
+"""Fault injection for crash and race tests: the one mechanism, named points.
 
-``AGENTDB_FAULT=<point>`` kills the process at that point: tests run a real ``agentdb`` process
-with the variable set and check what the file looks like after ``kill -9``.
+Code that has a crash-relevant step calls :func:`point` with the step's name (``after_intent``,
+``backup_after_copy``, ``before_commit``, …); nothing else takes a fault argument.
+A point does nothing unless one of these names it:
 
-``AGENTDB_PAUSE=<point>:<dir>`` stops the process there instead: it creates ``<dir>/reached``
-and waits (at most :data:`PAUSE_MAX` seconds) until ``<dir>/go`` exists, so a test can run
-another real job in exactly that window (a race made deterministic).
+- ``AGENTDB_FAULT=<point>`` kills the process there (SIGKILL): tests run a real ``agentdb``
+  process with the variable set and check what the files look like after ``kill -9``;
+- ``AGENTDB_PAUSE=<point>:<dir>`` stops the process there instead: it creates ``<dir>/reached``
+  and waits (at most :data:`PAUSE_MAX` seconds) until ``<dir>/go`` exists, so a test can run
+  another real job in exactly that window (a race made deterministic);
+- :func:`injected` (in-process tests only): runs the test's action at the point — raise an
+  exception, or change the world (put a symlink where a file is about to be written).
 """
 
 from __future__ import annotations
@@ -13,15 +18,22 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 ENV = "AGENTDB_FAULT"
 PAUSE_ENV = "AGENTDB_PAUSE"
 PAUSE_MAX = 60.0
 
+_INJECTED: dict[str, Callable[[], None]] = {}  # point -> action, set only by injected()
+
 
 def point(name: str) -> None:
-    """SIGKILL this process if ``$AGENTDB_FAULT`` names this point; pause if
-    ``$AGENTDB_PAUSE`` does; otherwise do nothing."""
+    """Run an injected action for this point; SIGKILL this process if ``$AGENTDB_FAULT`` names
+    it; pause if ``$AGENTDB_PAUSE`` does; otherwise do nothing."""
+    action = _INJECTED.get(name)
+    if action is not None:
+        action()
     if os.environ.get(ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
     spec = os.environ.get(PAUSE_ENV)
@@ -29,6 +41,19 @@ def point(name: str) -> None:
         where, _, gate = spec.partition(":")
         if where == name and gate:
             _pause(gate)
+
+
+@contextmanager
+def injected(actions: Mapping[str, Callable[[], None]]) -> Iterator[None]:
+    """For in-process tests: within the block, reaching point ``name`` runs ``actions[name]()``
+    (an exception it raises propagates from the point)."""
+    saved = dict(_INJECTED)
+    _INJECTED.update(actions)
+    try:
+        yield
+    finally:
+        _INJECTED.clear()
+        _INJECTED.update(saved)
 
 
 def _pause(gate: str) -> None:

@@ -50,8 +50,8 @@ def kind_of(mode: int) -> str:
 
 def not_regular(path: Path | str, mode: int) -> errors.NotRegularFile:
     return errors.NotRegularFile(
-        f"{path}: is a {kind_of(mode)}, not a regular file; agentdb does not follow or open "
-        "it — move it away",
+        problem=f"is a {kind_of(mode)}, not a regular file",
+        fix="agentdb does not follow or open it — move it away",
         path=path,
     )
 
@@ -206,9 +206,7 @@ def errno_error(code: int, path: Path | str, doing: str = "write") -> errors.Fil
     fix = _FIXES.get(code, "fix the cause, then run it again")
     cls = _KINDS.get(code, errors.FileSystemError)
     return cls(
-        f"{path}: cannot {doing}: {os.strerror(code)} ({name}); {fix}",
-        path=path,
-        errno=code,
+        problem=f"cannot {doing}: {os.strerror(code)} ({name})", fix=fix, path=path, errno=code
     )
 
 

@@ -430,12 +430,7 @@ def _migrate_once(
         faults.point("after_backup")
         faults.point("before_begin")  # no lock held: a rollback-journal file can be swapped here
         with db.translated(path, conn):  # BEGIN IMMEDIATE's BusyError comes out untranslated
-            start, to = apply_steps(
-                conn,
-                path,
-                before_commit=lambda: faults.point("before_commit"),
-                after_begin=after_begin,
-            )
+            start, to = apply_steps(conn, path, after_begin=after_begin)  # point before_commit
         committed = start != to
         faults.point("after_commit")
         with db.translated(path, conn):

@@ -167,7 +167,7 @@ class _Run:
             self.add("wal_unreadable", f"cannot read its WAL ({e.strerror})")
             return key
         except errors.NotRegularFile as e:
-            self.add("wal_unreadable", f"cannot read its WAL ({str(e).split(': ', 1)[-1]})")
+            self.add("wal_unreadable", f"cannot read its WAL ({e.detail})")
             return key
         scan = scan_wal(data)
         for a in scan.anomalies:
@@ -225,7 +225,7 @@ class _Run:
             else:
                 conn = db.open_readonly(self.path, check_schema=False, stats=stats)
         except errors.AgentdbError as e:
-            msg = str(e).split(": ", 1)[-1]
+            msg = e.detail
             if isinstance(e, errors.Corrupt):
                 self.add("read_error", msg, self.fix_recover)
             elif isinstance(e, errors.InsecureFile):
@@ -242,7 +242,7 @@ class _Run:
 
     def read_failed(self, e: BaseException) -> _Stop:
         err = db.translate(e, self.path)
-        msg = str(err).split(": ", 1)[-1]
+        msg = err.detail
         if isinstance(err, errors.Corrupt) or isinstance(e, apsw.IOError):
             # A file that opened but whose rows do not read (a page lost past the end of a
             # truncated file gives "disk I/O error") is damaged, not merely unreadable.

@@ -70,7 +70,7 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
                 try:
                     db.roll_back_private(copy)
                 except errors.AgentdbError as e:
-                    problem = f"rolling it back fails ({str(e).split(': ', 1)[-1]})"
+                    problem = f"rolling it back fails ({e.detail})"
                 else:
                     result = check(copy)
                     result.path = path

@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +30,6 @@ from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
 from agentdb.results import PruneReasonCode
-
-Fault = Callable[[str], None]
 
 
 @dataclass
@@ -135,13 +132,12 @@ class _Changed(Exception):
     pass
 
 
-def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
+def execute(plan: PrunePlan) -> PruneResult:
     """Remove every session the plan decided to remove; re-judge each under its lock."""
-    point = fault or faults.point
-    point("after_plan")
+    faults.point("after_plan")
     result = PruneResult(False)
     try:
-        _execute(plan, result, point)
+        _execute(plan, result)
     except KeyboardInterrupt:  # the session in hand has its intent: the next run finishes it
         result.interrupted = True
     result.versions = plan.version_uses(result.removed)
@@ -150,7 +146,7 @@ def execute(plan: PrunePlan, *, fault: Fault | None = None) -> PruneResult:
     return result
 
 
-def _execute(plan: PrunePlan, result: PruneResult, point: Fault) -> None:
+def _execute(plan: PrunePlan, result: PruneResult) -> None:
     sessions_dir = plan.sessions_dir
     for d in plan.candidates:
         if not d.remove:
@@ -161,9 +157,9 @@ def _execute(plan: PrunePlan, result: PruneResult, point: Fault) -> None:
                 fsutil.fsync_dir(sessions_dir)
             continue
         try:
-            freed, names = _remove(sessions_dir, d, point, plan.wait)
+            freed, names = _remove(sessions_dir, d, plan.wait)
         except errors.SessionLive as e:
-            result.refused.append(_refused(d, "live", _tail(str(e))))
+            result.refused.append(_refused(d, "live", e.detail))
             continue
         except _Changed as e:
             result.refused.append(_refused(d, "changed", str(e)))
@@ -184,13 +180,7 @@ def _refused(d: PruneDecision, code: PruneReasonCode, message: str) -> PruneDeci
     return PruneDecision(d.session_id, False, [Reason(code, message)], d.bytes, d.files)
 
 
-def _tail(message: str) -> str:
-    return message.split(": ", 1)[1] if ": " in message else message
-
-
-def _remove(
-    sessions_dir: Path, d: PruneDecision, point: Fault, plan_wait: float = 0.0
-) -> tuple[int, list[str]]:
+def _remove(sessions_dir: Path, d: PruneDecision, plan_wait: float = 0.0) -> tuple[int, list[str]]:
     main = paths.session_path(sessions_dir, d.session_id)
     intent = sessions_dir / (paths.session_filename(d.session_id) + INTENT)
     planned = d.stamp or Stamp(None, None)
@@ -206,7 +196,7 @@ def _remove(
             if now != planned:
                 raise _Changed("changed since the plan was made; it stays, run prune again")
             _write_intent(intent, d, planned)
-            point("after_intent")
+            faults.point("after_intent")
             if stat_key(os.lstat(main)) != now.main:  # the name still names the locked file
                 raise _Changed(f"{main.name} was replaced meanwhile; it stays")
             os.unlink(main)
@@ -215,7 +205,7 @@ def _remove(
             names.append(main.name)
             if os.fstat(fd).st_nlink == 0:
                 os.ftruncate(fd, 0)  # a racing opener finds an empty file, not the session
-            point("after_db_unlink")
+            faults.point("after_db_unlink")
             f2, n2 = _unlink_rest(sessions_dir, d)
     else:
         if st is None and planned.main is not None and not d.resume:
@@ -224,18 +214,18 @@ def _remove(
             raise _Changed(f"{main.name} is a directory; it is never removed")
         holder = locks.probe(main)
         if holder is not None:
-            raise errors.SessionLive(f"{main}: {holder.file} is open; retry later")
+            raise errors.SessionLive(problem=f"{holder.file} is open", fix="retry later", path=main)
         _write_intent(intent, d, planned)
-        point("after_intent")
+        faults.point("after_intent")
         if st is not None:  # a symlink or FIFO named like a session (--include-damaged)
             os.unlink(main)
             fsutil.fsync_dir(sessions_dir)
             names.append(main.name)
-        point("after_db_unlink")
+        faults.point("after_db_unlink")
         f2, n2 = _unlink_rest(sessions_dir, d)
     freed += f2
     names += n2
-    point("after_sidecars")
+    faults.point("after_sidecars")
     # Before the intent goes: a run killed here logs it on resume. `restore --all` reads this
     # line to leave pruned sessions alone unless told --include-pruned.
     recoverylog.append(
@@ -268,7 +258,9 @@ def _write_intent(intent: Path, d: PruneDecision, planned: Stamp) -> None:
     except FileExistsError:
         if d.resume:
             return
-        raise errors.SessionLive(f"{intent}: another prune is removing this session") from None
+        raise errors.SessionLive(
+            problem="another prune is removing this session", path=intent
+        ) from None
     try:
         with fsutil.naming(intent):
             os.fchmod(fd, FILE_MODE)

@@ -221,9 +221,8 @@ def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> st
 
 
 def _short(e: errors.AgentdbError, main: Path) -> str:
-    msg = str(e).split("; ")[0]
-    prefix = f"{main}: "
-    return msg[len(prefix) :] if msg.startswith(prefix) else msg
+    """The problem, naming the file only when it is not the session file itself."""
+    return e.problem if e.file in (None, str(main)) else errors.compose(e.file, e.problem)
 
 
 @dataclass(frozen=True)

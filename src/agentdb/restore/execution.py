@@ -23,7 +23,6 @@ without an outcome and the session either still as judged, half swapped, or alre
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -39,7 +38,6 @@ from agentdb.results import RestoreOutcomeName
 
 OUTCOMES: tuple[RestoreOutcomeName, ...] = get_args(RestoreOutcomeName)
 VERSION = 1  # the JSON document's version (bumped when a field changes meaning or goes away)
-Fault = Callable[[str], None]
 
 
 @dataclass
@@ -164,9 +162,8 @@ class _Changed(Exception):
     pass
 
 
-def execute(plan: RestorePlan, *, fault: Fault | None = None) -> RestoreResult:
+def execute(plan: RestorePlan) -> RestoreResult:
     """Restore every session the plan decided to restore; re-check each under its lock."""
-    point = fault or faults.point
     result = RestoreResult(False, plan.from_dir)
     for d in plan.decisions:
         out = _outcome(plan, d)
@@ -175,7 +172,7 @@ def execute(plan: RestorePlan, *, fault: Fault | None = None) -> RestoreResult:
             continue
         main = paths.session_path(plan.sessions_dir, d.session_id)
         try:
-            _restore(plan, d, out, main, point)
+            _restore(plan, d, out, main)
         except errors.SessionLive as e:
             _refuse(out, "live", str(e))
         except _Changed as e:
@@ -194,9 +191,7 @@ def _refuse(out: RestoreOutcome, code: str, message: str) -> None:
     out.pre_restore_path = None
 
 
-def _restore(
-    plan: RestorePlan, d: RestoreDecision, out: RestoreOutcome, main: Path, point: Fault
-) -> None:
+def _restore(plan: RestorePlan, d: RestoreDecision, out: RestoreOutcome, main: Path) -> None:
     assert d.copy is not None
     directory = main.parent
     log = plan.recovery_log
@@ -207,7 +202,7 @@ def _restore(
         return
     tmp = paths.job_file(main, "restore", "tmp")
     _build(d, tmp)
-    point("restore_after_tmp")
+    faults.point("restore_after_tmp")
     intent = {
         "stamp": stamp_json(d.stamp),
         "copy_stamp": list(d.copy.stamp),
@@ -220,13 +215,13 @@ def _restore(
             raise errors.SessionLive(f"{main}: its -shm is in use; retry later", path=main)
         sidecar(main, "-shm").unlink(missing_ok=True)  # an orphan WAL index: rebuildable
         recoverylog.append(log, out.log_entry("intent", intent))
-        point("restore_after_intent")
+        faults.point("restore_after_intent")
         try:
             os.link(tmp, main)  # never replaces a session a kernel created meanwhile
         except FileExistsError:
             raise _Changed(f"{main.name} appeared meanwhile; it was left alone") from None
         fsutil.fsync_dir(directory)
-        point("restore_after_rename")
+        faults.point("restore_after_rename")
         swap.remove_job_files(main, "restore")
         fsutil.fsync_dir(directory)
         recoverylog.append(log, out.log_entry("outcome"))
@@ -239,8 +234,8 @@ def _restore(
         pre = _pre_restore_name(main, st, d)
         out.pre_restore_path = str(pre)
         recoverylog.append(log, out.log_entry("intent", intent))
-        point("restore_after_intent")
-        swap.swap(main, tmp, pre, lambda p: point("restore_" + p))
+        faults.point("restore_after_intent")
+        swap.swap(main, tmp, pre, lambda p: faults.point("restore_" + p))
     out.pre_restore_sidecars = [
         str(sidecar(pre, s)) for s in ("-wal", "-journal") if os.path.lexists(sidecar(pre, s))
     ]

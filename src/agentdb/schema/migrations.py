@@ -15,7 +15,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import db, errors
+from agentdb import db, errors, faults
 from agentdb.schema import enums
 from agentdb.schema.revisions import (
     APPLICATION_ID,
@@ -138,7 +138,6 @@ def apply_steps(
     path: Path | str,
     *,
     target: int = CURRENT_REVISION,
-    before_commit: Callable[[], None] | None = None,
     after_begin: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """Migrate the open file to ``target`` in one IMMEDIATE transaction. Returns (from, to).
@@ -146,7 +145,7 @@ def apply_steps(
     The caller has already identified the file as a session file. Raises
     :class:`~agentdb.errors.TooNew` for a newer file and :class:`~agentdb.errors.MigrationFailed`
     (after ROLLBACK) when a precheck, a step, ``foreign_key_check`` or ``integrity_check`` fails.
-    ``before_commit`` is a fault-injection hook for tests. ``after_begin`` runs once the write
+    Fault point ``before_commit`` is just before COMMIT. ``after_begin`` runs once the write
     lock is held (after ``BEGIN IMMEDIATE``): the caller re-checks that the file it has open is
     still the session (an exception from it rolls back and propagates).
     An I/O failure the system reports (no space, file too large, read-only, I/O error) raises
@@ -214,8 +213,7 @@ def apply_steps(
                     "file unchanged — run `agentdb check` on it",
                     path=path,
                 )
-            if before_commit is not None:
-                before_commit()
+            faults.point("before_commit")
             conn.execute("COMMIT")
             return start, target
         except apsw.Error as e:
