@@ -1,13 +1,15 @@
 """The one way tests run the ``agentdb`` command line.
 
-Two needs, one runner each:
+Three needs, one runner each:
 
 - in-process (fast, the default): the ``agentdb`` fixture (``tests/conftest.py``) calls
   :func:`invoke`, which runs ``main()`` with stdout/stderr captured apart, an optional
   environment, and a hang guard (a run that takes longer than ``HANG`` seconds fails the test
   instead of stalling the suite);
 - a real process, where the test needs one (exit status of the real console script, a kill,
-  a umask, a fault point, another user): :func:`run_cli`.
+  a umask, a fault point, another user): :func:`run_cli`;
+- a real process on a pseudo-terminal (progress bars, prompts, terminal tables, Ctrl-C):
+  :class:`Terminal`.
 
 Both answer with the exit code, stdout and stderr; nothing here mocks SQLite or agentdb.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -132,3 +135,97 @@ def run_cli(
         timeout=timeout,
         preexec_fn=child if (umask is not None or preexec_fn is not None) else None,
     )
+
+
+class Terminal:
+    """``agentdb`` as a real process with some of its streams on a pseudo-terminal: what a
+    person at a terminal sees (progress bars, prompts, wrapped tables), and Ctrl-C.
+
+    Streams not on the terminal: stdin closed, stdout a pipe, stderr discarded. Use it as a
+    context manager (the process is killed and the terminal closed on the way out)::
+
+        with Terminal("prune", "--older-than", "90d", stdin=True) as t:
+            t.read_until(b"[y/N]")
+            t.write("y\\n")
+            code, out, seen = t.finish()
+    """
+
+    def __init__(
+        self,
+        *args: str,
+        stdin: bool = False,
+        stdout: bool = False,
+        stderr: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        full = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}
+        full.update(env or {})
+        self.master, slave = os.openpty()
+        self.seen = b""  # everything read from the terminal so far
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agentdb.cli.main", *args],
+                stdin=slave if stdin else subprocess.DEVNULL,
+                stdout=slave if stdout else subprocess.PIPE,
+                stderr=slave if stderr else subprocess.DEVNULL,
+                env=full,
+            )
+        finally:
+            os.close(slave)
+        self._closed = False
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_until(self, done: bytes | Callable[[bytes], bool], quiet: float = 60) -> bytes:
+        """Read the terminal until ``done`` (a byte string, or a test of everything seen);
+        fails when the terminal stays silent for ``quiet`` seconds first."""
+        test = done if callable(done) else (lambda seen: done in seen)
+        while not test(self.seen):
+            ready, _, _ = select.select([self.master], [], [], quiet)
+            assert ready, f"nothing more shown for {quiet}s: {self.seen[-2000:]!r}"
+            self.seen += os.read(self.master, 65536)
+        return self.seen
+
+    def write(self, text: str) -> None:
+        """Type ``text`` at the terminal."""
+        os.write(self.master, text.encode())
+
+    def send_signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 120) -> tuple[int, str, str]:
+        """Wait for the exit; returns (exit code, stdout, everything the terminal showed)."""
+        if self.proc.stdout is None:  # stdout is the terminal: read it to the end as it comes
+            self._drain(timeout)
+        out, _ = self.proc.communicate(timeout=timeout)
+        self._drain(0.2)
+        self.close()
+        text = (out or b"").decode("utf-8", "replace")
+        return self.proc.returncode, text, self.seen.decode("utf-8", "replace")
+
+    def _drain(self, wait: float) -> None:
+        """Read the terminal until EOF (EIO once the other end is closed) or ``wait`` seconds
+        without output."""
+        while True:
+            ready, _, _ = select.select([self.master], [], [], wait)
+            if not ready:
+                break
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.seen += chunk
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self.master)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from agentdb import demo
 from agentdb.results import VERDICTS
-from tests.runner import Agentdb, run_cli, state_options
-from tests.support import GOOD_ID, SRC, hostile_extras, make_session
+from tests.runner import Agentdb, Terminal, run_cli, state_options
+from tests.support import GOOD_ID, hostile_extras, make_session
 
 
 def test_json_verdicts_and_exit_codes(tmp_path: Path, agentdb: Agentdb) -> None:
@@ -63,45 +59,17 @@ def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
         sid = f"01ARZ3NDEK{i:016d}"
         shutil.copyfile(path, sessions_dir / f"{sid}.sqlite")
         os.chmod(sessions_dir / f"{sid}.sqlite", 0o600)
-    master, slave = pty.openpty()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentdb.cli.main",
-            "--sessions-dir",
-            str(sessions_dir),
-            "check",
-            "--json",
-            "--jobs",
-            "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-    )
-    os.close(slave)
-    seen = b""
-    while b"checking" not in seen:  # the progress bar: the run is under way
-        r, _, _ = select.select([master], [], [], 60)
-        assert r, "no progress shown"
-        seen += os.read(master, 4096)
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=120)
-    rest = b""
-    try:
-        while select.select([master], [], [], 0.2)[0]:
-            rest += os.read(master, 4096)
-    except OSError:
-        pass
-    os.close(master)
-    assert p.returncode == 130
+    with Terminal("--sessions-dir", str(sessions_dir), "check", "--json", "--jobs", "2") as t:
+        shown = len(t.read_until(b"checking"))  # the progress bar: the run is under way
+        t.send_signal(signal.SIGINT)
+        code, out, seen = t.finish()
+    assert code == 130
     doc = json.loads(out)
     assert doc["summary"]["interrupted"] is True
     assert 0 < doc["summary"]["checked"] < 3001
     ids = [s["session_id"] for s in doc["sessions"]]
     assert ids == sorted(ids)
-    assert b"interrupted" in rest
+    assert b"interrupted" in t.seen[shown:]  # said after the interrupt
 
 
 def test_check_lists_every_session_entry_with_a_verdict(tmp_path: Path) -> None:

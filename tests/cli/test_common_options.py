@@ -6,11 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import pty
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -18,8 +14,8 @@ import pytest
 
 from agentdb.cli import output
 from agentdb.cli.main import cli
-from tests.runner import Agentdb, run_cli
-from tests.support import SRC, make_session
+from tests.runner import Agentdb, Terminal, run_cli
+from tests.support import make_session
 
 
 @pytest.fixture
@@ -114,26 +110,15 @@ def test_terminal_tables_wrap_and_never_cut(tmp_path: Path) -> None:
     sessions.mkdir(mode=0o700)
     sid, path = make_session(sessions, turns=1)
     (sessions / f"{sid}.sqlite.agentdb-recover-tmp").write_bytes(b"left by a killed job")
-    master, slave = pty.openpty()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions), "check"],
-        stdout=slave,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100", "LINES": "24"},
-    )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    p.wait(timeout=60)
-    os.close(master)
-    text = b"".join(chunks).decode()
+    with Terminal(
+        "--sessions-dir",
+        str(sessions),
+        "check",
+        stdout=True,
+        stderr=False,
+        env={"COLUMNS": "100", "LINES": "24"},
+    ) as t:
+        _, _, text = t.finish(timeout=60)
     lines = text.replace("\r", "").splitlines()
     assert all(len(line) <= 100 for line in lines), max(lines, key=len)
     assert "..." not in text

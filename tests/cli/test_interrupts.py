@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from tests.runner import Terminal
 from tests.support import SRC, make_session, wait_for
 
 N = 60  # sessions in a run that gets interrupted
@@ -65,38 +65,16 @@ def interrupt_after_progress(
     """Run ``agentdb argv`` with stderr on a terminal (so it draws its progress bar); once the
     bar shows ``at_least`` sessions done (and ``settle`` seconds more), send SIGINT.
     Returns exit code, stdout, stderr."""
-    master, slave = os.openpty()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "agentdb.cli.main", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        env=env(),
-    )
-    os.close(slave)
-    seen = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            assert ready, f"no progress shown: {seen!r}"
-            seen += os.read(master, 4096)
-            done = [int(m) for m in re.findall(rb"\] (\d+)/\d+ ", seen)]
-            if done and max(done) >= at_least:
-                break
+
+    def far_enough(seen: bytes) -> bool:
+        done = [int(m) for m in re.findall(rb"\] (\d+)/\d+ ", seen)]
+        return bool(done) and max(done) >= at_least
+
+    with Terminal(*argv, env=env()) as t:
+        t.read_until(far_enough)
         time.sleep(settle)
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=120)
-        try:
-            while select.select([master], [], [], 0.2)[0]:
-                seen += os.read(master, 4096)
-        except OSError:  # EIO: the terminal's other end is closed
-            pass
-    finally:
-        os.close(master)
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    return p.returncode, out.decode(), seen.decode(errors="replace")
+        t.send_signal(signal.SIGINT)
+        return t.finish()
 
 
 def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) -> None:

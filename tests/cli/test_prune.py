@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +13,7 @@ import pytest
 
 from agentdb import demo
 from agentdb.store import Producer, SessionWriter
-from tests.runner import global_options, run_cli, state_options
+from tests.runner import Terminal, global_options, run_cli, state_options
 from tests.support import held_open, make_session, tree_snapshot
 from tests.test_prune import cache_version, crashed_session, foreign_file, old_session, snapshot
 
@@ -225,20 +222,12 @@ def test_plugins_refs_json(sessions_dir: Path, plugin_cache: Path) -> None:
 @pytest.mark.parametrize("answer", ["y", "n"])
 def test_terminal_confirmation(sessions_dir: Path, plugin_cache: Path, answer: str) -> None:
     sid = old_session(sessions_dir, 200)
-    master, slave = os.openpty()
-    cmd = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir)]
-    cmd += ["--plugin-cache", str(plugin_cache), "prune", "--older-than", "90d"]
-    p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=slave)
-    os.close(slave)
-    seen = b""
-    while b"[y/N]" not in seen:
-        seen += os.read(master, 1024)
-    os.write(master, answer.encode() + b"\n")
-    out, _ = p.communicate(timeout=60)
-    os.close(master)
-    assert sid.encode() in out
+    code, out, _ = _run_on_terminal(
+        sessions_dir, plugin_cache, ["prune", "--older-than", "90d"], answer
+    )
+    assert sid in out
     assert (sessions_dir / f"{sid}.sqlite").exists() == (answer == "n")
-    assert p.returncode == (0 if answer == "y" else 1)
+    assert code == (0 if answer == "y" else 1)
 
 
 def test_prune_json_shape_and_reason_codes(tmp_path: Path) -> None:
@@ -284,7 +273,6 @@ def test_prune_needs_confirmation_and_dry_run_changes_nothing(tmp_path: Path) ->
 
 REFUSED_ROW = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25} +refused ", re.MULTILINE)
 OTHER = Producer("model", "openai", "2.0.0")  # a second cached version
-CLI = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir"]
 
 
 def _doc(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -382,44 +370,10 @@ def _run_on_terminal(
     sessions_dir: Path, plugin_cache: Path, args: list[str], answer: str
 ) -> tuple[int, str, str]:
     """The real CLI with stdin and stderr on a pseudo-terminal; answers the prompt."""
-    master, slave = os.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}
-    p = subprocess.Popen(
-        [*CLI, str(sessions_dir), "--plugin-cache", str(plugin_cache), *args],
-        stdin=slave,
-        stderr=slave,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    os.close(slave)
-    seen = b""
-    end = time.monotonic() + 60
-    try:
-        while b"[y/N]" not in seen and time.monotonic() < end:
-            ready, _, _ = select.select([master], [], [], 1.0)
-            if ready:
-                seen += os.read(master, 65536)
-        assert b"[y/N]" in seen, seen
-        os.write(master, answer.encode() + b"\n")
-        out, _ = p.communicate(timeout=60)
-        while True:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(master)
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    return p.returncode, out, seen.decode(errors="replace")
+    with Terminal(*global_options(sessions_dir, plugin_cache), *args, stdin=True) as t:
+        t.read_until(b"[y/N]")
+        t.write(answer + "\n")
+        return t.finish(timeout=60)
 
 
 def test_confirmation_lists_each_version_they_pin(sessions_dir: Path, plugin_cache: Path) -> None:
