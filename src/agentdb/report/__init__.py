@@ -27,7 +27,7 @@ DAY_LIMIT = 366  # most recent days in the cost chart
 MODEL_LIMIT = 25  # models listed by cost (the rest summed as "other")
 RECOVERY_LIMIT = 200  # newest recovery outcomes listed
 
-__all__ = ["Report", "collect", "write_report"]
+__all__ = ["DayCost", "ModelCost", "RecoveryLine", "Report", "collect", "write_report"]
 
 
 @dataclass
@@ -45,6 +45,37 @@ class SessionLine:
     problems: list[str] = field(default_factory=list)  # why it is listed among the problems
 
 
+@dataclass(frozen=True)
+class DayCost:
+    """Spend on one UTC day (``unknown`` for turns whose time does not parse)."""
+
+    day: str  # YYYY-MM-DD
+    cost_usd: float
+    turns: int  # model turns that day
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Spend on one model (the last row may gather the models past the limit)."""
+
+    provider: str  # "" on the row that gathers the rest
+    model: str
+    cost_usd: float
+    turns: int
+    sessions: int  # sessions that used it
+
+
+@dataclass(frozen=True)
+class RecoveryLine:
+    """One recovery the log records, as the history table shows it."""
+
+    time: str  # as logged
+    session_id: str | None  # None when the log's id is not a valid session id
+    outcome: str  # the recovery's outcome, as logged (another build may have written it)
+    events_lost: int
+    lost_ranges: list[list[int]]  # [first, last] sequences known lost
+
+
 @dataclass
 class Report:
     """Everything the page shows (its JSON form is the ``report --json`` document)."""
@@ -54,19 +85,19 @@ class Report:
     summary: dict[str, Any]  # status's summary plus cost totals and what was left out
     by_status: dict[str, int]
     by_verdict: dict[str, int]
-    cost_by_day: list[dict[str, Any]]  # {day, cost_usd, turns}, oldest first
-    cost_by_model: list[dict[str, Any]]  # {provider, model, cost_usd, turns, sessions}
+    cost_by_day: list[DayCost]  # oldest first
+    cost_by_model: list[ModelCost]  # most spent first
     sessions: list[SessionLine]  # every session (<= TREE_LIMIT) or the top problem ones
     sessions_complete: bool  # True when ``sessions`` holds every session
     pinned: list[dict[str, Any]]  # cached plugin versions sessions reference, with counts
-    recoveries: list[dict[str, Any]]  # newest first: time, session_id, outcome, lost ranges
+    recoveries: list[RecoveryLine]  # newest first
     next: list[status_job.NextCommand]
 
 
 # ------------------------------------------------------------------------------ reading
 
 
-def _recoveries(log: Path) -> list[dict[str, Any]]:
+def _recoveries(log: Path) -> list[RecoveryLine]:
     out = []
     try:
         entries = list(recoverylog.read(log))
@@ -87,13 +118,13 @@ def _recoveries(log: Path) -> list[dict[str, Any]]:
         ]
         n = lost.get("events_missing")
         out.append(
-            {
-                "time": str(e.get("time", "")),
-                "session_id": sid if isinstance(sid, str) and paths.is_valid_id(sid) else None,
-                "outcome": str(e["outcome"]),
-                "events_lost": n if isinstance(n, int) else sum(b - a + 1 for a, b in ranges),
-                "lost_ranges": ranges,
-            }
+            RecoveryLine(
+                str(e.get("time", "")),
+                sid if isinstance(sid, str) and paths.is_valid_id(sid) else None,
+                str(e["outcome"]),
+                n if isinstance(n, int) else sum(b - a + 1 for a, b in ranges),
+                ranges,
+            )
         )
     out.reverse()
     return out[:RECOVERY_LIMIT]
@@ -171,20 +202,17 @@ def collect(
         lines = flagged[:PROBLEM_LIMIT]
     days = sorted(by_day.items())
     models = sorted(by_model.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    cost_by_model = [
-        {"provider": p, "model": m, "cost_usd": v[0], "turns": v[1], "sessions": len(v[2])}
-        for (p, m), v in models[:MODEL_LIMIT]
-    ]
+    cost_by_model = [ModelCost(p, m, v[0], v[1], len(v[2])) for (p, m), v in models[:MODEL_LIMIT]]
     if len(models) > MODEL_LIMIT:
         rest = models[MODEL_LIMIT:]
         cost_by_model.append(
-            {
-                "provider": "",
-                "model": f"{len(rest)} other models",
-                "cost_usd": sum(v[0] for _, v in rest),
-                "turns": sum(v[1] for _, v in rest),
-                "sessions": len(set().union(*(v[2] for _, v in rest))),
-            }
+            ModelCost(
+                "",
+                f"{len(rest)} other models",
+                sum(v[0] for _, v in rest),
+                sum(v[1] for _, v in rest),
+                len(set().union(*(v[2] for _, v in rest))),
+            )
         )
     summary = {
         **st.summary,
@@ -200,7 +228,7 @@ def collect(
         summary,
         st.by_status,
         st.by_verdict,
-        [{"day": d, "cost_usd": v[0], "turns": v[1]} for d, v in days[-DAY_LIMIT:]],
+        [DayCost(d, v[0], int(v[1])) for d, v in days[-DAY_LIMIT:]],
         cost_by_model,
         lines,
         complete,

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from agentdb.report import Report, SessionLine
+from agentdb.report import DayCost, Report, SessionLine
 
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 
@@ -101,26 +101,26 @@ def _stacked_bar(counts: dict[str, int], colors: dict[str, str], key: str) -> st
     return svg + "<div>" + " ".join(legend) + "</div>"
 
 
-def _cost_chart(days: list[dict[str, Any]]) -> str:
-    days = [d for d in days if d["day"] != "unknown"]  # in the table, not on a time axis
+def _cost_chart(days: list[DayCost]) -> str:
+    days = [d for d in days if d.day != "unknown"]  # in the table, not on a time axis
     if not days:
         return '<p class="muted">no cost recorded</p>'
-    top = max(d["cost_usd"] for d in days) or 1.0
+    top = max(d.cost_usd for d in days) or 1.0
     n = len(days)
     w, h, pad = 800.0, 160.0, 24.0
     bw = w / n
     bars = []
     for i, d in enumerate(days):
-        bh = (h - pad) * d["cost_usd"] / top
+        bh = (h - pad) * d.cost_usd / top
         bars.append(
             f'<rect x="{i * bw + bw * 0.1:.2f}" y="{h - pad - bh:.2f}" '
             f'width="{max(bw * 0.8, 0.5):.2f}" '
-            f'height="{bh:.2f}" fill="#2e90fa"><title>{esc(d["day"])}: '
-            f"${d['cost_usd']:.4f}, {d['turns']} turns</title></rect>"
+            f'height="{bh:.2f}" fill="#2e90fa"><title>{esc(d.day)}: '
+            f"${d.cost_usd:.4f}, {d.turns} turns</title></rect>"
         )
     labels = (
-        f'<text x="0" y="{h - 6:.0f}">{esc(days[0]["day"])}</text>'
-        f'<text x="{w:.0f}" y="{h - 6:.0f}" text-anchor="end">{esc(days[-1]["day"])}</text>'
+        f'<text x="0" y="{h - 6:.0f}">{esc(days[0].day)}</text>'
+        f'<text x="{w:.0f}" y="{h - 6:.0f}" text-anchor="end">{esc(days[-1].day)}</text>'
         f'<text x="0" y="12">max ${top:.4f}/day</text>'
     )
     return (
@@ -242,9 +242,9 @@ def render(report: Report) -> str:
         f"<h3>Next</h3>{nxt}</section>"
     )
     day_rows = [
-        f"<tr><td>{esc(d['day'])}</td>"
-        f'<td class="num">{num(f"cost_by_day.{i}.cost_usd", d["cost_usd"], money=True)}</td>'
-        f'<td class="num">{num(f"cost_by_day.{i}.turns", d["turns"])}</td></tr>'
+        f"<tr><td>{esc(d.day)}</td>"
+        f'<td class="num">{num(f"cost_by_day.{i}.cost_usd", d.cost_usd, money=True)}</td>'
+        f'<td class="num">{num(f"cost_by_day.{i}.turns", d.turns)}</td></tr>'
         for i, d in enumerate(report.cost_by_day)
     ]
     shown = (
@@ -257,13 +257,13 @@ def render(report: Report) -> str:
         f"<details><summary>per day</summary>"
         f"{_table(['day', 'cost (USD)', 'turns'], day_rows, (1, 2))}</details></section>"
     )
-    top = max((m["cost_usd"] for m in report.cost_by_model), default=0.0) or 1.0
+    top = max((m.cost_usd for m in report.cost_by_model), default=0.0) or 1.0
     model_rows = [
-        f"<tr><td>{esc(m['provider'])}</td><td>{esc(m['model'])}</td>"
-        f'<td class="num">{num(f"cost_by_model.{i}.cost_usd", m["cost_usd"], money=True)}</td>'
-        f'<td class="num">{num(f"cost_by_model.{i}.turns", m["turns"])}</td>'
-        f'<td class="num">{num(f"cost_by_model.{i}.sessions", m["sessions"])}</td>'
-        f'<td><svg width="200" height="12"><rect width="{200 * m["cost_usd"] / top:.1f}" '
+        f"<tr><td>{esc(m.provider)}</td><td>{esc(m.model)}</td>"
+        f'<td class="num">{num(f"cost_by_model.{i}.cost_usd", m.cost_usd, money=True)}</td>'
+        f'<td class="num">{num(f"cost_by_model.{i}.turns", m.turns)}</td>'
+        f'<td class="num">{num(f"cost_by_model.{i}.sessions", m.sessions)}</td>'
+        f'<td><svg width="200" height="12"><rect width="{200 * m.cost_usd / top:.1f}" '
         f'height="12" fill="#7a5af8"/></svg></td></tr>'
         for i, m in enumerate(report.cost_by_model)
     ]
@@ -304,10 +304,10 @@ def render(report: Report) -> str:
         + "</section>"
     )
     rec_rows = [
-        f"<tr><td>{esc(r['time'])}</td><td><code>{esc(r['session_id'] or '?')}</code></td>"
-        f"<td>{esc(r['outcome'])}</td>"
-        f'<td class="num">{num(f"recoveries.{i}.events_lost", r["events_lost"])}</td>'
-        f"<td>{esc(_ranges(r['lost_ranges'])) or '-'}</td></tr>"
+        f"<tr><td>{esc(r.time)}</td><td><code>{esc(r.session_id or '?')}</code></td>"
+        f"<td>{esc(r.outcome)}</td>"
+        f'<td class="num">{num(f"recoveries.{i}.events_lost", r.events_lost)}</td>'
+        f"<td>{esc(_ranges(r.lost_ranges)) or '-'}</td></tr>"
         for i, r in enumerate(report.recoveries)
     ]
     recoveries = (
