@@ -9,7 +9,6 @@ import pytest
 
 from agentdb import salvage
 from agentdb.salvage import freespace, pages
-from agentdb.salvage.pages import classify
 from tests.rows import all_rows, zero_page
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check
@@ -37,7 +36,7 @@ def plain(path: Path, sql: str) -> None:
 
 def free_rows(path: Path, sid: str, missing: set[int]) -> list[tuple[str, tuple]]:
     ps = pages.salvage_pages(path.read_bytes(), None, sid)
-    return list(freespace.iter_rows(ps.free, sid, classify, pages._NO_HASH, lambda: missing))
+    return list(freespace.iter_rows(ps.free, sid, lambda: missing))
 
 
 def small_event_leaves(path: Path) -> list[int]:

@@ -77,18 +77,7 @@ def recover_cmd(
                 "dry_run": dry_run,
                 "interrupted": report.interrupted,
                 "sessions": [
-                    {
-                        "session_id": s.session_id,
-                        "outcome": s.outcome,
-                        "path": s.path,
-                        "corrupt_path": s.corrupt_path,
-                        "corrupt_wal": s.corrupt_wal,
-                        "tables": s.tables,
-                        "engines": s.engines,
-                        "found_by": s.found_by,
-                        "lost": s.lost,
-                        "notes": s.notes,
-                    }
+                    s.to_json()
                     for s in report.sessions
                 ],
                 "summary": _summary(report),

@@ -54,6 +54,16 @@ class FreeRecord:
     where: str
 
 
+@dataclass(frozen=True)
+class FreeRow:
+    """A free-space record of one of our tables' shapes, classified once."""
+
+    table: str  # one of our five tables
+    row: Row  # revision-1 columns (the key is 0 when ``keyed`` is False and it is the rowid)
+    stored: Any  # the stored content_hash, or :data:`agentdb.salvage.tables.NO_HASH`
+    keyed: bool  # the cell's rowid survived (False: only the record did)
+
+
 def _record_length(buf: bytes, pos: int, end: int) -> int | None:
     """Length of the record starting at ``buf[pos]`` if its header is plausible and it ends
     by ``end``; None otherwise."""
@@ -161,14 +171,22 @@ def _patched(data: bytes, start: int, end: int, encoding: str, where: str) -> li
     return out
 
 
+def classify_all(found: list[FreeRecord]) -> list[FreeRow]:
+    """The records of one of our tables' shapes, each classified once (see
+    :func:`agentdb.salvage.tables.classify`)."""
+    out: list[FreeRow] = []
+    for fr in found:
+        got = tables.classify(list(fr.rec), fr.rowid if fr.rowid is not None else 0)
+        if got is not None and got[0] in tables.TABLES:
+            table, row, stored = got
+            out.append(FreeRow(table, tables.normalise(table, row), stored, fr.rowid is not None))
+    return out
+
+
 def iter_rows(
-    found: list[FreeRecord],
-    session_id: str,
-    classify: Callable[[list[Any], int], tuple[str, Row, Any] | None],
-    no_hash: object,
-    missing_events: Callable[[], set[int]],
+    found: list[FreeRow], session_id: str, missing_events: Callable[[], set[int]]
 ) -> Iterator[tuple[str, Row]]:
-    """Validated (table, row) pairs from free-space records, in the order found.
+    """Validated (table, row) pairs from classified free-space records, in the order found.
 
     ``missing_events`` gives the event sequences no better tier has (asked lazily, only when a
     revision-2 event's rowid was lost and must be found by its hash).
@@ -176,30 +194,30 @@ def iter_rows(
     seen: set[tuple[str, Row]] = set()
     missing: set[int] | None = None
     for fr in found:
-        got = classify(list(fr.rec), fr.rowid if fr.rowid is not None else 0)
-        if got is None:
-            continue
-        table, row, stored = got
-        if table not in tables.TABLES:
-            continue
-        row = tables.normalise(table, row)
-        if fr.rowid is None and table in tables.AUTOINCREMENT_TABLES:
-            if table != "events" or stored is no_hash or not isinstance(stored, bytes):
+        table, row, stored = fr.table, fr.row, fr.stored
+        hashed = stored is not tables.NO_HASH
+        if not fr.keyed and table in tables.AUTOINCREMENT_TABLES:
+            if table != "events" or not isinstance(stored, bytes):
                 continue  # the key is lost and nothing vouches for a guess
             if missing is None:
                 missing = missing_events()
-            if len(missing) > MAX_GUESSES:
+            found_key = _key_by_hash(row, stored, missing)
+            if found_key is None:
                 continue
-            rest = row[1:]
-            match = [s for s in sorted(missing) if event_hash(s, *rest) == stored]
-            if len(match) != 1:
-                continue
-            row = (match[0], *rest)
+            row = (found_key, *row[1:])
         if tables.problem(table, row, session_id) is not None:
             continue
-        if stored is not no_hash and tables.hash_problem(row, stored) is not None:
+        if hashed and tables.hash_problem(row, stored) is not None:
             continue
-        if (table, row) in seen:
-            continue
-        seen.add((table, row))
-        yield table, row
+        if (table, row) not in seen:
+            seen.add((table, row))
+            yield table, row
+
+
+def _key_by_hash(row: Row, stored: bytes, missing: set[int]) -> int | None:
+    """The one missing sequence under which ``row`` hashes to ``stored``, else None."""
+    if len(missing) > MAX_GUESSES:
+        return None
+    rest = row[1:]
+    match = [s for s in sorted(missing) if event_hash(s, *rest) == stored]
+    return match[0] if len(match) == 1 else None

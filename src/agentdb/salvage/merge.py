@@ -31,15 +31,27 @@ from typing import Any
 
 import ulid
 
+from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
-from agentdb.salvage.pages import _NO_HASH as NO_HASH
-from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage, classify
+from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
 from agentdb.salvage.rows import RowSalvage
 from agentdb.salvage.tables import Row
 from agentdb.schema import enums
 
 REBUILT_PROFILE = "unknown"
 REBUILT_STATUS = "failed"
+# Sources whose copy is read through the live b-tree (or as SQLite reads it): when the page
+# engine found that key's payload structurally broken, such a copy never wins.
+_THROUGH_LIVE = ("rows", "live", "sqlite-recover")
+_GAP_FILLERS = ("stray", "stale", "free-space", "sqlite-recover")
+
+
+@dataclass
+class ShellRows:
+    """What SQLite's ``.recover`` gave, validated (see :mod:`.shell_rows`)."""
+
+    rows: dict[str, list[tuple[Any, ...]]]  # table -> rows in revision-1 column order
+    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
 
 
 @dataclass
@@ -60,6 +72,20 @@ class Merged:
     def count(self) -> int:
         return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
 
+    def levels(self, table: str) -> dict[str, int]:
+        """How far each kept row of ``table`` is vouched for: ``verified`` (its stored content
+        hash matches these bytes: revision-2 events), ``unverified`` (kept although nothing
+        vouches for its bytes: listed under ``lost``), ``structural_only`` (the rest: a valid
+        record, complete non-looping overflow chain, valid UTF-8, every column validated)."""
+        n = len(self.rows[table])
+        verified = len(self.hashes) if table == "events" else 0
+        unverified = len(self.unverified.get(table, ()))
+        return {
+            "verified": verified,
+            "structural_only": n - verified - unverified,
+            "unverified": unverified,
+        }
+
 
 def ranges(missing: list[int]) -> list[list[int]]:
     out: list[list[int]] = []
@@ -75,169 +101,265 @@ def merge(
     session_id: str,
     page: PageSalvage | None,
     rows: RowSalvage | None,
-    shell_rows: dict[str, list[tuple[Any, ...]]] | None,
+    shell: ShellRows | None,
 ) -> Merged:
-    merged: dict[str, dict[Any, Row]] = {t: {} for t in tables.TABLES}
-    sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
-    notes: list[str] = []
+    """One row per key from what the engines found, by the precedence in the module docstring."""
+    m = _Merger(session_id, page, rows)
+    m.take_engines(shell)
+    return m.finish()
 
-    drop, unverified = _structural_suspects(page, rows)
-    gap_filled: set[Any] = set()  # events taken from a tier below the live b-tree
-    dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
 
-    def vouched(table: str, key: Any, row: Row) -> bool:
+class _Merger:
+    def __init__(self, session_id: str, page: PageSalvage | None, rows: RowSalvage | None):
+        self.session_id = session_id
+        self.page = page
+        self.found = rows
+        self.rows: dict[str, dict[Any, Row]] = {t: {} for t in tables.TABLES}
+        self.sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
+        self.notes: list[str] = []
+        self.drop, self.suspect = _structural_suspects(page, rows)
+        self.gap_filled: set[Any] = set()  # events taken from a tier below the live b-tree
+        self.dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
+        self.shell_verified: dict[int, bytes] = {}  # events .recover gave, hash-checked
+        self.shell_raw: dict[str, set[Any]] = {t: set() for t in tables.TABLES}  # no check
+        self.live_meta = False
+
+    def vouched(self, table: str, key: Any, row: Row) -> bool:
         """A revision-2 event whose stored content hash matches these very bytes."""
         if table != "events":
             return False
+        page, found = self.page, self.found
         if page is not None and key in page.verified and page.verified[key][0] == row:
             return True
-        return rows is not None and key in rows.event_hashes and rows.rows["events"].get(key) == row
+        if found is not None and key in found.event_hashes and found.rows["events"].get(key) == row:
+            return True
+        return key in self.shell_verified
 
-    def put(table: str, row: Row, source: str) -> None:
+    def put(self, table: str, row: Row, source: str, vouched: bool | None = None) -> bool:
+        """Keep ``row`` unless its key is taken or a structural rejection forbids this copy."""
         key = tables.key_of(table, row)
-        if key in merged[table]:
-            return
+        if key in self.rows[table]:
+            return False
         if (
-            key in drop[table]
-            and source in ("rows", "live", "sqlite-recover")
-            and not vouched(table, key, row)
+            key in self.drop[table]
+            and source in _THROUGH_LIVE
+            and not (self.vouched(table, key, row) if vouched is None else vouched)
         ):
             # Read through the same damaged b-tree the page engine rejected: of the right
             # length and perhaps the wrong bytes. Only an older copy may fill the gap.
-            dropped[table].add(key)
-            return
-        if table == "session_meta" and merged[table] and source not in ("live", "rows"):
-            return
-        merged[table][key] = row
-        sources[table][source] += 1
-        if table == "events" and source in ("stray", "stale", "free-space", "sqlite-recover"):
-            gap_filled.add(key)
+            self.dropped[table].add(key)
+            return False
+        if table == "session_meta" and self.rows[table] and source not in ("live", "rows"):
+            return False
+        self.rows[table][key] = row
+        self.sources[table][source] += 1
+        if table == "events" and source in _GAP_FILLERS:
+            self.gap_filled.add(key)
+        return True
 
-    cands = page.candidates if page else []
-    # session_meta is updated in place: the page engine's live copy also sees intact WAL commits
-    # after a checksum break, so it is the newest; for append-only tables SQLite's read leads.
-    for c in cands:
-        if c.tier == LIVE and c.table == "session_meta":
-            put(c.table, c.row, "live")
-    if rows is not None:
-        for table, found in rows.rows.items():
-            for row in found.values():
-                put(table, row, "rows")
-    for c in cands:
-        if c.tier == LIVE:
-            put(c.table, c.row, "live")
-    live_meta = bool(merged["session_meta"])
-    if shell_rows:
+    def take_engines(self, shell: ShellRows | None) -> None:
+        cands = self.page.candidates if self.page else []
+        # session_meta is updated in place: the page engine's live copy also sees intact WAL
+        # commits after a checksum break, so it is the newest; for append-only tables SQLite's
+        # read leads.
+        for c in cands:
+            if c.tier == LIVE and c.table == "session_meta":
+                self.put(c.table, c.row, "live")
+        if self.found is not None:
+            for table, got in self.found.rows.items():
+                for row in got.values():
+                    self.put(table, row, "rows")
+        for c in cands:
+            if c.tier == LIVE:
+                self.put(c.table, c.row, "live")
+        self.live_meta = bool(self.rows["session_meta"])
+        if shell is not None:
+            self.take_shell(shell)
+        for tier, name in ((STRAY, "stray"), (STALE, "stale")):
+            for c in cands:
+                if c.tier == tier:
+                    self.put(c.table, c.row, name)
+        self.take_free_space()
+
+    def known_hashes(self) -> dict[int, set[bytes]]:
         hashes: dict[int, set[bytes]] = {}
-        if page:
-            for seq, hs in page.event_hashes.items():
+        if self.page:
+            for seq, hs in self.page.event_hashes.items():
                 hashes.setdefault(seq, set()).update(hs)
-        if rows:
-            for seq, h in rows.event_hashes.items():
+        if self.found:
+            for seq, h in self.found.event_hashes.items():
                 hashes.setdefault(seq, set()).add(h)
+        return hashes
+
+    def take_shell(self, shell: ShellRows) -> None:
+        """Rows from SQLite's recovery extension, re-validated; they only fill gaps. An event
+        another engine saw a stored hash for must match it."""
+        hashes = self.known_hashes()
+        structural = self.structural_copies()
         rejected = 0
-        for table, found_rows in shell_rows.items():
-            if table not in merged:
+        for table, found_rows in shell.rows.items():
+            if table not in self.rows:
                 continue
             for raw in found_rows:
                 row = tables.normalise(table, raw)
-                why = tables.problem(table, row, session_id)
-                if why is None and table == "events" and row[0] in hashes:
-                    from agentdb.hashing import event_hash
-
-                    if event_hash(*row) not in hashes[row[0]]:
-                        why = "content_hash does not match"
+                why = tables.problem(table, row, self.session_id)
+                h = event_hash(*row) if why is None and table == "events" else None
+                if h is not None and row[0] in hashes and h not in hashes[row[0]]:
+                    why = "content_hash does not match"
                 if why is not None:
                     rejected += 1
                     continue
-                put(table, row, "sqlite-recover")
+                key = tables.key_of(table, row)
+                vouched = h is not None and (row[0] in hashes or row[0] in shell.hashed)
+                if not self.put(table, row, "sqlite-recover", vouched):
+                    continue
+                if h is not None and vouched:
+                    self.shell_verified[key] = h
+                elif row != structural.get((table, key)):
+                    self.shell_raw[table].add(key)
         if rejected:
-            notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
-    for tier, name in ((STRAY, "stray"), (STALE, "stale")):
-        for c in cands:
-            if c.tier == tier:
-                put(c.table, c.row, name)
-    if page is not None and page.free:
-        # Lowest tier: stale records in free space inside pages; they only fill gaps.
+            self.notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
+
+    def structural_copies(self) -> dict[tuple[str, Any], Row]:
+        """Rows the page engine decoded itself (any tier), by (table, key)."""
+        out: dict[tuple[str, Any], Row] = {}
+        for c in self.page.candidates if self.page else []:
+            out.setdefault((c.table, tables.key_of(c.table, c.row)), c.row)
+        return out
+
+    def take_free_space(self) -> None:
+        """Lowest tier: stale records in free space inside pages; they only fill gaps."""
+        page = self.page
+        if page is None or not page.free:
+            return
+        events = self.rows["events"]
+        counter = page.sequences.get("events", 0)
         for table, row in freespace.iter_rows(
-            page.free,
-            session_id,
-            classify,
-            NO_HASH,
-            lambda: _missing(merged["events"], page.sequences.get("events", 0)),
+            page.free, self.session_id, lambda: _missing(events, counter)
         ):
-            put(table, row, "free-space")
-    if merged["session_meta"] and not live_meta:
-        if sources["session_meta"].keys() & {"stale", "free-space"}:
-            notes.append(
+            self.put(table, row, "free-space")
+
+    def finish(self) -> Merged:
+        self.note_meta_source()
+        result = Merged(self.rows, self.sources, self.sequences(), notes=self.notes)
+        self.mark_unverified(result)
+        self.keep_hashes(result)
+        _derive_producers(result)
+        if not self.rows["session_meta"] and result.count():
+            _rebuild_meta(result, self.session_id)
+        _count_lost(result)
+        return result
+
+    def note_meta_source(self) -> None:
+        if not self.rows["session_meta"] or self.live_meta:
+            return
+        if self.sources["session_meta"].keys() & {"stale", "free-space"}:
+            self.notes.append(
                 "session_meta: no live copy survived; an older copy was used, so its status "
                 "may be out of date"
             )
         else:
-            src = next(iter(sources["session_meta"]))
-            notes.append(f"session_meta: its b-tree was unreachable; found by {src}")
+            src = next(iter(self.sources["session_meta"]))
+            self.notes.append(f"session_meta: its b-tree was unreachable; found by {src}")
 
-    sequences: dict[str, int] = {}
-    for found_seqs in (page.sequences if page else {}, rows.sequences if rows else {}):
-        for name, seq in found_seqs.items():
-            if name in tables.AUTOINCREMENT_TABLES:
-                sequences[name] = max(seq, sequences.get(name, 0))
+    def sequences(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        page, found = self.page, self.found
+        for seen in (page.sequences if page else {}, found.sequences if found else {}):
+            for name, seq in seen.items():
+                if name in tables.AUTOINCREMENT_TABLES:
+                    out[name] = max(seq, out.get(name, 0))
+        return out
 
-    result = Merged(merged, sources, sequences, notes=notes)
-    for table in tables.TABLES:
-        kept = {
-            k
-            for k in unverified[table]
-            if k in merged[table] and not vouched(table, k, merged[table][k])
-        }
-        if kept:
-            result.unverified[table] = kept
-        gone = dropped[table] - merged[table].keys()
-        if gone:
-            notes.append(
-                f"{table}: {len(gone)} rows dropped: SQLite reads them through an overflow chain "
-                "the page engine found broken or cross-linked (right length, wrong bytes)"
+    def mark_unverified(self, result: Merged) -> None:
+        crossed = raw = 0
+        for table in tables.TABLES:
+            got = self.rows[table]
+            kept = {
+                k
+                for k in self.suspect[table] | self.shell_raw[table]
+                if k in got and not self.vouched(table, k, got[k])
+            }
+            if kept:
+                result.unverified[table] = kept
+                crossed += len(kept & self.suspect[table])
+                raw += len(kept - self.suspect[table])
+            gone = self.dropped[table] - got.keys()
+            if gone:
+                self.notes.append(
+                    f"{table}: {len(gone)} rows dropped: SQLite reads them through an overflow "
+                    "chain the page engine found broken or cross-linked (right length, wrong "
+                    "bytes)"
+                )
+        if crossed:
+            self.notes.append(
+                f"{crossed} rows kept unverified: their overflow chain shares pages with another "
+                "row's; the layout says they own those pages, no hash can confirm it"
             )
-    if result.unverified:
-        n = sum(len(v) for v in result.unverified.values())
-        notes.append(
-            f"{n} rows kept unverified: their overflow chain shares pages with another row's; "
-            "the layout says they own those pages, no hash can confirm it"
-        )
-    for seq, row in merged["events"].items():
-        if page is not None and seq in page.verified and page.verified[seq][0] == row:
-            result.hashes[seq] = page.verified[seq][1]
-        elif rows is not None and seq in rows.event_hashes and rows.rows["events"].get(seq) == row:
-            result.hashes[seq] = rows.event_hashes[seq]
-    if page is not None and (page.revision or 0) >= 2:
-        # A revision-2 file: an event from a lower tier with no content hash to vouch for it
-        # (a revision-1 record left in free space by the migration, say) is kept unverified.
-        loose = {k for k in gap_filled if k not in result.hashes}
-        if loose:
-            result.unverified.setdefault("events", set()).update(loose)
-            notes.append(
-                f"events: {len(loose)} rows from older copies carry no content hash (written "
-                "before the file was migrated): kept, unverified"
+        if raw:
+            self.notes.append(
+                f"{raw} rows from SQLite's recovery extension kept unverified: no content hash "
+                "vouches for them and the page engine could not decode their record"
             )
-    _derive_producers(result)
-    if not merged["session_meta"] and result.count():
-        result.rebuilt_meta = True
-        merged["session_meta"][session_id] = rebuilt_meta(session_id, merged["events"])
-        sources["session_meta"]["rebuilt"] += 1
-        result.lost["session_meta"] = "rebuilt from the file name (profile, status, depth unknown)"
-        notes.append(
-            f"session_meta lost: rebuilt with profile {REBUILT_PROFILE!r}, status "
-            f"{REBUILT_STATUS!r}, depth 0, no parent (unknown); session_id from the file name"
-        )
+
+    def keep_hashes(self, result: Merged) -> None:
+        page, found = self.page, self.found
+        for seq, row in self.rows["events"].items():
+            if page is not None and seq in page.verified and page.verified[seq][0] == row:
+                result.hashes[seq] = page.verified[seq][1]
+            elif (
+                found is not None
+                and seq in found.event_hashes
+                and found.rows["events"].get(seq) == row
+            ):
+                result.hashes[seq] = found.event_hashes[seq]
+            elif seq in self.shell_verified:
+                result.hashes[seq] = self.shell_verified[seq]
+        if page is not None and (page.revision or 0) >= 2:
+            # A revision-2 file: an event from a lower tier with no content hash to vouch for
+            # it (a revision-1 record left in free space by the migration, say) is unverified.
+            loose = {k for k in self.gap_filled if k not in result.hashes}
+            if loose:
+                result.unverified.setdefault("events", set()).update(loose)
+                self.notes.append(
+                    f"events: {len(loose)} rows from older copies carry no content hash "
+                    "(written before the file was migrated): kept, unverified"
+                )
+
+
+def _rebuild_meta(result: Merged, session_id: str) -> None:
+    result.rebuilt_meta = True
+    result.rows["session_meta"][session_id] = rebuilt_meta(session_id, result.rows["events"])
+    result.sources["session_meta"]["rebuilt"] += 1
+    result.unverified.setdefault("session_meta", set()).add(session_id)
+    result.lost["session_meta"] = "rebuilt from the file name (profile, status, depth unknown)"
+    result.notes.append(
+        f"session_meta lost: rebuilt with profile {REBUILT_PROFILE!r}, status "
+        f"{REBUILT_STATUS!r}, depth 0, no parent (unknown); session_id from the file name"
+    )
+
+
+def _count_lost(result: Merged) -> None:
+    """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table."""
     for table in tables.AUTOINCREMENT_TABLES:
-        keys = merged[table].keys()
-        highest = max([sequences.get(table, 0), *keys]) if keys or table in sequences else 0
+        keys = result.rows[table].keys()
+        seq = result.sequences
+        highest = max([seq.get(table, 0), *keys]) if keys or table in seq else 0
         missing = sorted(set(range(1, highest + 1)) - set(keys)) if highest < 10_000_000 else []
         if missing:
             name = "event_sequences" if table == "events" else f"{table}_sequences"
             result.lost[name] = ranges(missing)
             result.lost[f"{table}_missing"] = len(missing)
-    return result
+    for table, doubtful in result.unverified.items():
+        if table in tables.AUTOINCREMENT_TABLES:
+            name = (
+                "unverified_event_sequences"
+                if table == "events"
+                else f"unverified_{table}_sequences"
+            )
+            result.lost[name] = ranges(sorted(doubtful))
+        elif table != "session_meta":  # a rebuilt session_meta is already listed above
+            result.lost[f"unverified_{table}"] = len(doubtful)
 
 
 def _structural_suspects(
@@ -288,6 +410,7 @@ def _derive_producers(m: Merged) -> None:
         if key not in m.rows["producers"]:
             m.rows["producers"][key] = (*key, first)
             m.sources["producers"]["derived"] += 1
+            m.unverified.setdefault("producers", set()).add(key)
             m.derived_producers += 1
     if m.derived_producers:
         m.notes.append(

@@ -37,7 +37,7 @@ from agentdb.fileformat import (
     scan_wal,
 )
 from agentdb.fileformat.btree import TableInteriorCell
-from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED
+from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED, WalScan
 from agentdb.salvage import freespace, tables
 from agentdb.salvage.tables import Row
 
@@ -71,7 +71,7 @@ class PageSalvage:
     page_size: int | None = None
     revision: int | None = None  # the header's user_version, when the header is readable
     schema_found: bool = False  # sqlite_schema named our tables' roots
-    free: list[freespace.FreeRecord] = field(default_factory=list)  # records in free space
+    free: list[freespace.FreeRow] = field(default_factory=list)  # records in free space
     opaque_pages: list[int] = field(default_factory=list)  # b-tree-typed pages that do not parse
     # Rowids of cells in a live b-tree whose payload this engine rejected structurally (an
     # overflow chain that loops, leaves the file or runs into a b-tree page; a record that does
@@ -91,7 +91,7 @@ class PageSalvage:
         return not self.opaque_pages and not any(self.rejected[k] for k in undecoded)
 
 
-class _Reader:
+class _PageReader:
     def __init__(self, src: PageSource, encoding: str, session_id: str, out: PageSalvage):
         self.src = src
         self.encoding = encoding
@@ -147,7 +147,7 @@ class _Reader:
         self, rec: list[Any], rowid: int, tier: int, where: str, want: str | None = None
     ) -> None:
         """Assign ``rec`` to a table by shape, validate it and keep it as a candidate."""
-        got = classify(rec, rowid)
+        got = tables.classify(rec, rowid)
         if got is None:
             if want != "sqlite_schema":
                 self.out.rejected["record of no known shape"] += 1
@@ -163,7 +163,7 @@ class _Reader:
             return
         row = tables.normalise(table, row)
         why = tables.problem(table, row, self.session_id)
-        if why is None and stored is not _NO_HASH:
+        if why is None and stored is not tables.NO_HASH:
             if isinstance(stored, bytes):
                 self.out.event_hashes.setdefault(row[0], set()).add(stored)
             why = tables.hash_problem(row, stored)
@@ -244,29 +244,6 @@ class _Reader:
                 stack.extend(reversed(kids))
 
 
-_NO_HASH = object()
-
-
-def classify(rec: list[Any], rowid: int) -> tuple[str, Row, Any] | None:
-    """(table, revision-1 row, stored content_hash or _NO_HASH) for a record of a known shape."""
-    n = len(rec)
-    if n == 10 and rec[0] is None:
-        return "events", (rowid, *rec[1:9]), rec[9]
-    if n == 9 and rec[0] is None:
-        if isinstance(rec[1], str):
-            return "events", (rowid, *rec[1:9]), _NO_HASH
-        return "cost_ledger", (rowid, *rec[1:]), _NO_HASH
-    if n == 8 and rec[0] is None:
-        return "plan_items", (rowid, *rec[1:]), _NO_HASH
-    if n == 7 and isinstance(rec[0], str):
-        return "session_meta", tuple(rec), _NO_HASH
-    if n == 4 and isinstance(rec[0], str):
-        return "producers", tuple(rec), _NO_HASH
-    if n == 2 and isinstance(rec[0], str) and isinstance(rec[1], int):
-        return "sqlite_sequence", tuple(rec), _NO_HASH
-    return None
-
-
 def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> PageSalvage:
     """Run engine c over the bytes of a database file and (optionally) its WAL."""
     out = PageSalvage()
@@ -287,9 +264,16 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
     else:
         out.revision = src.header.user_version
     encoding = src.header.encoding if src.header else "utf-8"
-    r = _Reader(src, encoding, session_id, out)
-    get = src.get_page
+    r = _PageReader(src, encoding, session_id, out)
+    _walk_live(r)
+    _scan_unreached(r)
+    _scan_older(r, wal)
+    return out
 
+
+def _walk_live(r: _PageReader) -> None:
+    """Tier ``live``: walk each of our tables' b-trees from the root ``sqlite_schema`` names."""
+    out, get = r.out, r.src.get_page
     roots = _schema_roots(r, get)
     out.schema_found = bool(roots)
     if not roots:
@@ -311,49 +295,58 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
                 out.broken.setdefault(name, set()).add(cell.rowid)
     _cross_links(chains, out)
 
+
+def _scan_unreached(r: _PageReader) -> None:
+    """Free space of every table leaf; tiers ``stray`` (leaves no walk reached) and ``stale``
+    (freelist pages); b-tree-typed pages that do not parse are listed as opaque."""
+    src, out, get = r.src, r.out, r.src.get_page
     freelist: set[int] = set()
     if src.header is not None:
         freelist = iter_freelist(get, src.header, src.page_count)
-    candidates_for_opaque: list[tuple[int, bytes]] = []
+    maybe_opaque: list[int] = []
     for pgno in range(2, src.page_count + 1):
         data = get(pgno)
         if data is None:
             continue
         if data[:1] == b"\x0d":
-            out.free += freespace.scan_page(data, pgno, src.usable, encoding, f"page {pgno}")
+            found = freespace.scan_page(data, pgno, src.usable, r.encoding, f"page {pgno}")
+            out.free += freespace.classify_all(found)
         if pgno in r.live_btree_pages:
             continue
-        tier = STALE if pgno in freelist else STRAY
-        _scan_leaf(r, data, pgno, tier, f"page {pgno}", get)
-        candidates_for_opaque.append((pgno, data))
-    for pgno, data in candidates_for_opaque:
+        _scan_leaf(r, data, pgno, STALE if pgno in freelist else STRAY, f"page {pgno}", get)
         # Only a page that says it is a b-tree page can hold cells another engine could read
         # (SQLite's own recovery reads pages by the same type byte); the rest are overflow
         # pages of lost rows or noise.
-        if pgno in freelist or pgno in r.overflow_pages or data[0] not in (2, 5, 10, 13):
+        if pgno not in freelist and data[0] in (2, 5, 10, 13):
+            maybe_opaque.append(pgno)
+    lock_page = lock_byte_page(src.page_size)
+    for pgno in maybe_opaque:
+        if pgno in r.overflow_pages or pgno == lock_page:
             continue
-        if pgno == lock_byte_page(src.page_size):
-            continue
+        data = get(pgno)
         try:
-            parse_page(data, pgno, src.usable)
+            parse_page(data or b"", pgno, src.usable)
         except FormatError:
             out.opaque_pages.append(pgno)
 
-    # Older copies: the file's own page under a newer WAL copy, and superseded WAL frames.
+
+def _scan_older(r: _PageReader, wal: WalScan | None) -> None:
+    """Tier ``stale``: the file's own page under a newer WAL copy, and superseded WAL frames."""
+    src, get = r.src, r.src.get_page
     for pgno in sorted(src.overlay):
         data = src.file_page(pgno)
         if data is not None:
             _scan_leaf(r, data, pgno, STALE, f"file page {pgno} (older than the WAL)", get)
-    if wal is not None and wal.header is not None:
-        newest: dict[int, int] = {}
-        usable = [f for f in wal.frames if f.chain in (CHAIN_COMMITTED, CHAIN_RESUMED)]
-        for f in usable:
-            newest[f.pgno] = f.index
-        for f in usable:
-            if newest[f.pgno] != f.index:
-                where = f"wal frame {f.index} (page {f.pgno}, older)"
-                _scan_leaf(r, wal.frame_page(f), f.pgno, STALE, where, get)
-    return out
+    if wal is None or wal.header is None:
+        return
+    newest: dict[int, int] = {}
+    usable = [f for f in wal.frames if f.chain in (CHAIN_COMMITTED, CHAIN_RESUMED)]
+    for f in usable:
+        newest[f.pgno] = f.index
+    for f in usable:
+        if newest[f.pgno] != f.index:
+            where = f"wal frame {f.index} (page {f.pgno}, older)"
+            _scan_leaf(r, wal.frame_page(f), f.pgno, STALE, where, get)
 
 
 def _cross_links(chains: dict[tuple[str, int], list[int]], out: PageSalvage) -> None:
@@ -394,7 +387,7 @@ def lock_byte_page(page_size: int) -> int:
     return (1 << 30) // page_size + 1
 
 
-def _scan_leaf(r: _Reader, data: bytes, pgno: int, tier: int, where: str, get: GetPage) -> None:
+def _scan_leaf(r: _PageReader, data: bytes, pgno: int, tier: int, where: str, get: GetPage) -> None:
     if pgno == 1 or data[:1] != b"\x0d":
         return
     for cell in r.leaf_cells(data, pgno) or []:
@@ -403,7 +396,7 @@ def _scan_leaf(r: _Reader, data: bytes, pgno: int, tier: int, where: str, get: G
             r.accept(rec, cell.rowid, tier, where)
 
 
-def _schema_roots(r: _Reader, get: GetPage) -> dict[str, int]:
+def _schema_roots(r: _PageReader, get: GetPage) -> dict[str, int]:
     """Root pages of our tables and sqlite_sequence, from the sqlite_schema b-tree on page 1."""
     roots: dict[str, int] = {}
     wanted = {*tables.TABLES, "sqlite_sequence"}

@@ -1,17 +1,17 @@
-"""Write the merged rows into a fresh session file at the current revision, and verify it."""
+"""Write the merged rows into a fresh session file at the current revision (in the job's
+private work directory), and check it once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
 
-from agentdb import db, fsutil
+from agentdb import db, errors
+from agentdb.checks import check_path
 from agentdb.hashing import event_hash
 from agentdb.salvage import tables
 from agentdb.salvage.merge import Merged
-from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION
 
@@ -31,17 +31,9 @@ _INSERT = {
 }
 
 
-@dataclass
-class ReplacementCheck:
-    """What verifying the replacement found."""
-
-    ok: bool  # integrity, schema, identity, session_meta, hashes and row counts all hold
-    problems: list[str] = field(default_factory=list)  # why not ok
-    fk_orphans: int = 0  # rows whose event was lost (informational: history kept)
-
-
 def write(path: Path, merged: Merged) -> None:
-    """Create ``path`` (0600, exclusive, WAL, current revision) holding ``merged``; fsync."""
+    """Create ``path`` (0600, exclusive, WAL, current revision) holding ``merged``. Scratch: not
+    fsynced here (the copy put beside the session is)."""
     conn = db.open_writer(path, create=True)
     try:
         with db.translated(path, conn):
@@ -74,46 +66,51 @@ def write(path: Path, merged: Merged) -> None:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     finally:
         conn.close()
-    fsutil.fsync_file(path)
-    fsutil.fsync_dir(path.parent)
 
 
-def verify(path: Path, session_id: str, merged: Merged) -> ReplacementCheck:
-    """Integrity check, the schema of the current revision, identity, one session_meta row for
-    this id, every content_hash, and exactly the merged row counts."""
+def check(path: Path, session_id: str, merged: Merged) -> tuple[list[str], int]:
+    """(problems, rows whose event was lost) of the replacement at ``path``: judged once, by
+    ``agentdb check``'s own full judge as a recovered file (integrity_check, identity, schema,
+    session_meta, every content_hash; informational findings such as ``orphan_of_recovery``
+    allowed), and holding exactly the merged row counts."""
+    result = check_path(path, session_id, recovered=True)
     problems: list[str] = []
-    orphans = 0
+    if result.verdict != "ok":
+        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+        problems += [f"check: {result.verdict}: {f.code}: {f.message}" for f in bad[:3]]
+        if not bad:
+            problems.append(f"check: verdict {result.verdict}")
+        return problems, 0
     try:
-        conn = db.open_readonly(path)
-    except Exception as e:  # an unopenable replacement is a failed recovery, not a crash
-        return ReplacementCheck(False, [f"cannot open the replacement: {e}"])
+        counts = table_counts(path)
+    except (apsw.Error, errors.AgentdbError) as e:
+        return [f"reading the replacement fails: {e}"], 0
+    for table in tables.TABLES:
+        if counts[table] != len(merged.rows[table]):
+            problems.append(
+                f"{table} holds {counts[table]} rows, expected {len(merged.rows[table])}"
+            )
+    return problems, _orphans(merged)
+
+
+def table_counts(path: Path) -> dict[str, int]:
+    """Rows per table of a session file."""
+    conn = db.open_readonly(path)
     try:
-        problems += [f"integrity_check: {p}" for p in db.integrity_problems(conn)]
-        ident = identify(conn)
-        if ident.kind != "session" or ident.revision != CURRENT_REVISION:
-            problems.append(f"identity {ident.kind} revision {ident.revision}")
-        problems += schema_differences(conn, CURRENT_REVISION)
-        ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta")]
-        if ids != [session_id]:
-            problems.append(f"session_meta holds {ids!r}")
-        bad = conn.execute(
-            "SELECT count(*) FROM events WHERE content_hash IS NOT agentdb_event_hash(sequence, "
-            "id, timestamp, kind, producer_category, producer_name, producer_version, "
-            "schema_version, payload)"
-        ).fetchall()[0][0]
-        if bad:
-            problems.append(f"{bad} events fail their content_hash")
-        for table in tables.TABLES:
-            n = conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-            if n != len(merged.rows[table]):
-                problems.append(f"{table} holds {n} rows, expected {len(merged.rows[table])}")
-        # Rows whose event was lost are kept (history); any other dangling key is a bug.
-        for table, _rowid, parent, _fk in conn.execute("PRAGMA foreign_key_check"):
-            if parent != "events":
-                problems.append(f"foreign key from {table} to {parent}")
-            orphans += 1
-    except apsw.Error as e:
-        problems.append(f"reading the replacement fails: {e}")
+        return {
+            t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0])  # type: ignore[arg-type]
+            for t in tables.TABLES
+        }
     finally:
         conn.close()
-    return ReplacementCheck(not problems, problems, orphans)
+
+
+def _orphans(merged: Merged) -> int:
+    """Kept rows whose event was lost (history: money was spent, a decision was made)."""
+    events = merged.rows["events"]
+    return sum(
+        1
+        for t in ("cost_ledger", "plan_items")
+        for row in merged.rows[t].values()
+        if row[1] not in events
+    )

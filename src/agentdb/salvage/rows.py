@@ -147,42 +147,14 @@ def salvage_rows(
     ``verified`` holds (row, content_hash) pairs another engine already checked: an identical
     row with an identical stored hash is not hashed again.
     """
-    known = verified or {}
     out = RowSalvage()
     rev = min(max(revision, 1), CURRENT_REVISION)
     complete = True
     for table in tables.TABLES:
-        found: dict[Any, Row] = {}
-        out.rows[table] = found
+        out.rows[table] = {}
         cols = _columns(table, rev)
-        ncols = len(COLUMNS[1][table])
-
-        def take(
-            r: tuple[Any, ...],
-            table: str = table,
-            found: dict[Any, Row] = found,
-            cols: list[str] = cols,
-            ncols: int = ncols,
-        ) -> None:
-            raw, why = _decode(table, cols, r)
-            values = tables.normalise(table, raw[:ncols])
-            if why is None:
-                why = tables.problem(table, values, session_id)
-            if why is None and table == "events" and rev >= 2:
-                stored = raw[-1]
-                if known.get(values[0]) != (values, stored):
-                    why = tables.hash_problem(values, stored)
-                if why is None:
-                    out.event_hashes[values[0]] = stored
-            if why is not None:
-                out.rejected[f"{table}: {why}"] += 1
-                return
-            key = tables.key_of(table, values)
-            found[key] = values
-            if table not in tables.AUTOINCREMENT_TABLES:
-                out.rowid_keys.setdefault(table, {})[int(r[0])] = key
-
-        reader = _Reader(conn, table, cols, take)
+        taker = _Taker(out, table, cols, session_id, rev >= 2, verified or {})
+        reader = _RowReader(conn, table, cols, taker.take)
         try:
             complete &= reader.read()
         except apsw.Error as e:
@@ -203,6 +175,47 @@ def salvage_rows(
     return out
 
 
+class _Taker:
+    """Validates each row one table's reader returns and keeps it in a :class:`RowSalvage`."""
+
+    def __init__(
+        self,
+        out: RowSalvage,
+        table: str,
+        cols: list[str],
+        session_id: str,
+        hashed: bool,
+        known: dict[int, tuple[Row, bytes]],
+    ) -> None:
+        self.out = out
+        self.table = table
+        self.cols = cols
+        self.ncols = len(COLUMNS[1][table])
+        self.session_id = session_id
+        self.hashed = hashed and table == "events"  # revision 2: events carry content_hash
+        self.known = known
+        self.found = out.rows[table]
+
+    def take(self, r: tuple[Any, ...]) -> None:
+        raw, why = _decode(self.table, self.cols, r)
+        values = tables.normalise(self.table, raw[: self.ncols])
+        if why is None:
+            why = tables.problem(self.table, values, self.session_id)
+        if why is None and self.hashed:
+            stored = raw[-1]
+            if self.known.get(values[0]) != (values, stored):
+                why = tables.hash_problem(values, stored)
+            if why is None:
+                self.out.event_hashes[values[0]] = stored
+        if why is not None:
+            self.out.rejected[f"{self.table}: {why}"] += 1
+            return
+        key = tables.key_of(self.table, values)
+        self.found[key] = values
+        if self.table not in tables.AUTOINCREMENT_TABLES:
+            self.out.rowid_keys.setdefault(self.table, {})[int(r[0])] = key
+
+
 class _OutOfOrder(Exception):
     """The scan returned a rowid not above the last one: a garbage cell, the b-tree order broke."""
 
@@ -212,7 +225,7 @@ class _OutOfOrder(Exception):
 _MAX_PROBES = 2 * 64 + 8
 
 
-class _Reader:
+class _RowReader:
     """Reads one table in rowid order through SQLite and steps around damage without looping.
 
     Progress is monotonic by rowid: a row is taken only when its rowid is above the last one

@@ -51,6 +51,7 @@ class ShellSalvage:
     rejected: int  # rows that failed validation (not returned), index records included
     notes: list[str] = field(default_factory=list)  # what happened, one line each
     seconds: float = 0.0  # wall time of the whole salvage
+    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
 
 
 # ---------------------------------------------------------------------------- detection
@@ -331,7 +332,8 @@ def _collect(
     if revision not in (1, 2):
         revision = None
         notes.append("revision unknown (header unreadable): events accepted with or without hash")
-    merged = shell_rows.Merged()
+    merged = shell_rows.ByKey()
+    hashed: set[int] = set()
     rejected = loaded.failed + loaded.denied
     for table in TABLES:
         for rowid, *values in shell_load.read_scratch(conn, table):
@@ -343,8 +345,8 @@ def _collect(
                 row = shell_rows.validate(table, values, session_id=session_id)
             if row is None:
                 rejected += 1
-            else:
-                merged.add(table, row)
+            elif merged.add(table, row) and table == "events" and _has_hash(values):
+                hashed.add(int(row[0]))  # type: ignore[call-overload]
     mapped = 0
     reasons: dict[str, int] = {}
     for name in loaded.laf_tables:
@@ -357,7 +359,26 @@ def _collect(
                 reasons[m.reason] = reasons.get(m.reason, 0) + 1
             elif merged.add(m.table, m.row):
                 mapped += 1
+                if m.table == "events" and nfield == 10:
+                    hashed.add(int(m.row[0]))  # type: ignore[call-overload]
     rows = merged.as_lists()
+    _describe(rows, loaded, mapped, reasons, merged.conflicts, notes)
+    return ShellSalvage(ENGINE, rows, mapped, rejected, notes, hashed=hashed)
+
+
+def _has_hash(values: list[object]) -> bool:
+    """A scratch ``events`` row that carried a content_hash (checked by ``event_from_scratch``)."""
+    return len(values) > 9 and values[9] is not None
+
+
+def _describe(
+    rows: dict[str, list[tuple[object, ...]]],
+    loaded: shell_load.LoadResult,
+    mapped: int,
+    reasons: dict[str, int],
+    conflicts: int,
+    notes: list[str],
+) -> None:
     found = ", ".join(f"{t} {len(r)}" for t, r in rows.items())
     notes.append(f"rows found: {found}")
     if loaded.laf_tables:
@@ -367,8 +388,8 @@ def _collect(
         notes.append(f"{loaded.denied} statements refused by the authorizer (never executed)")
     if loaded.failed:
         notes.append(f"{loaded.failed} INSERT statements failed (unknown columns or bad text)")
-    if merged.conflicts:
-        notes.append(f"{merged.conflicts} rows disagreed with another row of the same key")
+    if conflicts:
+        notes.append(f"{conflicts} rows disagreed with another row of the same key")
     skipped_ddl = {k: v for k, v in loaded.skipped.items() if not k.startswith("PRAGMA")}
     if loaded.other_tables:
         listed = ", ".join(f"{k} {v}" for k, v in sorted(loaded.other_tables.items()))
@@ -376,4 +397,3 @@ def _collect(
     if skipped_ddl:
         listed = ", ".join(f"{k} x{v}" for k, v in sorted(skipped_ddl.items()))
         notes.append(f"not executed from the file: {listed}")
-    return ShellSalvage(ENGINE, rows, mapped, rejected, notes)

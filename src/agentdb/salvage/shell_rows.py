@@ -44,65 +44,87 @@ def _count(v: object) -> bool:
     return _int(v) and v >= 0  # type: ignore[operator]
 
 
+def _events(r: list[object]) -> bool:
+    seq, eid, ts, kind, cat, name, ver, sv, payload = r
+    return (
+        _pos_int(seq)
+        and _text(eid)
+        and eid != ""
+        and _text(ts)
+        and kind in KINDS
+        and cat in PRODUCER_CATEGORIES
+        and _text(name)
+        and _text(ver)
+        and _text(sv)
+        and isinstance(payload, bytes | str)
+    )
+
+
+def _cost_ledger(r: list[object]) -> bool:
+    seq, evseq, provider, model, tin, tout, tcw, tcr, cost = r
+    if _int(cost):
+        cost = r[8] = float(cost)  # type: ignore[arg-type]
+    return (
+        _pos_int(seq)
+        and _pos_int(evseq)
+        and _text(provider)
+        and _text(model)
+        and all(_count(t) for t in (tin, tout, tcw, tcr))
+        and isinstance(cost, float)
+        and math.isfinite(cost)
+        and cost >= 0
+    )
+
+
+def _plan_items(r: list[object]) -> bool:
+    seq, evseq, turn, call, provider, tool, decision, by = r
+    return (
+        _pos_int(seq)
+        and _pos_int(evseq)
+        and all(_text(v) for v in (turn, call, provider, tool, by))
+        and decision in DECISIONS
+    )
+
+
+def _producers(r: list[object]) -> bool:
+    cat, name, ver, first = r
+    return cat in PRODUCER_CATEGORIES and _text(name) and _text(ver) and _pos_int(first)
+
+
+def _session_meta(r: list[object], session_id: str) -> bool:
+    sid, parent, profile, status, depth, started, ended = r
+    return (
+        sid == session_id
+        and (parent is None or (isinstance(parent, str) and is_valid_id(parent)))
+        and _text(profile)
+        and status in STATUSES
+        and _count(depth)
+        and _text(started)
+        and _opt_text(ended)
+    )
+
+
+_VALID = {
+    "events": _events,
+    "cost_ledger": _cost_ledger,
+    "plan_items": _plan_items,
+    "producers": _producers,
+}
+
+
 def validate(table: str, row: Sequence[object], *, session_id: str) -> Row | None:
     """``row`` (revision-1 order) if our writer could have stored it, else None.
 
     ``cost_usd`` stored as an integer (SQLite writes integral REALs as integers on disk) comes
     back as a float, as SQLite itself would return it.
     """
-    if len(row) != len(COLUMNS[1][table]):
+    if table not in COLUMNS[1] or len(row) != len(COLUMNS[1][table]):
         return None
     r = list(row)
-    if table == "events":
-        seq, eid, ts, kind, cat, name, ver, sv, payload = r
-        ok = (
-            _pos_int(seq)
-            and _text(eid)
-            and eid != ""
-            and _text(ts)
-            and kind in KINDS
-            and cat in PRODUCER_CATEGORIES
-            and _text(name)
-            and _text(ver)
-            and _text(sv)
-            and isinstance(payload, bytes | str)
-        )
-    elif table == "session_meta":
-        sid, parent, profile, status, depth, started, ended = r
-        ok = (
-            sid == session_id
-            and (parent is None or (isinstance(parent, str) and is_valid_id(parent)))
-            and _text(profile)
-            and status in STATUSES
-            and _count(depth)
-            and _text(started)
-            and _opt_text(ended)
-        )
-    elif table == "cost_ledger":
-        seq, evseq, provider, model, tin, tout, tcw, tcr, cost = r
-        if _int(cost):
-            cost = r[8] = float(cost)  # type: ignore[arg-type]
-        ok = (
-            _pos_int(seq)
-            and _pos_int(evseq)
-            and _text(provider)
-            and _text(model)
-            and all(_count(t) for t in (tin, tout, tcw, tcr))
-            and isinstance(cost, float)
-            and math.isfinite(cost)
-            and cost >= 0
-        )
-    elif table == "plan_items":
-        seq, evseq, turn, call, provider, tool, decision, by = r
-        ok = (
-            _pos_int(seq)
-            and _pos_int(evseq)
-            and all(_text(v) for v in (turn, call, provider, tool, by))
-            and decision in DECISIONS
-        )
-    elif table == "producers":
-        cat, name, ver, first = r
-        ok = cat in PRODUCER_CATEGORIES and _text(name) and _text(ver) and _pos_int(first)
+    if table == "session_meta":
+        ok = _session_meta(r, session_id)
+    elif table in _VALID:
+        ok = _VALID[table](r)
     else:
         return None
     return tuple(r) if ok else None
@@ -194,8 +216,8 @@ def map_lost_and_found(
 
 
 @dataclass
-class Merged:
-    """Rows per table keyed by primary key; the first valid row for a key wins."""
+class ByKey:
+    """``.recover``'s rows per table keyed by primary key; the first valid row for a key wins."""
 
     rows: dict[str, dict[object, Row]] = field(default_factory=lambda: {t: {} for t in TABLES})
     conflicts: int = 0  # a second, different row for a key already taken

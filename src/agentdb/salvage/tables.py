@@ -19,6 +19,7 @@ from agentdb.schema.revisions import TABLES as TABLES  # the one list, re-export
 Row = tuple[Any, ...]
 AUTOINCREMENT_TABLES: tuple[str, ...] = ("events", "cost_ledger", "plan_items")
 MAX_ROWID = (1 << 63) - 1
+NO_HASH: Any = object()  # classify's "this record has no content_hash column"
 
 
 def key_of(table: str, row: Row) -> Any:
@@ -150,4 +151,25 @@ def hash_problem(row: Row, stored: Any) -> str | None:
         return "content_hash is missing or malformed"
     if event_hash(*row) != stored:
         return "content_hash does not match the row"
+    return None
+
+
+def classify(rec: list[Any], rowid: int) -> tuple[str, Row, Any] | None:
+    """(table, revision-1 row, stored content_hash or :data:`NO_HASH`) for a record of one of
+    our tables' shapes (``sqlite_sequence`` included), or None."""
+    n = len(rec)
+    if n == 10 and rec[0] is None:
+        return "events", (rowid, *rec[1:9]), rec[9]
+    if n == 9 and rec[0] is None:
+        if isinstance(rec[1], str):
+            return "events", (rowid, *rec[1:9]), NO_HASH
+        return "cost_ledger", (rowid, *rec[1:]), NO_HASH
+    if n == 8 and rec[0] is None:
+        return "plan_items", (rowid, *rec[1:]), NO_HASH
+    if n == 7 and isinstance(rec[0], str):
+        return "session_meta", tuple(rec), NO_HASH
+    if n == 4 and isinstance(rec[0], str):
+        return "producers", tuple(rec), NO_HASH
+    if n == 2 and isinstance(rec[0], str) and isinstance(rec[1], int):
+        return "sqlite_sequence", tuple(rec), NO_HASH
     return None

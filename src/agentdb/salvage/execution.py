@@ -1,0 +1,83 @@
+"""Execute a recovery plan: put the checked replacement in the session's place, crash-safe.
+
+Runs while the caller still holds :func:`agentdb.locks.hold` on the session, after
+:func:`agentdb.salvage.planning.plan`. Steps:
+
+1. re-check: the session file and its ``-wal``/``-journal`` are still what the plan read
+   (device, inode, size, mtime); otherwise nothing is done (``skipped_live``: run it again);
+2. copy the replacement from the private work directory to ``<id>.sqlite.agentdb-recover-tmp``
+   (0600, exclusive, fsynced; fault point ``after_salvage``);
+3. log the intent (the outcome and the ``.corrupt`` name; fault point ``after_intent``): from
+   here an interrupted run is finished by the next one;
+4. swap (:func:`agentdb.swap.swap`: the original and its sidecars keep their bytes under the
+   ``.corrupt`` name, the replacement is renamed into place), then log the outcome.
+
+An ``unreadable`` plan only logs its outcome line; a healthy file whose earlier recovery was
+interrupted after its swap only gets the missing outcome line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from agentdb import errors, fsutil, paths, recoverylog, swap
+from agentdb.paths import sidecar
+from agentdb.salvage.outcome import RecoveryOutcome
+from agentdb.salvage.planning import RecoveryPlan
+
+Fault = Callable[[str], None]
+
+
+def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> RecoveryOutcome:
+    """Carry ``plan`` out; see the module docstring."""
+    out = plan.outcome
+    if plan.finish_log:
+        log_outcome(log, out)
+        return out
+    if out.outcome == "unreadable":
+        recoverylog.append(log, out.to_log("outcome"))
+        return out
+    if out.outcome != "recovered" or plan.scratch is None or plan.snapshot is None:
+        return out
+    snap = plan.snapshot
+    path = snap.path
+    if snap.current_stamps() != snap.stamps:
+        out.outcome = "skipped_live"
+        out.notes.append(f"{path}: changed since it was read; run `agentdb recover` again")
+        return out
+    target = paths.job_file(path, "recover", "tmp")
+    try:
+        fsutil.copy_regular(plan.scratch, target)
+        fsutil.fsync_dir(path.parent)
+    except BaseException:
+        swap.remove_job_files(path)
+        raise
+    _fault(fault, "after_salvage")
+    corrupt = snap.interrupted or swap.next_corrupt_name(path)
+    out.corrupt_path = str(corrupt)
+    if snap.had_wal:
+        out.corrupt_wal = str(sidecar(corrupt, "-wal"))
+    if snap.had_journal:
+        out.corrupt_journal = str(sidecar(corrupt, "-journal"))
+    recoverylog.append(log, out.to_log("intent"))
+    out.swap_started = True
+    _fault(fault, "after_intent")
+    swap.swap(path, target, corrupt, fault)
+    out.swap_started = False
+    log_outcome(log, out)
+    return out
+
+
+def log_outcome(log: Path, out: RecoveryOutcome) -> None:
+    """The outcome line of a finished swap; the swap stands even if the line cannot be written."""
+    try:
+        recoverylog.append(log, out.to_log("outcome"))
+    except (OSError, errors.AgentdbError) as e:
+        failure = fsutil.os_error(e) if isinstance(e, OSError) else e
+        out.notes.append(f"recovered, but its outcome line is not in the recovery log: {failure}")
+
+
+def _fault(fault: Fault | None, point: str) -> None:
+    if fault is not None:
+        fault(point)

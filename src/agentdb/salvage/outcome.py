@@ -1,0 +1,107 @@
+"""What recovering a session did: one typed outcome, and one to/from pair for the recovery log.
+
+A recovery log line is :meth:`RecoveryOutcome.to_log` (``event`` ``intent`` before a swap,
+``outcome`` after it); :meth:`RecoveryOutcome.from_log` reads one back (an interrupted swap is
+finished from its intent line). :meth:`RecoveryOutcome.to_json` is the ``recover --json``
+entry: the log line's fields, keyed the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from agentdb import errors
+
+Outcome = Literal["recovered", "healthy", "unreadable", "skipped_live", "refused", "failed"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+LogEvent = Literal["intent", "outcome"]
+
+
+def _str_or_none(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _dict(v: object) -> dict[str, Any]:
+    return dict(v) if isinstance(v, dict) else {}
+
+
+def _strs(v: object) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+@dataclass
+class RecoveryOutcome:
+    """What recovering one session did (or, in a dry run, would do)."""
+
+    session_id: str
+    outcome: Outcome
+    path: str  # the session file
+    corrupt_path: str | None = None  # where the original bytes are kept (None if untouched)
+    # table -> {"salvaged": N, "verified": N, "structural_only": N, "unverified": N,
+    #           "sources": {source: N}, "restarts": N, "damaged_regions": N}
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    engines: list[str] = field(default_factory=list)  # engines whose rows are in the replacement
+    lost: dict[str, Any] = field(default_factory=dict)  # what is known lost (and unverified)
+    notes: list[str] = field(default_factory=list)  # reasons, warnings, rebuilt rows
+    replacement_check: list[str] = field(default_factory=list)  # verification problems
+    dry_run: bool = False  # True: nothing was changed
+    corrupt_wal: str | None = None  # where the original's WAL is kept, if it had one
+    corrupt_journal: str | None = None  # where the original's hot rollback journal is kept
+    # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
+    found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
+    error: errors.AgentdbError | None = field(default=None, repr=False)  # why "failed"
+
+    def to_log(self, event: LogEvent) -> dict[str, Any]:
+        """The recovery-log line for this outcome."""
+        return {"session_id": self.session_id, "event": event, **self._fields()}
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``recover --json`` entry for this session."""
+        return {"session_id": self.session_id, **self._fields()}
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "path": self.path,
+            "corrupt_path": self.corrupt_path,
+            "corrupt_wal": self.corrupt_wal,
+            "corrupt_journal": self.corrupt_journal,
+            "engines": self.engines,
+            "found_by": self.found_by,
+            "tables": self.tables,
+            "lost": self.lost,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_log(cls, entry: dict[str, Any]) -> RecoveryOutcome:
+        """A log line read back (fields of the wrong type are taken as absent)."""
+        outcome = entry.get("outcome")
+        return cls(
+            session_id=str(entry.get("session_id", "")),
+            outcome=outcome if outcome in OUTCOMES else "failed",
+            path=str(entry.get("path", "")),
+            corrupt_path=_str_or_none(entry.get("corrupt_path")),
+            corrupt_wal=_str_or_none(entry.get("corrupt_wal")),
+            corrupt_journal=_str_or_none(entry.get("corrupt_journal")),
+            tables=_dict(entry.get("tables")),
+            engines=_strs(entry.get("engines")),
+            found_by=_dict(entry.get("found_by")),
+            lost=_dict(entry.get("lost")),
+            notes=_strs(entry.get("notes")),
+        )
+
+
+@dataclass
+class RecoveryReport:
+    """Outcomes of one recover run, in the order the sessions were given."""
+
+    sessions: list[RecoveryOutcome] = field(default_factory=list)
+    dry_run: bool = False
+    interrupted: bool = False  # Ctrl-C stopped the run: only the sessions before it are here
+
+    @property
+    def ok(self) -> bool:
+        return all(s.outcome in ("recovered", "healthy") for s in self.sessions)

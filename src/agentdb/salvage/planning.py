@@ -1,0 +1,293 @@
+"""The recovery plan: snapshot → diagnose → salvage → a checked replacement in scratch.
+
+:func:`plan` runs while the caller holds the session (:func:`agentdb.locks.hold`) and writes
+nothing in the sessions directory. Everything it writes — the private copy of the session, the
+engines' scratch files, the replacement — lives in the job's private work directory (0700,
+outside the sessions directory, removed when the job ends, whatever way it ends). The
+:class:`RecoveryPlan` holds what :func:`agentdb.salvage.execution.execute` needs: the outcome
+it will report (counts, losses, notes), the stamps of the files it read, and the path of the
+replacement, already checked once by ``agentdb check``'s own judge. ``--dry-run`` stops here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentdb import fsutil, recoverylog
+from agentdb.salvage import merge as merge_mod
+from agentdb.salvage import pages as pages_mod
+from agentdb.salvage import replacement, rows, snapshot
+from agentdb.salvage import tables as tables_mod
+from agentdb.salvage.outcome import RecoveryOutcome
+from agentdb.salvage.snapshot import Snapshot
+from agentdb.salvage.tables import TABLES
+
+
+@dataclass
+class RecoveryPlan:
+    """What recovering one session will do; pure until :func:`execute` acts on it."""
+
+    outcome: RecoveryOutcome  # the outcome execute reports (recovered, healthy, unreadable, ..)
+    snapshot: Snapshot | None = None  # what was read (None: refused before reading)
+    scratch: Path | None = None  # the checked replacement, in the private work directory
+    finish_log: bool = False  # a healthy file whose interrupted recovery lacks its outcome line
+
+
+@dataclass
+class Salvage:
+    """What the engines found, merged."""
+
+    found: rows.RowSalvage | None  # engine b (SQLite's reads), None when it could not run
+    page: pages_mod.PageSalvage  # engine c (the file format)
+    merged: merge_mod.Merged  # one row per key
+    shell: merge_mod.ShellRows | None  # SQLite's .recover, when it ran
+    shell_notes: list[str]
+    rebuild: bool  # every table intact: only indexes or free space are damaged
+
+
+def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> RecoveryPlan:
+    """Snapshot the held session into ``work``, judge it, salvage it and build a checked
+    replacement there; see the module docstring."""
+    out = RecoveryOutcome(session_id, "refused", str(path))
+    snap = snapshot.take(path, fd, work)
+    if snap is None:
+        out.outcome = "skipped_live"
+        out.notes.append(f"{path}: replaced while being locked; retry")
+        return RecoveryPlan(out)
+    result = RecoveryPlan(out, snap)
+    conn, diag = snapshot.judge(snap, session_id, work)
+    try:
+        if not _needs_salvage(result, diag, log):
+            return result
+        out.notes += diag.reasons
+        page = pages_mod.salvage_pages(snap.db_bytes, snap.wal_bytes, session_id)
+        found = None
+        if conn is not None and diag.refused is None:
+            found = rows.salvage_rows(conn, session_id, diag.revision or 2, page.verified)
+    finally:
+        if conn is not None:
+            conn.close()
+    got = _merge(snap, diag, found, page, session_id, work)
+    snap.release()
+    _describe(out, got)
+    out.found_by = _found_by(got)
+    if got.merged.count() == 0 and not got.merged.rows["session_meta"]:
+        out.outcome = "unreadable"
+        out.notes.append("nothing could be salvaged; the original is left untouched")
+        return result
+    _build(result, got.merged, work / "replacement.sqlite")
+    return result
+
+
+def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool:
+    """False when the plan ends at the diagnosis (refused, or healthy); the reasons go in."""
+    out, snap = plan_.outcome, plan_.snapshot
+    assert snap is not None
+    if diag.refused is not None and snap.interrupted is None:
+        out.outcome = "refused"
+        out.notes += diag.reasons
+        return False
+    if not diag.damaged and snap.interrupted is None:
+        if snap.had_journal:
+            out.notes.append("a hot journal will be rolled back on the next open")
+        _healthy(plan_, log)
+        return False
+    if snap.had_journal and snap.journal_note is None:
+        diag.reasons.append(
+            "salvaged from the state the hot journal's rollback gives; the journal is kept "
+            "with the original"
+        )
+    if snap.interrupted is not None:
+        diag.reasons.append(f"resuming an interrupted recovery ({snap.interrupted.name})")
+    return True
+
+
+def _healthy(plan_: RecoveryPlan, log: Path) -> None:
+    """A healthy file; if an interrupted recovery of it only lacks its outcome line, the plan
+    is to finish that (its intent line says what it did)."""
+    out = plan_.outcome
+    out.outcome = "healthy"
+    entries = recoverylog.entries_for(log, out.session_id)
+    if not entries or entries[-1].get("event") != "intent":
+        return
+    done = RecoveryOutcome.from_log(entries[-1])
+    if done.corrupt_path is None or not Path(done.corrupt_path).exists():
+        return
+    done.outcome = "recovered"
+    done.path = out.path
+    done.notes = [*out.notes, *done.notes, "finished an interrupted recovery"]
+    plan_.outcome = done
+    plan_.finish_log = True
+
+
+def _merge(
+    snap: Snapshot,
+    diag: rows.Diagnosis,
+    found: rows.RowSalvage | None,
+    page: pages_mod.PageSalvage,
+    session_id: str,
+    work: Path,
+) -> Salvage:
+    """Merge the engines' rows; when rows are still known lost and the page engine did not
+    understand every page, SQLite's own recovery extension may fill gaps."""
+    rebuild = tables_intact(diag, found, page)
+    merged = merge_mod.merge(session_id, None if rebuild else page, found, None)
+    got = Salvage(found, page, merged, None, [], rebuild)
+    if rebuild:
+        got.shell_notes.append(
+            "index-rebuild: every table read in full through SQLite and agreeing with the "
+            "page-level walk; the damage lies outside the tables (indexes, free space), "
+            "which the replacement rebuilds"
+        )
+    elif page.fully_understood and merged.rows["session_meta"]:
+        if merged.lost:
+            got.shell_notes.append(
+                "sqlite-recover not run: every page typed as a b-tree page parsed and every "
+                "cell decoded, so the rows still missing are on pages with nothing left"
+            )
+    elif merged.lost or not merged.rows["session_meta"]:
+        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work)
+        if got.shell is not None and any(got.shell.rows.values()):
+            got.merged = merge_mod.merge(session_id, page, found, got.shell)
+    return got
+
+
+def _run_shell(
+    copy: Path, wal: Path | None, session_id: str, work: Path
+) -> tuple[merge_mod.ShellRows | None, list[str]]:
+    """SQLite's ``.recover`` on the private copy, when a capable shell exists; optional: it
+    never sinks the other engines."""
+    try:
+        from agentdb.salvage import shell
+    except ImportError:
+        return None, []
+    try:
+        if shell.find_capable_shell() is None:
+            return None, []
+        shell_dir = work / "shell"
+        fsutil.ensure_dir(shell_dir)
+        got = shell.shell_salvage(copy, wal, session_id, shell_dir)
+    except Exception as e:  # the optional engine must never sink the others
+        return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
+    return merge_mod.ShellRows(dict(got.rows), set(got.hashed)), list(got.notes)
+
+
+def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path) -> None:
+    """Write the replacement into scratch and check it once: ``agentdb check``'s full judge
+    (integrity, identity, schema, session_meta, content hashes) plus the merged row counts."""
+    out = plan_.outcome
+    replacement.write(target, merged)
+    problems, orphans = replacement.check(target, out.session_id, merged)
+    out.replacement_check = problems
+    if orphans:
+        out.notes.append(f"{orphans} rows reference events that were lost (kept: history)")
+    if problems:
+        out.outcome = "unreadable"
+        out.notes.append(f"the replacement failed verification: {problems[0]}")
+        return
+    out.outcome = "recovered"
+    plan_.scratch = target
+
+
+def tables_intact(
+    diag: rows.Diagnosis, found: rows.RowSalvage | None, page: pages_mod.PageSalvage
+) -> bool:
+    """True when only integrity_check complains and every table b-tree is intact: SQLite read
+    every table start to end with no error and no rejected row (content hashes included), and
+    the page engine's walk of the same b-trees found exactly the same rows, with no orphaned
+    leaf holding a row SQLite did not see. The damage is then confined to indexes."""
+    if not diag.integrity_only or found is None or not page.schema_found:
+        return False
+    if not found.complete or found.damaged_regions or found.rejected:
+        return False
+    if page.broken or page.crosslinked or page.crosslink_owner:
+        return False  # a live row's payload is structurally wrong: not an index-only damage
+    live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
+    for c in page.candidates:
+        key = tables_mod.key_of(c.table, c.row)
+        if c.tier == pages_mod.LIVE:
+            live[c.table][key] = c.row
+        elif c.tier == pages_mod.STRAY and key not in found.rows[c.table]:
+            return False  # a row in a leaf no b-tree reaches
+    return all(live[t] == found.rows[t] for t in TABLES)
+
+
+def _found_by(got: Salvage) -> dict[str, dict[str, dict[str, int]]]:
+    """Per engine that ran: how many rows of each table it found, and how many it gave."""
+    merged, found, page, rebuild = got.merged, got.found, got.page, got.rebuild
+
+    def used(*sources: str) -> dict[str, int]:
+        return {t: n for t in TABLES if (n := sum(merged.sources[t][s] for s in sources))}
+
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    if found is not None:
+        out["index-rebuild" if rebuild else "rows"] = {
+            "found": {t: len(v) for t, v in found.rows.items() if v},
+            "used": used("rows"),
+        }
+    tiers = Counter(c.table for c in page.candidates)
+    out["pages"] = {
+        "found": {t: tiers[t] for t in TABLES if t in tiers},
+        "used": {} if rebuild else used("live", "stray", "stale"),
+    }
+    if page.free and not rebuild:
+        shapes = Counter(fr.table for fr in page.free)  # classified once, by the page engine
+        out["free-space"] = {"found": dict(shapes), "used": used("free-space")}
+    if got.shell is not None:
+        out["sqlite-recover"] = {
+            "found": {t: len(v) for t, v in got.shell.rows.items() if v},
+            "used": used("sqlite-recover"),
+        }
+    derived = used("derived", "rebuilt")
+    if derived:
+        out["derived"] = {"found": derived, "used": derived}
+    return out
+
+
+_ENGINE_SOURCES = (
+    ("rows", ("rows",)),
+    ("pages", ("live", "stray", "stale")),
+    ("sqlite-recover", ("sqlite-recover",)),
+    ("free-space", ("free-space",)),
+    ("derived", ("derived", "rebuilt")),
+)
+
+
+def _describe(out: RecoveryOutcome, got: Salvage) -> None:
+    """Counts per table (with verification levels), engines used, losses and notes."""
+    merged, found, page = got.merged, got.found, got.page
+    out.tables = {
+        t: {
+            "salvaged": len(merged.rows[t]),
+            **merged.levels(t),
+            "sources": dict(merged.sources[t]),
+        }
+        for t in TABLES
+    }
+    if found is not None:
+        # The rows engine's reader: each restart begins past a new damaged region, so
+        # restarts <= damaged_regions (the scan runs at most damaged_regions + 1 times).
+        for t in TABLES:
+            out.tables[t]["restarts"] = found.restarts.get(t, 0)
+            out.tables[t]["damaged_regions"] = found.regions.get(t, 0)
+    used: Counter[str] = Counter()
+    for t in TABLES:
+        used.update(merged.sources[t])
+    out.engines = ["index-rebuild"] if got.rebuild else []
+    for name, sources in _ENGINE_SOURCES:
+        if any(used[s] for s in sources) and not (got.rebuild and name == "rows"):
+            out.engines.append(name)
+    out.lost = merged.lost
+    rejected = Counter(page.rejected)
+    if found is not None:
+        rejected.update(found.rejected)
+        out.notes += found.notes
+        if found.damaged_regions:
+            out.notes.append(f"rows engine stepped around {found.damaged_regions} damaged regions")
+    out.notes += page.notes + merged.notes + got.shell_notes
+    if rejected:
+        top = ", ".join(f"{why} ({n})" for why, n in rejected.most_common(6))
+        out.notes.append(f"rejected: {top}")

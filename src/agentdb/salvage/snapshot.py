@@ -1,0 +1,158 @@
+"""Steps 1 and 2 of a recovery plan: snapshot the session, then judge the snapshot.
+
+:func:`take` runs while the caller holds :func:`agentdb.locks.hold` on the session. It records
+what the file and its sidecars are (device, inode, size, mtime: :class:`Stamp`), and copies
+them into the job's private work directory: the database as a hot rollback journal's rollback
+leaves it (rolled back on the copy, never on the original), and its WAL. Nothing in the sessions
+directory is written. :func:`judge` opens that copy read-only and diagnoses it; a WAL that is
+another database's (on evidence only) is set aside and the file judged alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentdb import fsutil, swap
+from agentdb.fileformat import foreign_evidence, scan_wal
+from agentdb.paths import sidecar
+from agentdb.salvage import rows, sidecars
+from agentdb.schema.revisions import APPLICATION_ID
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a file was when it was read: a later :func:`stamp` that differs means it changed."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+
+def stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return Stamp(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class Snapshot:
+    """The session as the plan read it, and the private copy the engines work on."""
+
+    path: Path  # the session file
+    stamps: tuple[Stamp | None, ...]  # the file, its -wal and -journal when the plan read them
+    interrupted: Path | None  # a .corrupt name an interrupted recovery already gave this file
+    copy: Path  # private copy of the database (a hot journal rolled back)
+    wal: Path | None  # the WAL the copy is read with (None: none, or another database's)
+    had_wal: bool  # a WAL was beside the file (it goes with the original)
+    had_journal: bool  # a hot rollback journal was beside the file (it goes with the original)
+    journal_note: str | None = None  # why the journal was not applied (not this database's)
+    db_bytes: bytes = field(default=b"", repr=False)  # the copy's bytes (for the page engine)
+    wal_bytes: bytes | None = field(default=None, repr=False)  # the WAL's bytes
+
+    def current_stamps(self) -> tuple[Stamp | None, ...]:
+        return _stamps(self.path)
+
+    def release(self) -> None:
+        """Drop the bytes held for the engines (the plan keeps only paths and counts)."""
+        self.db_bytes = b""
+        self.wal_bytes = None
+
+
+def _stamps(path: Path) -> tuple[Stamp | None, ...]:
+    return (stamp(path), stamp(sidecar(path, "-wal")), stamp(sidecar(path, "-journal")))
+
+
+def take(path: Path, fd: int, work: Path) -> Snapshot | None:
+    """Copy the held session into ``work``; None when the file was replaced while locking."""
+    st = os.fstat(fd)
+    now = os.lstat(path)
+    if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+        return None
+    stamps = _stamps(path)
+    interrupted = swap.existing_corrupt_of(path, st)
+    wal_path = sidecar(path, "-wal")
+    if not wal_path.exists() and interrupted is not None:
+        wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
+    db_bytes = fsutil.read_fd(fd, st.st_size)
+    try:
+        wal_bytes: bytes | None = fsutil.read_regular(wal_path)
+    except FileNotFoundError:
+        wal_bytes = None
+    journal_path = sidecar(path, "-journal")
+    if not journal_path.exists() and interrupted is not None:
+        journal_path = sidecar(interrupted, "-journal")
+    journal_bytes = sidecars.hot_journal_bytes(journal_path)
+    journal_note = None
+    if journal_bytes is not None:
+        rolled, journal_note = sidecars.roll_back(db_bytes, journal_bytes, path.name, work)
+        if rolled is not None:
+            db_bytes = rolled
+    copy = work / path.name
+    _write_private(copy, db_bytes)
+    wal = None
+    if wal_bytes:
+        wal = sidecar(copy, "-wal")
+        _write_private(wal, wal_bytes)
+    return Snapshot(
+        path,
+        stamps,
+        interrupted,
+        copy,
+        wal,
+        had_wal=bool(wal_bytes),
+        had_journal=journal_bytes is not None,
+        journal_note=journal_note,
+        db_bytes=db_bytes,
+        wal_bytes=wal_bytes or None,
+    )
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = fsutil.open_regular(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        with fsutil.naming(path):
+            fsutil.write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagnosis]:
+    """(connection to the copy or None, diagnosis). A WAL that is another database's is set
+    aside (``snap.wal`` becomes None) and the file judged alone."""
+    conn, open_error = sidecars.open_copy(snap.copy)
+    diag = rows.diagnose(conn, open_error)
+    if snap.wal_bytes:
+        scan = scan_wal(snap.wal_bytes)
+        foreign = foreign_evidence(
+            snap.db_bytes[:100], scan, (APPLICATION_ID,)
+        ) or sidecars.meta_elsewhere(conn, snap.db_bytes, session_id, work)
+        if foreign is not None:
+            # Another database's WAL: salvage this session from its file alone; the WAL goes
+            # with the original as <corrupt>-wal.
+            if conn is not None:
+                conn.close()
+            for suffix in ("-wal", "-shm"):
+                sidecar(snap.copy, suffix).unlink(missing_ok=True)
+            snap.wal, snap.wal_bytes = None, None
+            conn, open_error = sidecars.open_copy(snap.copy)
+            diag = rows.diagnose(conn, open_error)
+            _damaged(diag, f"WAL is another database's ({foreign}); salvaged from the file alone")
+        elif "wal_frames_after_break" in scan.codes:
+            _damaged(diag, "WAL: intact commits after a checksum break")
+    if snap.journal_note is not None:  # a journal that is not this database's
+        _damaged(diag, snap.journal_note)
+    # Messages about the private copy name the session file the operator knows.
+    diag.reasons = [r.replace(str(snap.copy), str(snap.path)) for r in diag.reasons]
+    return conn, diag
+
+
+def _damaged(diag: rows.Diagnosis, reason: str) -> None:
+    diag.damaged = True
+    diag.integrity_only = False
+    diag.reasons.append(reason)
