@@ -7,13 +7,16 @@ never winning a merge: tests/fuzz/test_overflow_merge.py.)"""
 from __future__ import annotations
 
 import ast
+import os
 import stat
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from agentdb import fsutil, locks, paths, recoverylog, salvage
-from agentdb.salvage import RecoveryOutcome, replacement
+from agentdb.salvage import RecoveryOutcome, replacement, scratch
+from agentdb.store import Event, SessionWriter
 from tests.salvage import corpus
 from tests.support import make_session
 
@@ -154,3 +157,34 @@ def test_log_line_round_trips(sessions_dir: Path) -> None:
     assert back.to_log("outcome") == out.to_log("outcome")
     assert {k: v for k, v in line.items() if k != "time"} == out.to_log("outcome")
     assert RecoveryOutcome.from_log({"outcome": "nonsense", "tables": 3}).outcome == "failed"
+
+
+def big_events_session(sessions_dir: Path, n: int) -> tuple[str, Path]:
+    w = SessionWriter.create(sessions_dir, profile="coder")
+    w.emit_batch([Event("tool_result", corpus.BIG, os.urandom(10_000) * 2) for _ in range(n)])
+    w.close()
+    return w.session_id, w.path
+
+
+def test_values_stream_into_the_scratch_database(
+    sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no memory budget every long value goes to the scratch database as it is found: the
+    salvage's Python allocations stay far below the payloads' total, and the replacement holds
+    every salvaged row byte for byte."""
+    monkeypatch.setattr(scratch, "MEMORY_BUDGET", 0)
+    sid, path = big_events_session(sessions_dir, 300)  # 6 MB of payloads
+    original = corpus.read_rows(path)
+    corpus.d_zeroed_page(path)
+    tracemalloc.start()
+    try:
+        out = salvage.recover_session(sessions_dir, sid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.outcome == "recovered", out.notes
+    got = corpus.read_rows(path)
+    assert got["events"] <= original["events"]
+    assert out.tables["events"]["salvaged"] == len(got["events"]) >= 290
+    assert out.tables["events"]["verified"] == len(got["events"])
+    assert peak < 3 << 20, f"{peak} bytes traced at peak"

@@ -76,10 +76,7 @@ def recover_cmd(
                 "version": 1,
                 "dry_run": dry_run,
                 "interrupted": report.interrupted,
-                "sessions": [
-                    s.to_json()
-                    for s in report.sessions
-                ],
+                "sessions": [s.to_json() for s in report.sessions],
                 "summary": _summary(report),
             }
         )

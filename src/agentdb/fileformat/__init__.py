@@ -26,7 +26,7 @@ from .header import (
     parse_header,
     parse_journal_header,
 )
-from .pager import PageSource, infer_page_size
+from .pager import FileBytes, PageSource, infer_page_size
 from .record import decode_record, encode_record, record_shape
 from .varint import read_varint
 from .wal import (
@@ -43,6 +43,7 @@ from .wal import (
 __all__ = [
     "BtreePage",
     "DbHeader",
+    "FileBytes",
     "FormatError",
     "IndexCell",
     "JournalHeader",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,28 @@ from .errors import FormatError
 from .header import PAGE_SIZES, DbHeader, parse_header
 from .varint import Buffer
 from .wal import WalScan, scan_wal
+
+
+class FileBytes:
+    """The bytes of an open regular file, read on demand (``os.pread``) instead of held whole:
+    ``len()`` and slices, which is all :class:`PageSource` and the header parsers use."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd  # the caller's descriptor: it stays open while this is used
+        self.size = os.fstat(fd).st_size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice) -> bytes:
+        if not isinstance(key, slice):
+            raise TypeError("FileBytes supports slices only")
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise TypeError("FileBytes supports contiguous slices only")
+        if stop <= start:
+            return b""
+        return os.pread(self.fd, stop - start, start)
 
 
 class PageSource:
@@ -30,18 +53,18 @@ class PageSource:
 
     def __init__(
         self,
-        db: Buffer,
+        db: Buffer | FileBytes,
         wal: WalScan | None = None,
         *,
         page_size: int | None = None,
         include_resumed: bool = False,
     ) -> None:
-        self.db = bytes(db)
+        self.db: bytes | FileBytes = db if isinstance(db, FileBytes) else bytes(db)
         self.wal = wal
         self.header: DbHeader | None = None
         self.header_problem: str | None = None
         try:
-            self.header = parse_header(self.db)
+            self.header = parse_header(self.db[:100])
         except FormatError as e:
             self.header_problem = str(e)
         wal_size = wal.page_size if wal is not None else None
@@ -49,7 +72,7 @@ class PageSource:
             page_size
             or (self.header.page_size if self.header else None)
             or wal_size
-            or infer_page_size(self.db)
+            or infer_page_size(self.db[: 16 << 20])
         )
         if size is None:
             raise FormatError("cannot determine the page size (no header, WAL or b-tree pages)")

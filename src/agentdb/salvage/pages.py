@@ -20,12 +20,15 @@ not match.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentdb.fileformat import (
+    FileBytes,
     FormatError,
     PageKind,
     PageSource,
@@ -44,6 +47,7 @@ from agentdb.salvage.tables import Row
 LIVE, STRAY, STALE = 0, 1, 2
 TIER_NAMES = {LIVE: "live", STRAY: "stray", STALE: "stale"}
 GetPage = Callable[[int], "bytes | None"]
+Keep = Callable[[Row], Row]
 _MIN_KEY = -(1 << 63) - 1
 
 
@@ -92,7 +96,10 @@ class PageSalvage:
 
 
 class _PageReader:
-    def __init__(self, src: PageSource, encoding: str, session_id: str, out: PageSalvage):
+    def __init__(
+        self, src: PageSource, encoding: str, session_id: str, out: PageSalvage, keep: Keep
+    ) -> None:
+        self.keep = keep  # where a validated row's long values go (the scratch database)
         self.src = src
         self.encoding = encoding
         self.session_id = session_id
@@ -163,15 +170,17 @@ class _PageReader:
             return
         row = tables.normalise(table, row)
         why = tables.problem(table, row, self.session_id)
+        hashed = why is None and isinstance(stored, bytes)
         if why is None and stored is not tables.NO_HASH:
             if isinstance(stored, bytes):
                 self.out.event_hashes.setdefault(row[0], set()).add(stored)
             why = tables.hash_problem(row, stored)
-            if why is None and isinstance(stored, bytes):
-                self.out.verified.setdefault(row[0], (row, stored))
         if why is not None:
             self.out.rejected[f"{table}: {why}"] += 1
             return
+        row = self.keep(row)
+        if hashed:
+            self.out.verified.setdefault(row[0], (row, stored))
         self.out.candidates.append(Candidate(table, row, tier, where, rowid))
 
     # -- pages
@@ -244,8 +253,28 @@ class _PageReader:
                 stack.extend(reversed(kids))
 
 
-def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> PageSalvage:
-    """Run engine c over the bytes of a database file and (optionally) its WAL."""
+def salvage_pages(
+    db: Path | bytes, wal_bytes: bytes | None, session_id: str, keep: Keep | None = None
+) -> PageSalvage:
+    """Run engine c over a database file (read page by page as needed; or its bytes) and
+    (optionally) its WAL's bytes. ``keep`` takes each validated row (the scratch database's
+    :meth:`~agentdb.salvage.scratch.Scratch.keep`); by default rows are kept as they are."""
+    if isinstance(db, bytes):
+        return _salvage_pages(db, wal_bytes, session_id, keep or _as_is)
+    fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return _salvage_pages(FileBytes(fd), wal_bytes, session_id, keep or _as_is)
+    finally:
+        os.close(fd)
+
+
+def _as_is(row: Row) -> Row:
+    return row
+
+
+def _salvage_pages(
+    db: bytes | FileBytes, wal_bytes: bytes | None, session_id: str, keep: Keep
+) -> PageSalvage:
     out = PageSalvage()
     wal = scan_wal(wal_bytes) if wal_bytes else None
     if wal is not None and wal.resumed_commits:
@@ -254,7 +283,7 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
             "(SQLite itself ignores them)"
         )
     try:
-        src = PageSource(db_bytes, wal, include_resumed=True)
+        src = PageSource(db, wal, include_resumed=True)
     except FormatError as e:
         out.notes.append(f"page engine: {e}")
         return out
@@ -264,7 +293,7 @@ def salvage_pages(db_bytes: bytes, wal_bytes: bytes | None, session_id: str) -> 
     else:
         out.revision = src.header.user_version
     encoding = src.header.encoding if src.header else "utf-8"
-    r = _PageReader(src, encoding, session_id, out)
+    r = _PageReader(src, encoding, session_id, out, keep)
     _walk_live(r)
     _scan_unreached(r)
     _scan_older(r, wal)

@@ -22,6 +22,7 @@ from agentdb.salvage import pages as pages_mod
 from agentdb.salvage import replacement, rows, snapshot
 from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.outcome import RecoveryOutcome
+from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.snapshot import Snapshot
 from agentdb.salvage.tables import TABLES
 
@@ -58,28 +59,46 @@ def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> Recover
         out.notes.append(f"{path}: replaced while being locked; retry")
         return RecoveryPlan(out)
     result = RecoveryPlan(out, snap)
+    store = Scratch(work / "scratch.sqlite")
+    try:
+        got = _salvage(result, store, session_id, work, log)
+        if got is None:
+            return result
+        _describe(out, got)
+        out.found_by = _found_by(got)
+        if got.merged.count() == 0 and not got.merged.rows["session_meta"]:
+            out.outcome = "unreadable"
+            out.notes.append("nothing could be salvaged; the original is left untouched")
+            return result
+        _build(result, got.merged, work / "replacement.sqlite", store)
+    finally:
+        store.close()
+    return result
+
+
+def _salvage(
+    plan_: RecoveryPlan, store: Scratch, session_id: str, work: Path, log: Path
+) -> Salvage | None:
+    """Judge the snapshot; when it needs salvage, run the engines (long values streamed into
+    ``store``) and merge. None when the plan ends at the diagnosis."""
+    snap = plan_.snapshot
+    assert snap is not None
     conn, diag = snapshot.judge(snap, session_id, work)
     try:
-        if not _needs_salvage(result, diag, log):
-            return result
-        out.notes += diag.reasons
-        page = pages_mod.salvage_pages(snap.db_bytes, snap.wal_bytes, session_id)
+        if not _needs_salvage(plan_, diag, log):
+            return None
+        plan_.outcome.notes += diag.reasons
+        page = pages_mod.salvage_pages(snap.copy, snap.wal_bytes, session_id, store.keep)
         found = None
         if conn is not None and diag.refused is None:
-            found = rows.salvage_rows(conn, session_id, diag.revision or 2, page.verified)
+            revision = diag.revision or 2
+            found = rows.salvage_rows(conn, session_id, revision, page.verified, store.keep)
     finally:
         if conn is not None:
             conn.close()
     got = _merge(snap, diag, found, page, session_id, work)
     snap.release()
-    _describe(out, got)
-    out.found_by = _found_by(got)
-    if got.merged.count() == 0 and not got.merged.rows["session_meta"]:
-        out.outcome = "unreadable"
-        out.notes.append("nothing could be salvaged; the original is left untouched")
-        return result
-    _build(result, got.merged, work / "replacement.sqlite")
-    return result
+    return got
 
 
 def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool:
@@ -175,11 +194,11 @@ def _run_shell(
     return merge_mod.ShellRows(dict(got.rows), set(got.hashed)), list(got.notes)
 
 
-def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path) -> None:
+def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path, store: Scratch) -> None:
     """Write the replacement into scratch and check it once: ``agentdb check``'s full judge
     (integrity, identity, schema, session_meta, content hashes) plus the merged row counts."""
     out = plan_.outcome
-    replacement.write(target, merged)
+    replacement.write(target, merged, store.resolve)
     problems, orphans = replacement.check(target, out.session_id, merged)
     out.replacement_check = problems
     if orphans:

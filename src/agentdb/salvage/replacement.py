@@ -3,6 +3,7 @@ private work directory), and check it once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import apsw
@@ -12,8 +13,11 @@ from agentdb.checks import check_path
 from agentdb.hashing import event_hash
 from agentdb.salvage import tables
 from agentdb.salvage.merge import Merged
+from agentdb.salvage.tables import Row
 from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION
+
+Resolve = Callable[[Row], Row]
 
 _INSERT = {
     "events": "INSERT INTO events (sequence, id, timestamp, kind, producer_category, "
@@ -31,9 +35,23 @@ _INSERT = {
 }
 
 
-def write(path: Path, merged: Merged) -> None:
+def _as_is(row: Row) -> Row:
+    return row
+
+
+def _rows(merged: Merged, table: str, resolve: Resolve) -> Iterator[Row]:
+    """The rows of ``table`` in key order, long values read back one row at a time."""
+    rows = merged.rows[table]
+    known = merged.hashes  # verified against these very rows
+    for k in sorted(rows):
+        r = resolve(rows[k])
+        yield (*r, known.get(r[0]) or event_hash(*r)) if table == "events" else r
+
+
+def write(path: Path, merged: Merged, resolve: Resolve | None = None) -> None:
     """Create ``path`` (0600, exclusive, WAL, current revision) holding ``merged``. Scratch: not
     fsynced here (the copy put beside the session is)."""
+    resolve = resolve or _as_is
     conn = db.open_writer(path, create=True)
     try:
         with db.translated(path, conn):
@@ -43,12 +61,7 @@ def write(path: Path, merged: Merged) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for table in tables.TABLES:
-                    rows = merged.rows[table]
-                    batch = [rows[k] for k in sorted(rows)]
-                    if table == "events":
-                        known = merged.hashes  # verified against these very rows
-                        batch = [(*r, known.get(r[0]) or event_hash(*r)) for r in batch]
-                    conn.executemany(_INSERT[table], batch)
+                    conn.executemany(_INSERT[table], _rows(merged, table, resolve))
                 for name, seq in merged.sequences.items():
                     conn.execute(
                         "INSERT INTO sqlite_sequence (name, seq) SELECT ?, 0 WHERE NOT EXISTS "

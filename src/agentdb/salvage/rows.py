@@ -141,11 +141,13 @@ def salvage_rows(
     session_id: str,
     revision: int,
     verified: dict[int, tuple[Row, bytes]] | None = None,
+    keep: Callable[[Row], Row] | None = None,
 ) -> RowSalvage:
     """Read every table of the copy, stepping around damaged regions.
 
     ``verified`` holds (row, content_hash) pairs another engine already checked: an identical
-    row with an identical stored hash is not hashed again.
+    row with an identical stored hash is not hashed again. ``keep`` takes each validated row
+    (the scratch database's :meth:`~agentdb.salvage.scratch.Scratch.keep`).
     """
     out = RowSalvage()
     rev = min(max(revision, 1), CURRENT_REVISION)
@@ -154,6 +156,8 @@ def salvage_rows(
         out.rows[table] = {}
         cols = _columns(table, rev)
         taker = _Taker(out, table, cols, session_id, rev >= 2, verified or {})
+        if keep is not None:
+            taker.keep = keep
         reader = _RowReader(conn, table, cols, taker.take)
         try:
             complete &= reader.read()
@@ -195,6 +199,7 @@ class _Taker:
         self.hashed = hashed and table == "events"  # revision 2: events carry content_hash
         self.known = known
         self.found = out.rows[table]
+        self.keep: Callable[[Row], Row] = _as_is
 
     def take(self, r: tuple[Any, ...]) -> None:
         raw, why = _decode(self.table, self.cols, r)
@@ -211,9 +216,13 @@ class _Taker:
             self.out.rejected[f"{self.table}: {why}"] += 1
             return
         key = tables.key_of(self.table, values)
-        self.found[key] = values
+        self.found[key] = self.keep(values)
         if self.table not in tables.AUTOINCREMENT_TABLES:
             self.out.rowid_keys.setdefault(self.table, {})[int(r[0])] = key
+
+
+def _as_is(row: Row) -> Row:
+    return row
 
 
 class _OutOfOrder(Exception):

@@ -20,7 +20,7 @@ def open_copy(copy: Path) -> tuple[Any, BaseException | None]:
         return None, e
 
 
-def meta_elsewhere(conn: Any, db_bytes: bytes, session_id: str, work: Path) -> str | None:
+def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str | None:
     """Evidence that the WAL is another session's: applied, it gives a session_meta row
     naming another session, while the file alone names this one. None otherwise."""
     if conn is None:
@@ -37,7 +37,7 @@ def meta_elsewhere(conn: Any, db_bytes: bytes, session_id: str, work: Path) -> s
     alone = work / "alone"
     fsutil.ensure_dir(alone)
     copy = alone / f"{session_id}.sqlite"
-    _write(copy, db_bytes)
+    fsutil.copy_regular(db_copy, copy, fsync=False)
     try:
         other = db.open_readonly(copy)
     except errors.AgentdbError:
@@ -78,28 +78,27 @@ def hot_journal_bytes(journal: Path) -> bytes | None:
     return data if parse_journal_header(data) is not None else None
 
 
-def roll_back(
-    db_bytes: bytes, journal: bytes, name: str, work: Path
-) -> tuple[bytes | None, str | None]:
-    """(the database as the hot journal's rollback leaves it, None) — on a private copy; or
-    (None, why the journal is not this database's) when its header disagrees with the file or
-    the rollback fails: then it is treated like a WAL of another database."""
-    problem = journal_problem(db_bytes[:100], journal)
+def roll_back(copy: Path, journal: bytes, work: Path) -> str | None:
+    """Roll the hot journal back into ``copy`` (a private copy of the database): None when done,
+    else why the journal is not this database's (its header disagrees with the file, or the
+    rollback fails; ``copy`` is then unchanged), and it is treated like another database's WAL."""
+    with open(copy, "rb") as f:
+        header = f.read(100)
+    problem = journal_problem(header, journal)
     if problem is None:
         where = work / "rollback"
         fsutil.ensure_dir(where)
-        copy = where / name
-        _write(copy, db_bytes)
-        _write(copy.with_name(name + "-journal"), journal)
+        rolled = where / copy.name
+        fsutil.copy_regular(copy, rolled, fsync=False)
+        _write(rolled.with_name(copy.name + "-journal"), journal)
         try:
-            db.roll_back_private(copy)
+            db.roll_back_private(rolled)
         except errors.AgentdbError as e:
             problem = f"rolling it back fails: {str(e).split(': ', 1)[-1]}"
         else:
-            rolled = copy.read_bytes()
-            copy.unlink()
-            return rolled, None
-    return None, (
+            os.replace(rolled, copy)
+            return None
+    return (
         f"its rollback journal is not this database's ({problem}); salvaged from the file as "
         "it is, the journal is kept with the original"
     )

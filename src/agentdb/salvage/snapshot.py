@@ -52,15 +52,14 @@ class Snapshot:
     had_wal: bool  # a WAL was beside the file (it goes with the original)
     had_journal: bool  # a hot rollback journal was beside the file (it goes with the original)
     journal_note: str | None = None  # why the journal was not applied (not this database's)
-    db_bytes: bytes = field(default=b"", repr=False)  # the copy's bytes (for the page engine)
+    header: bytes = field(default=b"", repr=False)  # the copy's first 100 bytes
     wal_bytes: bytes | None = field(default=None, repr=False)  # the WAL's bytes
 
     def current_stamps(self) -> tuple[Stamp | None, ...]:
         return _stamps(self.path)
 
     def release(self) -> None:
-        """Drop the bytes held for the engines (the plan keeps only paths and counts)."""
-        self.db_bytes = b""
+        """Drop the WAL bytes held for the engines (the plan keeps only paths and counts)."""
         self.wal_bytes = None
 
 
@@ -69,7 +68,9 @@ def _stamps(path: Path) -> tuple[Stamp | None, ...]:
 
 
 def take(path: Path, fd: int, work: Path) -> Snapshot | None:
-    """Copy the held session into ``work``; None when the file was replaced while locking."""
+    """Copy the held session into ``work``; None when the file was replaced while locking.
+    The database is copied in chunks (never held whole); the WAL is read whole (the page engine
+    scans its frames)."""
     st = os.fstat(fd)
     now = os.lstat(path)
     if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
@@ -79,7 +80,6 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     wal_path = sidecar(path, "-wal")
     if not wal_path.exists() and interrupted is not None:
         wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
-    db_bytes = fsutil.read_fd(fd, st.st_size)
     try:
         wal_bytes: bytes | None = fsutil.read_regular(wal_path)
     except FileNotFoundError:
@@ -88,17 +88,17 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     if not journal_path.exists() and interrupted is not None:
         journal_path = sidecar(interrupted, "-journal")
     journal_bytes = sidecars.hot_journal_bytes(journal_path)
+    copy = work / path.name
+    _copy_fd(fd, st.st_size, copy)
     journal_note = None
     if journal_bytes is not None:
-        rolled, journal_note = sidecars.roll_back(db_bytes, journal_bytes, path.name, work)
-        if rolled is not None:
-            db_bytes = rolled
-    copy = work / path.name
-    _write_private(copy, db_bytes)
+        journal_note = sidecars.roll_back(copy, journal_bytes, work)
     wal = None
     if wal_bytes:
         wal = sidecar(copy, "-wal")
         _write_private(wal, wal_bytes)
+    with open(copy, "rb") as f:
+        header = f.read(100)
     return Snapshot(
         path,
         stamps,
@@ -108,9 +108,32 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         had_wal=bool(wal_bytes),
         had_journal=journal_bytes is not None,
         journal_note=journal_note,
-        db_bytes=db_bytes,
+        header=header,
         wal_bytes=wal_bytes or None,
     )
+
+
+def _copy_fd(fd: int, size: int, dst: Path) -> None:
+    """The first ``size`` bytes of the open file ``fd`` into the new private file ``dst``."""
+    out = fsutil.open_regular(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        with fsutil.naming(dst):
+            pos = 0
+            while pos < size:
+                try:  # in the kernel: no copy of the file passes through this process
+                    n = os.copy_file_range(fd, out, min(_CHUNK, size - pos), pos)
+                except OSError:
+                    chunk = os.pread(fd, min(_CHUNK, size - pos), pos)
+                    fsutil.write_all(out, chunk)
+                    n = len(chunk)
+                if not n:
+                    break
+                pos += n
+    finally:
+        os.close(out)
+
+
+_CHUNK = 1 << 20
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -129,9 +152,9 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     diag = rows.diagnose(conn, open_error)
     if snap.wal_bytes:
         scan = scan_wal(snap.wal_bytes)
-        foreign = foreign_evidence(
-            snap.db_bytes[:100], scan, (APPLICATION_ID,)
-        ) or sidecars.meta_elsewhere(conn, snap.db_bytes, session_id, work)
+        foreign = foreign_evidence(snap.header, scan, (APPLICATION_ID,)) or sidecars.meta_elsewhere(
+            conn, snap.copy, session_id, work
+        )
         if foreign is not None:
             # Another database's WAL: salvage this session from its file alone; the WAL goes
             # with the original as <corrupt>-wal.

@@ -1,0 +1,130 @@
+"""The job's private scratch database: large values are streamed into it as the engines find
+them, so a salvage holds at most :data:`MEMORY_BUDGET` bytes of a session's payloads in memory
+(small sessions never touch the disk for them).
+
+Each engine validates a row (and, for a revision-2 event, checks its content hash) with the
+value in hand, then :meth:`Scratch.keep` writes every value of :data:`SPILL_AT` bytes or more
+into the scratch database, keyed by its digest (a value two engines found is stored once), and
+the row carries a small :class:`Spilled` in its place. Rows compare equal when their values do
+(a :class:`Spilled` compares with another by digest, with bytes or text by hashing them), so the
+merge works on rows as before. The replacement is written row by row, each value read back
+(:meth:`Scratch.resolve`). The scratch database lives in the job's private work directory
+(0700, outside the sessions directory) and goes with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from agentdb import db
+
+SPILL_AT = 4096  # values this long or longer are kept apart from the rows
+MEMORY_BUDGET = 32 << 20  # bytes of such values kept in memory before they go to the database
+Row = tuple[Any, ...]
+_last: list[Any] = [None, b""]  # the last value digested and its digest (compared, then kept)
+
+
+def _digest(data: bytes) -> bytes:
+    if _last[0] is data:
+        return bytes(_last[1])
+    digest = hashlib.blake2b(data, digest_size=20).digest()
+    _last[0], _last[1] = data, digest
+    return digest
+
+
+class Spilled:
+    """A value kept in the scratch database: its digest, length and type."""
+
+    __slots__ = ("digest", "size", "text")
+
+    def __init__(self, digest: bytes, size: int, text: bool) -> None:
+        self.digest = digest  # blake2b-160 of the bytes (UTF-8 for text)
+        self.size = size  # bytes
+        self.text = text  # the value is TEXT (a str), else a BLOB
+
+    def _key(self) -> tuple[bytes, int, bool]:
+        return (self.digest, self.size, self.text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Spilled):
+            return self._key() == other._key()
+        if isinstance(other, str) and self.text:
+            data = other.encode("utf-8", "surrogatepass")
+        elif isinstance(other, bytes) and not self.text:
+            data = other
+        else:
+            return False
+        return len(data) == self.size and _digest(data) == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Spilled({self.digest.hex()[:12]}, {self.size} bytes)"
+
+
+class Scratch:
+    """A new scratch database at ``path`` (private: 0600, not durable, no journal)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn = db.open_private(path)
+        self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)
+        db.exec_script(
+            self.conn,
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+            "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+        )
+        self.memory: dict[bytes, bytes] = {}  # digest -> value, while within MEMORY_BUDGET
+        self.memory_bytes = 0
+        self.spilled = 0  # values written to the database
+        self.bytes = 0  # their total size
+
+    def keep(self, row: Row) -> Row:
+        """``row`` with every long value written to the scratch database and replaced by a
+        :class:`Spilled`."""
+        if not any(isinstance(v, bytes | str) and len(v) >= SPILL_AT for v in row):
+            return row
+        return tuple(self._spill(v) for v in row)
+
+    def _spill(self, v: Any) -> Any:
+        if not isinstance(v, bytes | str) or len(v) < SPILL_AT:
+            return v
+        text = isinstance(v, str)
+        data = v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v
+        digest = _digest(data)
+        if digest in self.memory:
+            pass
+        elif self.memory_bytes + len(data) <= MEMORY_BUDGET:
+            self.memory[digest] = data
+            self.memory_bytes += len(data)
+        else:
+            sql = "INSERT OR IGNORE INTO value(digest, data) VALUES (?, ?)"
+            self.conn.execute(sql, (digest, data))
+            if self.conn.changes():
+                self.spilled += 1
+                self.bytes += len(data)
+        return Spilled(digest, len(data), text)
+
+    def resolve(self, row: Row) -> Row:
+        """``row`` with each :class:`Spilled` replaced by its value, read back."""
+        if not any(isinstance(v, Spilled) for v in row):
+            return row
+        return tuple(self._value(v) if isinstance(v, Spilled) else v for v in row)
+
+    def _value(self, s: Spilled) -> bytes | str:
+        data = self.memory.get(s.digest)
+        if data is None:
+            sql = "SELECT data FROM value WHERE digest = ?"
+            got = self.conn.execute(sql, (s.digest,)).fetchone()
+            if got is None:
+                raise LookupError(f"{self.path}: value {s!r} is missing from the scratch database")
+            data = bytes(got[0])
+        return data.decode("utf-8", "surrogatepass") if s.text else data
+
+    def close(self) -> None:
+        self.conn.close()
