@@ -188,3 +188,19 @@ def test_values_stream_into_the_scratch_database(
     assert out.tables["events"]["salvaged"] == len(got["events"]) >= 290
     assert out.tables["events"]["verified"] == len(got["events"])
     assert peak < 3 << 20, f"{peak} bytes traced at peak"
+
+
+def test_the_scratch_database_is_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scratch, "MEMORY_BUDGET", 0)
+    os.umask(0o022)
+    store = scratch.Scratch(tmp_path / "scratch.sqlite")
+    try:
+        row = store.keep((1, b"x" * 10_000, "y" * 5000, 3))
+        assert isinstance(row[1], scratch.Spilled) and isinstance(row[2], scratch.Spilled)
+        assert row == (1, b"x" * 10_000, "y" * 5000, 3)  # compares by value
+        assert store.resolve(row) == (1, b"x" * 10_000, "y" * 5000, 3)
+        assert stat.S_IMODE((tmp_path / "scratch.sqlite").stat().st_mode) == 0o600
+    finally:
+        store.close()

@@ -48,8 +48,9 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
         return out
     target = paths.job_file(path, "recover", "tmp")
     try:
-        fsutil.copy_regular(plan.scratch, target)
-        fsutil.fsync_dir(path.parent)
+        with out.timed("copy"):
+            fsutil.copy_regular(plan.scratch, target)
+            fsutil.fsync_dir(path.parent)
     except BaseException:
         swap.remove_job_files(path)
         raise
@@ -63,7 +64,8 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
     recoverylog.append(log, out.to_log("intent"))
     out.swap_started = True
     _fault(fault, "after_intent")
-    swap.swap(path, target, corrupt, fault)
+    with out.timed("swap"):
+        swap.swap(path, target, corrupt, fault)
     out.swap_started = False
     log_outcome(log, out)
     return out

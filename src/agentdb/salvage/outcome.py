@@ -8,6 +8,9 @@ entry: the log line's fields, keyed the same way.
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -51,6 +54,7 @@ class RecoveryOutcome:
     # every engine that ran: {"found": {table: rows it found}, "used": {table: rows it gave}}
     found_by: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage of the job
     error: errors.AgentdbError | None = field(default=None, repr=False)  # why "failed"
 
     def to_log(self, event: LogEvent) -> dict[str, Any]:
@@ -58,8 +62,19 @@ class RecoveryOutcome:
         return {"session_id": self.session_id, "event": event, **self._fields()}
 
     def to_json(self) -> dict[str, Any]:
-        """The ``recover --json`` entry for this session."""
-        return {"session_id": self.session_id, **self._fields()}
+        """The ``recover --json`` entry for this session (the log line's fields, and the wall
+        time of each stage)."""
+        seconds = {k: round(v, 4) for k, v in self.seconds.items()}
+        return {"session_id": self.session_id, **self._fields(), "seconds": seconds}
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` body to ``seconds[stage]``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
 
     def _fields(self) -> dict[str, Any]:
         return {

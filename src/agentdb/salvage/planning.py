@@ -53,7 +53,8 @@ def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> Recover
     """Snapshot the held session into ``work``, judge it, salvage it and build a checked
     replacement there; see the module docstring."""
     out = RecoveryOutcome(session_id, "refused", str(path))
-    snap = snapshot.take(path, fd, work)
+    with out.timed("snapshot"):
+        snap = snapshot.take(path, fd, work)
     if snap is None:
         out.outcome = "skipped_live"
         out.notes.append(f"{path}: replaced while being locked; retry")
@@ -83,20 +84,25 @@ def _salvage(
     ``store``) and merge. None when the plan ends at the diagnosis."""
     snap = plan_.snapshot
     assert snap is not None
-    conn, diag = snapshot.judge(snap, session_id, work)
+    out = plan_.outcome
+    with out.timed("diagnose"):
+        conn, diag = snapshot.judge(snap, session_id, work)
     try:
         if not _needs_salvage(plan_, diag, log):
             return None
-        plan_.outcome.notes += diag.reasons
-        page = pages_mod.salvage_pages(snap.copy, snap.wal_bytes, session_id, store.keep)
+        out.notes += diag.reasons
+        with out.timed("pages"):
+            page = pages_mod.salvage_pages(snap.copy, snap.wal_bytes, session_id, store.keep)
         found = None
         if conn is not None and diag.refused is None:
             revision = diag.revision or 2
-            found = rows.salvage_rows(conn, session_id, revision, page.verified, store.keep)
+            with out.timed("rows"):
+                found = rows.salvage_rows(conn, session_id, revision, page.verified, store.keep)
     finally:
         if conn is not None:
             conn.close()
-    got = _merge(snap, diag, found, page, session_id, work)
+    with out.timed("merge"):
+        got = _merge(snap, diag, found, page, session_id, work)
     snap.release()
     return got
 
@@ -198,8 +204,10 @@ def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path, store: S
     """Write the replacement into scratch and check it once: ``agentdb check``'s full judge
     (integrity, identity, schema, session_meta, content hashes) plus the merged row counts."""
     out = plan_.outcome
-    replacement.write(target, merged, store.resolve)
-    problems, orphans = replacement.check(target, out.session_id, merged)
+    with out.timed("replacement"):
+        replacement.write(target, merged, store.resolve)
+    with out.timed("check"):
+        problems, orphans = replacement.check(target, out.session_id, merged)
     out.replacement_check = problems
     if orphans:
         out.notes.append(f"{orphans} rows reference events that were lost (kept: history)")

@@ -15,6 +15,7 @@ merge works on rows as before. The replacement is written row by row, each value
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +72,8 @@ class Scratch:
     """A new scratch database at ``path`` (private: 0600, not durable, no journal)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.conn = db.open_private(path)
-        self.conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)
-        db.exec_script(
-            self.conn,
-            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
-            "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
-        )
+        self.path = path  # created when the first value goes past the memory budget
+        self._conn: apsw.Connection | None = None
         self.memory: dict[bytes, bytes] = {}  # digest -> value, while within MEMORY_BUDGET
         self.memory_bytes = 0
         self.spilled = 0  # values written to the database
@@ -126,5 +121,22 @@ class Scratch:
             data = bytes(got[0])
         return data.decode("utf-8", "surrogatepass") if s.text else data
 
+    @property
+    def conn(self) -> apsw.Connection:
+        if self._conn is None:
+            conn = db.open_private(self.path)
+            os.chmod(self.path, 0o600)  # owner-only, whatever the umask (the directory is 0700)
+            conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)
+            db.exec_script(
+                conn,
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+                "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+            )
+            self._conn = conn
+        return self._conn
+
     def close(self) -> None:
-        self.conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self.memory.clear()
