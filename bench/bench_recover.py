@@ -5,17 +5,27 @@ For each class of the test corpus (tests/salvage/corpus.py) the same damaged fil
 and, when ``agentdb.salvage.shell`` is importable and finds a capable sqlite3 shell, to SQLite's
 ``.recover`` (through that module). Rows count only when they are one of the original rows *of
 that table*; ``.recover`` rows it could only file in ``lost_and_found`` are shown apart.
-Then one large session (``--big-mb``, default 100) is timed the same way.
+Then the cost table: sessions of ``--sizes`` MB (default 1,25,100,500), each damaged three ways
+(a zeroed interior page of ``events``, a zeroed 512-byte sector inside an ``events`` leaf, the
+file's tail cut off inside a page), side by side in one run: ``agentdb recover`` as a process
+(start-up included) against ``sqlite3 damaged.db .recover | sqlite3 new.db`` (the shell from
+``tests/tools/build_sqlite_shell.py``) on copies of the same damaged bytes. Wall time and peak
+RSS (``wait4``; the pipeline's is the sum of its two processes), rows kept byte-identical to the
+undamaged file (in ``events``: ``.recover``'s ``lost_and_found`` does not count), and agentdb's
+own time per stage (``--json``'s ``seconds``).
 
-Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N]``;
-writes bench/results/bench_recover.md.
+Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N] [--sizes 1,25] [--no-corpus]``;
+writes bench/results/bench_recover.md. One pass each: the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -175,6 +185,166 @@ def big_session(root: Path, mb: int) -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------------------- cost by size
+
+KINDS = ("interior page", "leaf sector", "truncated tail")
+STAGES = ("snapshot", "diagnose", "pages", "rows", "merge", "replacement", "check", "copy", "swap")
+
+
+def build_session(d: Path, mb: int) -> tuple[str, Path]:
+    """A closed session of about ``mb`` MB: 20 KB tool results with a model turn every ten."""
+    from agentdb import demo
+
+    w = SessionWriter.create(d, profile="bench")
+    n = max(mb * 1_000_000 // 20_000, 20)
+    batch: list[Event] = []
+    for i in range(n):
+        batch.append(Event("tool_result", corpus.BIG, os.urandom(10_000) * 2))
+        if len(batch) == 200 or i == n - 1:
+            w.emit_batch(batch)
+            batch = []
+        if i % 500 == 0:
+            demo._turns(w, demo.MODEL_OLD, 1, seed=i)
+    w.set_status("completed")
+    w.close()
+    return w.session_id, w.path
+
+
+def _page_size(path: Path) -> int:
+    with open(path, "rb") as f:
+        head = f.read(100)
+    size = int.from_bytes(head[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def damage(path: Path, kind: str) -> None:
+    ps = _page_size(path)
+    if kind == "interior page":
+        pages = corpus.pages_of(path, "events", "internal")
+        corpus.zero_page(path, pages[len(pages) // 2])  # a child of the root when there is one
+    elif kind == "leaf sector":
+        leaves = corpus.pages_of(path, "events", "leaf")
+        pg = leaves[len(leaves) // 2]
+        corpus._write(path, (pg - 1) * ps + 512, bytes(512))
+    else:
+        n = path.stat().st_size // ps
+        os.truncate(path, (n - max(n // 50, 8)) * ps + ps // 3)
+
+
+def fingerprints(path: Path, table: str = "events") -> set[bytes]:
+    """One digest per row of ``table`` (the nine revision-1 columns), read row by row."""
+    import apsw
+
+    conn = apsw.Connection(f"file:{path}?immutable=1", flags=apsw.SQLITE_OPEN_URI | 1)
+    cols = "sequence, id, timestamp, kind, producer_category, producer_name, "
+    cols += "producer_version, schema_version, payload"
+    out: set[bytes] = set()
+    try:
+        for row in conn.execute(f"SELECT {cols} FROM {table}"):
+            out.add(hashlib.blake2b(repr(row).encode(), digest_size=16).digest())
+    except apsw.Error:
+        pass
+    finally:
+        conn.close()
+    return out
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> tuple[float, int, str]:
+    """(seconds, peak RSS in MiB, stdout) of one process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, **kw)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_maxrss // 1024, out.decode(errors="replace")
+
+
+def run_agentdb_cli(path: Path, sid: str, root: Path) -> tuple[float, int, dict[str, Any]]:
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        XDG_CACHE_HOME=str(root / "cache"),
+        XDG_STATE_HOME=str(root / "state"),
+    )
+    env.setdefault("AGENTDB_TOOLS_DIR", str(ROOT / ".tools"))
+    argv = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(path.parent)]
+    secs, rss, out = _run([*argv, "recover", sid, "--json"], env)
+    try:
+        doc = json.loads(out)["sessions"][0]
+    except (ValueError, KeyError, IndexError):
+        doc = {"outcome": "no JSON"}
+    return secs, rss, doc
+
+
+def run_shell_pipeline(path: Path, shell: Path, new_db: Path) -> tuple[float, int]:
+    """``shell damaged .recover | shell new.db``: wall time and the sum of both peak RSS."""
+    t0 = time.perf_counter()
+    p1 = subprocess.Popen([str(shell), str(path), ".recover"], stdout=subprocess.PIPE)
+    p2 = subprocess.Popen([str(shell), str(new_db)], stdin=p1.stdout, stdout=subprocess.DEVNULL)
+    if p1.stdout:
+        p1.stdout.close()
+    _, _, u1 = os.wait4(p1.pid, 0)
+    _, _, u2 = os.wait4(p2.pid, 0)
+    p1.returncode = p2.returncode = 0
+    return time.perf_counter() - t0, (u1.ru_maxrss + u2.ru_maxrss) // 1024
+
+
+def cost_rows(root: Path, mb: int, shell_path: Path | None) -> list[list[str]]:
+    base_dir = root / f"base-{mb}"
+    base_dir.mkdir()
+    sid, base = build_session(base_dir, mb)
+    original = fingerprints(base)
+    rows = []
+    for kind in KINDS:
+        case = root / f"{mb}-{kind.replace(' ', '-')}"
+        a = install(base, case / "a")
+        damage(a, kind)
+        b = install(a, case / "b")
+        secs, rss, doc = run_agentdb_cli(a, sid, case)
+        kept = len(fingerprints(a) & original) if doc.get("outcome") == "recovered" else 0
+        s_secs, s_rss, s_kept = float("nan"), 0, 0
+        if shell_path is not None:
+            new_db = case / "new.db"
+            s_secs, s_rss = run_shell_pipeline(b, shell_path, new_db)
+            s_kept = len(fingerprints(new_db) & original)
+        stages = doc.get("seconds", {})
+        shown = ", ".join(f"{k} {stages[k]:.2f}" for k in STAGES if stages.get(k, 0) >= 0.05)
+        rows.append(
+            [
+                f"{base.stat().st_size / 1e6:.0f} MB",
+                kind,
+                f"{len(original)}",
+                f"{kept} ({doc.get('outcome')})",
+                f"{secs:.2f}",
+                f"{rss}",
+                f"{s_kept}",
+                f"{s_secs:.2f}",
+                f"{s_rss}",
+                f"{secs / s_secs:.2f}" if s_secs == s_secs and s_secs > 0 else "n/a",
+                shown,
+            ]
+        )
+        print(" | ".join(rows[-1]), flush=True)
+        shutil.rmtree(case)
+    shutil.rmtree(base_dir)
+    return rows
+
+
+COST_HEADERS = [
+    "session",
+    "damage",
+    "events",
+    "agentdb kept (outcome)",
+    "agentdb s",
+    "agentdb MiB",
+    ".recover kept",
+    ".recover \\| sqlite3 s",
+    ".recover MiB",
+    "time ratio",
+    "agentdb stages (s, >= 0.05)",
+]
+
+
 def _shown(path: Path | None) -> str:
     if path is None:
         return "none capable (the .recover columns read n/a)"
@@ -186,8 +356,36 @@ def _shown(path: Path | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--big-mb", type=int, default=100, help="size of the large session (0: skip)")
+    ap.add_argument("--big-mb", type=int, default=0, help="size of the corpus' large session")
+    ap.add_argument("--sizes", default="1,25,100,500", help="MB of the cost table's sessions")
+    ap.add_argument("--no-corpus", action="store_true", help="skip the per-class table")
     args = ap.parse_args()
+    text = ""
+    with tempfile.TemporaryDirectory(prefix="bench-recover-") as t:
+        root = Path(t)
+        if not args.no_corpus:
+            text += corpus_text(root, args.big_mb)
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        if sizes:
+            shell_path = shell.find_capable_shell() if shell is not None else None
+            cost: list[list[str]] = []
+            for mb in sizes:
+                cost += cost_rows(root, mb, shell_path)
+            text += "\n| " + " | ".join(COST_HEADERS) + " |\n|" + "---|" * len(COST_HEADERS)
+            text += "\n" + "\n".join("| " + " | ".join(r) + " |" for r in cost) + "\n"
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            text += (
+                f"\nOne run each, {time.strftime('%Y-%m-%d %H:%M')}, load average {load} on "
+                f"{os.cpu_count()} cores; shell: {_shown(shell_path)}. Kept: rows of `events` "
+                "byte-identical to the undamaged file. MiB: peak RSS (wait4).\n"
+            )
+    print(text)
+    out = ROOT / "bench" / "results" / "bench_recover.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+
+
+def corpus_text(root: Path, big_mb: int) -> str:
     headers = [
         "class",
         "original rows",
@@ -198,10 +396,8 @@ def main() -> None:
         ".recover lost_and_found",
         ".recover ms",
     ]
-    with tempfile.TemporaryDirectory(prefix="bench-recover-") as t:
-        root = Path(t)
-        rows = corpus_table(root)
-        big = big_session(root, args.big_mb) if args.big_mb else None
+    rows = corpus_table(root)
+    big = big_session(root, big_mb) if big_mb else None
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(lines) + "\n"
@@ -214,17 +410,12 @@ def main() -> None:
         if shell is not None
         else "salvage.shell not present"
     )
-    text += (
+    return text + (
         f"\nRows count only when they equal an original row of the same table. {engine}. "
         "agentdb ms is the whole job (engines, replacement, verification, swap; it runs "
         "`.recover` too when a page typed as a b-tree page did not parse); native-only is the "
-        "same job with "
-        "`AGENTDB_SQLITE3=none`. One run each.\n"
+        "same job with `AGENTDB_SQLITE3=none`. One run each.\n"
     )
-    print(text)
-    out = ROOT / "bench" / "results" / "bench_recover.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -352,6 +352,11 @@ def test_splitter_keeps_trigger_bodies_whole() -> None:
     ]
     for stmt in got:
         assert apsw.complete(stmt)
+    # The same text arriving in pieces that end at line ends (the output is never held whole).
+    lines = text.splitlines(keepends=True)
+    for size in (1, 2, 3):
+        pieces = ["".join(lines[i : i + size]) for i in range(0, len(lines), size)]
+        assert list(shell_load.iter_statements(pieces)) == got, size
 
 
 # ---------------------------------------------------------------------------- limits

@@ -15,6 +15,7 @@ cap on the output, loads the output into a scratch database under an authorizer
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import os
@@ -23,6 +24,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -304,20 +306,39 @@ def shell_salvage(
             notes.append(f".recover exited with status {rc}; its complete statements used")
         fd = fsutil.open_regular(out_path)
         try:
-            text = fsutil.read_fd(fd, cap).decode("utf-8", "surrogateescape")
+            conn = shell_load.open_scratch(priv / "scratch.sqlite")
+            try:
+                loaded = shell_load.load(conn, _pieces(fd, cap))
+                result = _collect(conn, loaded, header_version, session_id, notes)
+            finally:
+                conn.close()
         finally:
             os.close(fd)
-        conn = shell_load.open_scratch(priv / "scratch.sqlite")
-        try:
-            loaded = shell_load.load(conn, text)
-            del text
-            result = _collect(conn, loaded, header_version, session_id, notes)
-        finally:
-            conn.close()
     finally:
         shutil.rmtree(priv, ignore_errors=True)
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _pieces(fd: int, cap: int, size: int = 1 << 20) -> Iterator[str]:
+    """The first ``cap`` bytes of the output file as text, in pieces of about ``size`` bytes that
+    each end at a line end (the last piece: wherever the output ends)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    pos = 0
+    rest = ""
+    while pos < cap:
+        data = os.pread(fd, min(size, cap - pos), pos)
+        if not data:
+            break
+        pos += len(data)
+        text = rest + decoder.decode(data)
+        cut = text.rfind("\n") + 1
+        if cut:
+            yield text[:cut]
+        rest = text[cut:]
+    rest += decoder.decode(b"", final=True)
+    if rest:
+        yield rest
 
 
 def _collect(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +83,26 @@ def split_statements(text: str) -> Iterator[str]:
     (``.dbconfig defensive off``) and is dropped. An incomplete tail (output cut short by a
     timeout or the size cap) is dropped too.
     """
+    return (stmt for stmt, _ in _split(text))
+
+
+def iter_statements(chunks: Iterable[str]) -> Iterator[str]:
+    """:func:`split_statements` over text that arrives in pieces, each ending at a line end
+    (so no comment or word is cut): what follows the last complete statement waits for the
+    next piece; only one statement is held at a time, never the whole text."""
+    rest = ""
+    for chunk in chunks:
+        buf = rest + chunk
+        end = 0
+        for stmt, stop in _split(buf):
+            yield stmt
+            end = stop
+        rest = buf[end:]
+    # whatever is left is an incomplete tail (split_statements drops it too)
+
+
+def _split(text: str) -> Iterator[tuple[str, int]]:
+    """(statement, offset just past it) for each complete statement of ``text``."""
     state = 0
     start = 0
     pos = 0
@@ -103,7 +123,7 @@ def split_statements(text: str) -> Iterator[str]:
                 if f is not None:
                     stmt = text[w.start(1) : f.end()]
                     if stmt.strip() != ";":
-                        yield stmt.strip()
+                        yield stmt.strip(), f.end()
                     pos = start = f.end()
                     state = 1
                     continue
@@ -132,7 +152,7 @@ def split_statements(text: str) -> Iterator[str]:
         state = _TRANS[state][token]
         if token == _SEMI and state == 1:
             if before != 1:
-                yield text[start:pos].strip()
+                yield text[start:pos].strip(), pos
             start = pos
 
 
@@ -173,11 +193,12 @@ def open_scratch(path: Path) -> apsw.Connection:
 
 def load(
     conn: apsw.Connection,
-    text: str,
+    text: str | Iterable[str],
     *,
     on_statement: Callable[[str], None] | None = None,
 ) -> LoadResult:
-    """Run the INSERTs of ``text`` into ``conn``'s scratch tables under a strict authorizer."""
+    """Run the INSERTs of ``text`` (a string, or pieces of it each ending at a line end) into
+    ``conn``'s scratch tables under a strict authorizer."""
     res = LoadResult()
     laf: dict[str, int] = res.laf_tables
     allowed_tables = _allowed_tables(laf)
@@ -194,7 +215,8 @@ def load(
 
     db.exec_script(conn, "BEGIN")
     try:
-        for stmt in split_statements(text):
+        statements = split_statements(text) if isinstance(text, str) else iter_statements(text)
+        for stmt in statements:
             if on_statement is not None:
                 on_statement(stmt)
             words = _FIRST_WORD.findall(stmt[:40])[:2]
