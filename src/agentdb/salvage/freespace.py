@@ -123,8 +123,17 @@ def _scan_range(
     data: bytes, start: int, end: int, is_free: bool, encoding: str, where: str
 ) -> list[FreeRecord]:
     out: list[FreeRecord] = []
+    if is_free and end - 4 > start:
+        out += _patched(data, start, end, encoding, where)
+    # Only offsets where something is written can start a record or a freeblock header
+    # (whose size, in its bytes 2-3, is at least 8): zeros on either side are skipped.
+    body = data[start:end]
+    lead = len(body) - len(body.lstrip(b"\0"))
+    if lead == len(body):
+        return out
+    last = start + len(body.rstrip(b"\0"))  # one past the last byte that is not zero
     intact = start + 4 if is_free else start  # a freeblock's first 4 bytes are its header
-    for o in range(intact, end):
+    for o in range(max(intact, start + lead), last):
         if data[o] == 0:
             continue
         # a whole cell: payload size, rowid, record of exactly that size
@@ -142,10 +151,7 @@ def _scan_range(
             out.append(FreeRecord(tuple(rec), None, where))
     # Where a freeblock header sits (the current one, or a stale one left inside a freeblock
     # that later merged with a neighbour), the record behind it lost its first bytes.
-    for o in range(start, end - 4):
-        if o == start and is_free:
-            out += _patched(data, o, end, encoding, where)
-            continue
+    for o in range(max(start + (1 if is_free else 0), start + lead - 3), min(end - 4, last)):
         nxt = int.from_bytes(data[o : o + 2], "big")
         size = int.from_bytes(data[o + 2 : o + 4], "big")
         if 8 <= size <= end - o and (nxt == 0 or o + size <= nxt < len(data)):

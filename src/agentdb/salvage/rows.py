@@ -89,21 +89,26 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
             ids = [r[0] for r in conn.execute("SELECT rowid FROM session_meta LIMIT 2")]
             if len(ids) != 1:
                 d.reasons.append(f"session_meta holds {len(ids)} rows, expected 1")
-            if ident.revision >= 2:
-                bad = conn.execute(
-                    f"SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT "
-                    f"{hash_sql()}"
-                ).fetchall()[0][0]
-                if bad:
-                    d.reasons.append(f"{bad} events do not match their content_hash")
-            skip = ("events",) if ident.revision >= 2 else ()  # the hash covers events
-            for table, n in invalid_text(conn, skip=skip).items():
-                d.reasons.append(f"{n} {table} rows hold TEXT that is not valid UTF-8")
+            if not seen_by_integrity:  # else damaged already: the engines check every row
+                _row_problems(conn, ident.revision, d)
     except db.READ_ERRORS as e:
         d.reasons.append(f"reading it fails: {type(e).__name__}: {e}")
     d.integrity_only = seen_by_integrity > 0 and len(d.reasons) == seen_by_integrity
     d.damaged = bool(d.reasons)
     return d
+
+
+def _row_problems(conn: apsw.Connection, revision: int, d: Diagnosis) -> None:
+    """Content hashes (revision 2) and TEXT that is not valid UTF-8, read in full."""
+    if revision >= 2:
+        bad = conn.execute(
+            f"SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT {hash_sql()}"
+        ).fetchall()[0][0]
+        if bad:
+            d.reasons.append(f"{bad} events do not match their content_hash")
+    skip = ("events",) if revision >= 2 else ()  # the hash covers events
+    for table, n in invalid_text(conn, skip=skip).items():
+        d.reasons.append(f"{n} {table} rows hold TEXT that is not valid UTF-8")
 
 
 def _columns(table: str, revision: int) -> list[str]:
