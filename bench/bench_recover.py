@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from tests.rows import row_sets, write_at, zero_page  # noqa: E402
 from tests.salvage import corpus  # noqa: E402
 
 from agentdb import salvage  # noqa: E402
@@ -77,7 +78,7 @@ def run_agentdb(
     dt = time.perf_counter() - t0
     if out.outcome != "recovered":
         return 0, dt, out.outcome
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     return right_rows(got, original), dt, out.outcome
 
 
@@ -123,7 +124,7 @@ def corpus_table(root: Path) -> list[list[str]]:
     for case in corpus.CASES:
         sid, src = bases["wal" if case.wal else "plain"]
         a = install(src, root / case.name / "a")
-        original = corpus.read_rows(a)
+        original = row_sets(a)
         total = sum(len(v) for v in original.values())
         case.damage(a)
         b = install(a, root / case.name / "b")  # the same damaged bytes for .recover
@@ -131,7 +132,7 @@ def corpus_table(root: Path) -> list[list[str]]:
         native = run_native(c, sid)
         got, dt, outcome = run_agentdb(a, sid, original)
         if outcome == "healthy":
-            got = right_rows(corpus.read_rows(a), original)  # left alone: what SQLite reads
+            got = right_rows(row_sets(a), original)  # left alone: what SQLite reads
         s_right, s_lf, s_ms = run_shell(b, sid, original, root / case.name / "shell")
         rows.append(
             [
@@ -163,7 +164,7 @@ def big_session(root: Path, mb: int) -> list[str]:
         w.emit_batch(batch)
     w.close()
     path = w.path
-    original = corpus.read_rows(path)
+    original = row_sets(path)
     corpus.d_zeroed_page(path)
     b = install(path, root / "big-b")
     c = install(path, root / "big-c")
@@ -221,11 +222,11 @@ def damage(path: Path, kind: str) -> None:
     ps = _page_size(path)
     if kind == "interior page":
         pages = corpus.pages_of(path, "events", "internal")
-        corpus.zero_page(path, pages[len(pages) // 2])  # a child of the root when there is one
+        zero_page(path, pages[len(pages) // 2])  # a child of the root when there is one
     elif kind == "leaf sector":
         leaves = corpus.pages_of(path, "events", "leaf")
         pg = leaves[len(leaves) // 2]
-        corpus._write(path, (pg - 1) * ps + 512, bytes(512))
+        write_at(path, (pg - 1) * ps + 512, bytes(512))
     else:
         n = path.stat().st_size // ps
         os.truncate(path, (n - max(n // 50, 8)) * ps + ps // 3)

@@ -17,6 +17,7 @@ import pytest
 from agentdb import fsutil, locks, paths, recoverylog, salvage
 from agentdb.salvage import RecoveryOutcome, replacement, scratch
 from agentdb.store import Event, SessionWriter
+from tests.rows import row_sets
 from tests.salvage import corpus
 from tests.support import make_session
 
@@ -174,7 +175,7 @@ def test_values_stream_into_the_scratch_database(
     every salvaged row byte for byte."""
     monkeypatch.setattr(scratch, "MEMORY_BUDGET", 0)
     sid, path = big_events_session(sessions_dir, 300)  # 6 MB of payloads
-    original = corpus.read_rows(path)
+    original = row_sets(path)
     corpus.d_zeroed_page(path)
     tracemalloc.start()
     try:
@@ -183,7 +184,7 @@ def test_values_stream_into_the_scratch_database(
     finally:
         tracemalloc.stop()
     assert out.outcome == "recovered", out.notes
-    got = corpus.read_rows(path)
+    got = row_sets(path)
     assert got["events"] <= original["events"]
     assert out.tables["events"]["salvaged"] == len(got["events"]) >= 290
     assert out.tables["events"]["verified"] == len(got["events"])

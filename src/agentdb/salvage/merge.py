@@ -122,6 +122,10 @@ class _Merger:
         self.dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
         self.shell_verified: dict[int, bytes] = {}  # events .recover gave, hash-checked
         self.shell_raw: dict[str, set[Any]] = {t: set() for t in tables.TABLES}  # no check
+        # rows SQLite read that no page-engine copy confirms byte for byte (revision-1 rows:
+        # nothing checked their overflow chain or their bytes on a damaged page)
+        self.unconfirmed: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
+        self._structural: dict[tuple[str, Any], Row] | None = None
         self.live_meta = False
 
     def vouched(self, table: str, key: Any, row: Row) -> bool:
@@ -157,6 +161,19 @@ class _Merger:
             self.gap_filled.add(key)
         return True
 
+    def take_read(self) -> None:
+        """The rows SQLite read (engine b); with the page engine's view, each is confirmed by
+        an identical copy the page engine decoded itself, or noted as unconfirmed."""
+        if self.found is None:
+            return
+        structural = self.structural_copies() if self.page is not None else None
+        for table, got in self.found.rows.items():
+            for key, row in got.items():
+                if not self.put(table, row, "rows") or structural is None:
+                    continue
+                if structural.get((table, key)) != row and not self.vouched(table, key, row):
+                    self.unconfirmed[table].add(key)
+
     def take_engines(self, shell: ShellRows | None) -> None:
         cands = self.page.candidates if self.page else []
         # session_meta is updated in place: the page engine's live copy also sees intact WAL
@@ -165,10 +182,7 @@ class _Merger:
         for c in cands:
             if c.tier == LIVE and c.table == "session_meta":
                 self.put(c.table, c.row, "live")
-        if self.found is not None:
-            for table, got in self.found.rows.items():
-                for row in got.values():
-                    self.put(table, row, "rows")
+        self.take_read()
         for c in cands:
             if c.tier == LIVE:
                 self.put(c.table, c.row, "live")
@@ -221,11 +235,13 @@ class _Merger:
             self.notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
 
     def structural_copies(self) -> dict[tuple[str, Any], Row]:
-        """Rows the page engine decoded itself (any tier), by (table, key)."""
-        out: dict[tuple[str, Any], Row] = {}
-        for c in self.page.candidates if self.page else []:
-            out.setdefault((c.table, tables.key_of(c.table, c.row)), c.row)
-        return out
+        """Rows the page engine decoded itself (the first copy of each (table, key), in tier
+        order), by (table, key)."""
+        if self._structural is None:
+            self._structural = {}
+            for c in self.page.candidates if self.page else []:
+                self._structural.setdefault((c.table, tables.key_of(c.table, c.row)), c.row)
+        return self._structural
 
     def take_free_space(self) -> None:
         """Lowest tier: stale records in free space inside pages; they only fill gaps."""
@@ -272,18 +288,32 @@ class _Merger:
         return out
 
     def mark_unverified(self, result: Merged) -> None:
-        crossed = raw = 0
+        doubtful = self.page.doubtful if self.page is not None else {}
+        why = {  # each reason a kept row is unverified, and the note that says so
+            "crossed": "their overflow chain shares pages with another row's; the layout says "
+            "they own those pages, no hash can confirm it",
+            "damaged": "read from a page on which other cells did not parse or validate (the "
+            "damage may have rewritten their bytes too)",
+            "unconfirmed": "SQLite read them, the page engine found no identical copy",
+            "shell": "only SQLite's recovery extension read them (their overflow chains "
+            "unchecked) and no content hash vouches for them",
+        }
+        counts = dict.fromkeys(why, 0)
         for table in tables.TABLES:
             got = self.rows[table]
-            kept = {
-                k
-                for k in self.suspect[table] | self.shell_raw[table]
-                if k in got and not self.vouched(table, k, got[k])
+            groups = {
+                "crossed": self.suspect[table],
+                "damaged": doubtful.get(table, set()),
+                "unconfirmed": self.unconfirmed[table],
+                "shell": self.shell_raw[table],
             }
+            kept: set[Any] = set()
+            for name, keys in groups.items():
+                new = {k for k in keys - kept if k in got and not self.vouched(table, k, got[k])}
+                counts[name] += len(new)
+                kept |= new
             if kept:
                 result.unverified[table] = kept
-                crossed += len(kept & self.suspect[table])
-                raw += len(kept - self.suspect[table])
             gone = self.dropped[table] - got.keys()
             if gone:
                 self.notes.append(
@@ -291,16 +321,9 @@ class _Merger:
                     "chain the page engine found broken or cross-linked (right length, wrong "
                     "bytes)"
                 )
-        if crossed:
-            self.notes.append(
-                f"{crossed} rows kept unverified: their overflow chain shares pages with another "
-                "row's; the layout says they own those pages, no hash can confirm it"
-            )
-        if raw:
-            self.notes.append(
-                f"{raw} rows from SQLite's recovery extension kept unverified: no content hash "
-                "vouches for them and the page engine could not decode their record"
-            )
+        for name, n in counts.items():
+            if n:
+                self.notes.append(f"{n} rows kept unverified: {why[name]}")
 
     def keep_hashes(self, result: Merged) -> None:
         page, found = self.page, self.found

@@ -60,6 +60,7 @@ class Candidate:
     tier: int  # LIVE, STRAY or STALE
     where: str  # "page 7" / "wal frame 12 (page 7)" / "file page 7 (older)"
     rowid: int | None = None  # the cell's rowid
+    chain: tuple[int, ...] = ()  # the overflow pages its payload was read from
 
 
 @dataclass
@@ -86,6 +87,9 @@ class PageSalvage:
     # page directly follows the previous page of their chain): kept, but unverified.
     crosslinked: dict[str, set[int]] = field(default_factory=dict)
     crosslink_owner: dict[str, set[int]] = field(default_factory=dict)
+    # Keys (table -> keys) of rows no hash vouches for that were read from a page image on which
+    # something else did not parse or validate (damage there may have rewritten their bytes too).
+    doubtful: dict[str, set[Any]] = field(default_factory=dict)
 
     @property
     def fully_understood(self) -> bool:
@@ -108,6 +112,10 @@ class _PageReader:
         self.overflow_pages: set[int] = set()  # pages read as part of an overflow chain
         self.chain: list[int] | None = None  # when a list: the overflow pages the next read uses
         self.failed = False  # the last record() could not read its cell structurally
+        self.image = ""  # the page image being read ("page 7", "wal frame 12 (page 7, older)")
+        self.anomalous: set[str] = set()  # images on which a cell did not parse or validate
+        # overflow page -> the live row whose chain it is (None: shared by several rows)
+        self.chain_owner: dict[int, tuple[str, int] | None] = {}
 
     # -- records
 
@@ -122,6 +130,7 @@ class _PageReader:
             )
         except FormatError:
             self.out.rejected["overflow chain broken"] += 1
+            self.anomalous.add(self.image)
             return None
 
     def _guard(self, get_page: GetPage) -> GetPage:
@@ -146,6 +155,7 @@ class _PageReader:
             rec = decode_record(payload, self.encoding)
         except FormatError:
             self.out.rejected["record does not decode"] += 1
+            self.anomalous.add(self.image)
             return None
         self.failed = False
         return rec
@@ -158,10 +168,12 @@ class _PageReader:
         if got is None:
             if want != "sqlite_schema":
                 self.out.rejected["record of no known shape"] += 1
+                self.anomalous.add(where)
             return
         table, row, stored = got
         if want is not None and table != want:
             self.out.rejected[f"record in {want}'s b-tree has another table's shape"] += 1
+            self.anomalous.add(where)
             return
         if table == "sqlite_sequence":
             name, seq = row
@@ -175,13 +187,23 @@ class _PageReader:
             if isinstance(stored, bytes):
                 self.out.event_hashes.setdefault(row[0], set()).add(stored)
             why = tables.hash_problem(row, stored)
+        if why is None and not hashed and tier != LIVE and self.foreign_chain(table, rowid):
+            why = "an older copy whose overflow chain runs through another row's pages"
         if why is not None:
             self.out.rejected[f"{table}: {why}"] += 1
+            self.anomalous.add(where)
             return
         row = self.keep(row)
         if hashed:
             self.out.verified.setdefault(row[0], (row, stored))
-        self.out.candidates.append(Candidate(table, row, tier, where, rowid))
+        chain = tuple(self.chain or ())
+        self.out.candidates.append(Candidate(table, row, tier, where, rowid, chain))
+
+    def foreign_chain(self, table: str, rowid: int) -> bool:
+        """The overflow chain just read runs through a page a live row's chain uses (another
+        row's, or one several rows share): the bytes read are not this copy's own."""
+        owners = self.chain_owner
+        return any(pg in owners and owners[pg] != (table, rowid) for pg in self.chain or ())
 
     # -- pages
 
@@ -200,11 +222,13 @@ class _PageReader:
                 cell = page.cell(i)
             except FormatError:
                 self.out.rejected["cell does not parse"] += 1
+                self.anomalous.add(self.image)
                 continue
             if not isinstance(cell, TableLeafCell):
                 continue
             if cell.rowid <= prev:
                 self.out.rejected["key out of order for its page"] += 1
+                self.anomalous.add(self.image)
                 continue
             prev = cell.rowid
             cells.append(cell)
@@ -230,11 +254,13 @@ class _PageReader:
                 continue
             if page.kind is PageKind.LEAF_TABLE:
                 self.live_btree_pages.add(pgno)
+                self.image = f"page {pgno}"
                 for cell in self.leaf_cells(data, pgno) or []:
                     if lo < cell.rowid <= hi:
                         yield pgno, cell
                     else:
                         self.out.rejected["key outside its parent's bounds"] += 1
+                        self.anomalous.add(f"page {pgno}")
             elif page.kind is PageKind.INTERIOR_TABLE:
                 self.live_btree_pages.add(pgno)
                 kids: list[tuple[int, int, int, int]] = []
@@ -297,6 +323,7 @@ def _salvage_pages(
     _walk_live(r)
     _scan_unreached(r)
     _scan_older(r, wal)
+    _doubtful(r)
     return out
 
 
@@ -317,12 +344,15 @@ def _walk_live(r: _PageReader) -> None:
             rec = r.record(cell, get)
             if r.chain:
                 chains[(name, cell.rowid)] = r.chain
-            r.chain = None
             if rec is not None:
                 r.accept(rec, cell.rowid, LIVE, f"page {pgno}", want=name)
             elif r.failed and name != "sqlite_sequence":
                 out.broken.setdefault(name, set()).add(cell.rowid)
+            r.chain = None
     _cross_links(chains, out)
+    for key, chain in chains.items():
+        for pg in chain:
+            r.chain_owner[pg] = key if r.chain_owner.get(pg, key) == key else None
 
 
 def _scan_unreached(r: _PageReader) -> None:
@@ -419,10 +449,24 @@ def lock_byte_page(page_size: int) -> int:
 def _scan_leaf(r: _PageReader, data: bytes, pgno: int, tier: int, where: str, get: GetPage) -> None:
     if pgno == 1 or data[:1] != b"\x0d":
         return
+    r.image = where
     for cell in r.leaf_cells(data, pgno) or []:
+        r.chain = []
         rec = r.record(cell, get)
         if rec is not None:
             r.accept(rec, cell.rowid, tier, where)
+        r.chain = None
+
+
+def _doubtful(r: _PageReader) -> None:
+    """Rows no hash vouches for, read from a page image on which something did not parse."""
+    out = r.out
+    for c in out.candidates:
+        if c.where not in r.anomalous:
+            continue
+        if c.table == "events" and c.row[0] in out.verified and out.verified[c.row[0]][0] == c.row:
+            continue
+        out.doubtful.setdefault(c.table, set()).add(tables.key_of(c.table, c.row))
 
 
 def _schema_roots(r: _PageReader, get: GetPage) -> dict[str, int]:
