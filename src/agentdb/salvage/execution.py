@@ -5,8 +5,8 @@ Runs while the caller still holds :func:`agentdb.locks.hold` on the session, aft
 
 1. re-check: the session file and its ``-wal``/``-journal`` are still what the plan read
    (device, inode, size, mtime); otherwise nothing is done (``skipped_live``: run it again);
-2. copy the replacement from the private work directory to ``<id>.sqlite.agentdb-recover-tmp``
-   (0600, exclusive, fsynced; fault point ``after_salvage``);
+2. move (or, across file systems, copy) the replacement from the private work directory to
+   ``<id>.sqlite.agentdb-recover-tmp`` (0600, exclusive, fsynced; fault point ``after_salvage``);
 3. log the intent (the outcome and the ``.corrupt`` name; fault point ``after_intent``): from
    here an interrupted run is finished by the next one;
 4. swap (:func:`agentdb.swap.swap`: the original and its sidecars keep their bytes under the
@@ -18,6 +18,8 @@ interrupted after its swap only gets the missing outcome line.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,8 +51,7 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
     target = paths.job_file(path, "recover", "tmp")
     try:
         with out.timed("copy"):
-            fsutil.copy_regular(plan.scratch, target)
-            fsutil.fsync_dir(path.parent)
+            _place(plan.scratch, target)
     except BaseException:
         swap.remove_job_files(path)
         raise
@@ -69,6 +70,26 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
     out.swap_started = False
     log_outcome(log, out)
     return out
+
+
+def _place(replacement: Path, target: Path) -> None:
+    """Give the checked replacement the name ``target`` beside the session, durably: moved
+    (renamed: no second write of the file, one name only) when the work directory is on the
+    same file system, else copied (0600, exclusive); fsynced either way."""
+    try:
+        if os.lstat(target).st_mode:
+            raise FileExistsError(errno.EEXIST, "exists", str(target))
+    except FileNotFoundError:
+        pass
+    try:
+        os.rename(replacement, target)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        fsutil.copy_regular(replacement, target)
+    else:
+        fsutil.fsync_file(target)
+    fsutil.fsync_dir(target.parent)
 
 
 def log_outcome(log: Path, out: RecoveryOutcome) -> None:
