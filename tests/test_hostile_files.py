@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import errors, fsutil, plugins, recoverylog, salvage, sessions
+from agentdb import errors, faults, fsutil, plugins, recoverylog, salvage, sessions
 from agentdb.paths import job_file
 from tests.salvage import corpus
 from tests.support import SRC, make_session
@@ -212,16 +212,16 @@ def test_log_replaced_during_recover_fails_cleanly(
     log = log_of(sessions_dir)
     before = snapshot(sessions_dir)
 
-    def fault(point: str) -> None:
-        if point == "after_salvage":
-            if kind == "symlink":
-                os.symlink(tmp_path / "elsewhere.log", log)
-            elif kind == "fifo":
-                os.mkfifo(log)
-            else:
-                os.mkdir(log)
+    def occupy() -> None:
+        if kind == "symlink":
+            os.symlink(tmp_path / "elsewhere.log", log)
+        elif kind == "fifo":
+            os.mkfifo(log)
+        else:
+            os.mkdir(log)
 
-    out = salvage.recover_session(sessions_dir, sid, fault=fault)
+    with faults.injected({"after_salvage": occupy}):
+        out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "failed"
     assert out.corrupt_path is None
     assert str(log) in out.notes[-1] and "\n" not in out.notes[-1]

@@ -10,7 +10,8 @@ can open the session in the middle. Steps, each followed by an fsync of the dire
 4. rename the replacement to ``<id>.sqlite``.
 
 At every instant ``<id>.sqlite`` exists, the original bytes exist under some name, and the old
-WAL never sits beside the new file. ``fault(point)`` is called after each step (tests kill the
+WAL never sits beside the new file. :func:`agentdb.faults.point` is called after each step
+(``<prefix>after_link`` …; tests kill the
 process there).
 """
 
@@ -18,13 +19,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
-from agentdb import fsutil, paths
+from agentdb import faults, fsutil, paths
 from agentdb.paths import sidecar
 
-Fault = Callable[[str], None]
 POINTS = (
     "after_salvage",
     "after_intent",
@@ -124,9 +123,7 @@ def next_corrupt_name(db_path: Path) -> Path:
     return next_kept_name(db_path, "corrupt")
 
 
-def swap(
-    db_path: Path, replacement: Path, corrupt: Path, fault: Fault | None = None
-) -> Path | None:
+def swap(db_path: Path, replacement: Path, corrupt: Path, prefix: str = "") -> Path | None:
     """Steps 1-4 above; returns the path the WAL was kept under, if there was one.
 
     ``corrupt`` is the name the original keeps (``.corrupt[.N]`` for recover, ``.pre-restore[.N]``
@@ -136,7 +133,7 @@ def swap(
     if not same_bytes(db_path, corrupt):
         fsutil.link_or_copy(db_path, corrupt)
         fsutil.fsync_dir(directory)
-    _fault(fault, "after_link")
+    faults.point(prefix + "after_link")
     kept_wal: Path | None = None
     for suffix in ("-wal", "-journal"):
         side = sidecar(db_path, suffix)
@@ -148,23 +145,18 @@ def swap(
             fsutil.fsync_dir(directory)
         if suffix == "-wal" and kept.exists():
             kept_wal = kept
-    _fault(fault, "after_wal_link")
+    faults.point(prefix + "after_wal_link")
     for suffix in ("-wal", "-shm", "-journal"):
         try:
             os.unlink(sidecar(db_path, suffix))
         except FileNotFoundError:
             pass
     fsutil.fsync_dir(directory)
-    _fault(fault, "after_sidecars_removed")
+    faults.point(prefix + "after_sidecars_removed")
     os.rename(replacement, db_path)
     fsutil.fsync_dir(directory)
-    _fault(fault, "after_rename")
+    faults.point(prefix + "after_rename")
     return kept_wal
-
-
-def _fault(fault: Fault | None, point: str) -> None:
-    if fault is not None:
-        fault(point)
 
 
 def remove_job_files(db_path: Path, job: str = "recover") -> None:

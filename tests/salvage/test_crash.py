@@ -21,16 +21,13 @@ from tests.salvage.test_corpus import assert_passes_check, install
 from tests.support import SRC
 
 _JOB = """
-import os, signal, sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
+os.environ["AGENTDB_FAULT"] = sys.argv[4]  # faults.point kills the process there
 from pathlib import Path
 from agentdb import salvage
-point = sys.argv[4]
-def fault(p):
-    if p == point:
-        os.kill(os.getpid(), signal.SIGKILL)
 print("start", flush=True)
-salvage.recover_session(Path(sys.argv[2]), sys.argv[3], fault=fault)
+salvage.recover_session(Path(sys.argv[2]), sys.argv[3])
 print("done", flush=True)
 """
 

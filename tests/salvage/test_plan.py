@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import fsutil, locks, paths, recoverylog, salvage
+from agentdb import faults, fsutil, locks, paths, recoverylog, salvage
 from agentdb.salvage import RecoveryOutcome, replacement, scratch
 from agentdb.store import Event, SessionWriter
 from tests.rows import row_sets
@@ -117,11 +117,11 @@ def test_scratch_is_removed_after_dry_run_and_after_ctrl_c(sessions_dir: Path) -
     assert out.outcome == "recovered"
     assert scratch_dirs() == []
 
-    def interrupt(point: str) -> None:
-        if point == "after_salvage":
-            raise KeyboardInterrupt
+    def interrupt() -> None:
+        raise KeyboardInterrupt
 
-    report = salvage.recover_sessions(sessions_dir, [sid], fault=interrupt)
+    with faults.injected({"after_salvage": interrupt}):
+        report = salvage.recover_sessions(sessions_dir, [sid])
     assert report.interrupted
     assert scratch_dirs() == []
     assert path.read_bytes() == original

@@ -235,7 +235,7 @@ def _restore(plan: RestorePlan, d: RestoreDecision, out: RestoreOutcome, main: P
         out.pre_restore_path = str(pre)
         recoverylog.append(log, out.log_entry("intent", intent))
         faults.point("restore_after_intent")
-        swap.swap(main, tmp, pre, lambda p: faults.point("restore_" + p))
+        swap.swap(main, tmp, pre, "restore_")
     out.pre_restore_sidecars = [
         str(sidecar(pre, s)) for s in ("-wal", "-journal") if os.path.lexists(sidecar(pre, s))
     ]

@@ -29,13 +29,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agentdb import db, errors, fsutil, locks, paths, recoverylog, swap
-from agentdb.salvage.execution import Fault, execute
+from agentdb.salvage.execution import execute
 from agentdb.salvage.outcome import OUTCOMES, Outcome, RecoveryOutcome, RecoveryReport
 from agentdb.salvage.planning import RecoveryPlan, plan
 
 __all__ = [
     "OUTCOMES",
-    "Fault",
     "Outcome",
     "RecoveryOutcome",
     "RecoveryPlan",
@@ -53,7 +52,6 @@ def recover_sessions(
     *,
     dry_run: bool = False,
     recovery_log: Path | None = None,
-    fault: Fault | None = None,
     wait: float | None = None,
 ) -> RecoveryReport:
     """Recover the given sessions (None: every ``<ULID>.sqlite`` entry in the directory)."""
@@ -70,7 +68,6 @@ def recover_sessions(
                     sid,
                     dry_run=dry_run,
                     recovery_log=recovery_log,
-                    fault=fault,
                     wait=wait,
                 )
             )
@@ -85,7 +82,6 @@ def recover_session(
     *,
     dry_run: bool = False,
     recovery_log: Path | None = None,
-    fault: Fault | None = None,
     wait: float | None = None,
 ) -> RecoveryOutcome:
     """Recover one session if it is damaged; see the module docstring. With ``wait``
@@ -115,7 +111,7 @@ def recover_session(
                         p.outcome.notes.append("dry run: nothing was changed")
                     return p.outcome
                 out = p.outcome
-                return execute(p, log, fault)
+                return execute(p, log)
     except errors.SessionLive as e:
         out.outcome = "skipped_live"
         out.notes.append(str(e))

@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from pathlib import Path
 
-from agentdb import errors, fsutil, paths, recoverylog, swap
+from agentdb import errors, faults, fsutil, paths, recoverylog, swap
 from agentdb.paths import sidecar
 from agentdb.salvage.outcome import RecoveryOutcome
 from agentdb.salvage.planning import RecoveryPlan
 
-Fault = Callable[[str], None]
 
-
-def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> RecoveryOutcome:
+def execute(plan: RecoveryPlan, log: Path) -> RecoveryOutcome:
     """Carry ``plan`` out; see the module docstring."""
     out = plan.outcome
     if plan.finish_log:
@@ -55,7 +52,7 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
     except BaseException:
         swap.remove_job_files(path)
         raise
-    _fault(fault, "after_salvage")
+    faults.point("after_salvage")
     corrupt = snap.interrupted or swap.next_corrupt_name(path)
     out.corrupt_path = str(corrupt)
     if snap.had_wal:
@@ -64,9 +61,9 @@ def execute(plan: RecoveryPlan, log: Path, fault: Fault | None = None) -> Recove
         out.corrupt_journal = str(sidecar(corrupt, "-journal"))
     recoverylog.append(log, out.to_log("intent"))
     out.swap_started = True
-    _fault(fault, "after_intent")
+    faults.point("after_intent")
     with out.timed("swap"):
-        swap.swap(path, target, corrupt, fault)
+        swap.swap(path, target, corrupt)
     out.swap_started = False
     log_outcome(log, out)
     return out
@@ -99,8 +96,3 @@ def log_outcome(log: Path, out: RecoveryOutcome) -> None:
     except (OSError, errors.AgentdbError) as e:
         failure = fsutil.os_error(e) if isinstance(e, OSError) else e
         out.notes.append(f"recovered, but its outcome line is not in the recovery log: {failure}")
-
-
-def _fault(fault: Fault | None, point: str) -> None:
-    if fault is not None:
-        fault(point)

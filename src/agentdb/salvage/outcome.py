@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from agentdb import errors
+from agentdb.results import RecoverOutcomeName
 
-Outcome = Literal["recovered", "healthy", "unreadable", "skipped_live", "refused", "failed"]
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+Outcome = RecoverOutcomeName  # recovered | healthy | unreadable | skipped_live | refused | failed
+OUTCOMES: tuple[Outcome, ...] = get_args(RecoverOutcomeName)
 LogEvent = Literal["intent", "outcome"]
 
 

@@ -24,7 +24,7 @@ import apsw
 from agentdb import db
 
 SPILL_AT = 4096  # values this long or longer are kept apart from the rows
-MEMORY_BUDGET = 32 << 20  # bytes of such values kept in memory before they go to the database
+MEMORY_BUDGET = 8 << 20  # bytes of such values kept in memory before they go to the database
 Row = tuple[Any, ...]
 _last: list[Any] = [None, b""]  # the last value digested and its digest (compared, then kept)
 
