@@ -14,7 +14,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentdb"
 
 BASE = {"paths", "errors", "results"}
-UTIL = {"fsutil", "locks", "recoverylog", "durations", "faults", "hashing", "workers", "swap"}
+UTIL = {
+    "fsutil",
+    "locks",
+    "recoverylog",
+    "durations",
+    "faults",
+    "hashing",
+    "workers",
+    "swap",
+    "interrupts",
+}
 
 # part -> the parts it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {

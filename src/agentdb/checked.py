@@ -1,18 +1,78 @@
 """``check`` that leaves its verdicts in the verdict cache, for ``status`` to show later.
 
-Each file's identity is stamped *before* the run reads it; the verdict is recorded against that
-stamp, so a file that changed while it was being checked no longer matches its entry.
+Each file's identity is stamped *before* the run reads it (the check's own first ``lstat``); the
+verdict is recorded against that stamp, so a file that changed while it was being checked no
+longer matches its entry. Verdicts are recorded a chunk at a time while the results stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentdb import paths, verdicts
-from agentdb.checks import check_sessions
-from agentdb.results import CheckReport
+from agentdb import verdicts
+from agentdb.checks.run import CheckStream
+from agentdb.results import CheckReport, SessionCheck
+
+RECORD_CHUNK = 2000  # verdicts written per transaction while the results stream
+
+
+class RecordedStream:
+    """A :class:`CheckStream` whose results are recorded in the verdict cache as they pass.
+
+    Iterate it for the results (session-id order). ``recorded`` is False once the cache could
+    not be written (a read-only home): the report stands, only ``status`` will not know about
+    this run. A run whose recovery log could not be read records nothing (an orphan row of a
+    recovery then reads as ``missing_event``; that verdict must not outlive the run).
+    """
+
+    def __init__(
+        self,
+        sessions_dir: Path,
+        ids: Iterable[str] | None = None,
+        *,
+        cache_dir: Path | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.stream = CheckStream(sessions_dir, ids, **kwargs)
+        self.sessions_dir = sessions_dir
+        self.cache_dir = cache_dir
+        self.all = ids is None
+        self.recorded = not any(
+            d.finding.code == "recovery_log_unreadable" for d in self.stream.directory
+        )
+        self._skip = not self.recorded
+
+    def __iter__(self) -> Iterator[SessionCheck]:
+        pending: list[verdicts.Entry] = []
+        for c in self.stream:
+            s = c.result
+            ident = verdicts.identity_from(c.stats)
+            if not self._skip and ident is not None and s.live is None:
+                # absent, or open right now (its WAL was left unjudged): nothing to record
+                stamp = verdicts.Stamp(ident, c.stamped_ns)
+                pending.append(
+                    verdicts.Entry(
+                        s.path.name, stamp, s.verdict, self.stream.quick, s.status, s.revision
+                    )
+                )
+                if len(pending) >= RECORD_CHUNK:
+                    self._flush(pending)
+            yield s
+        self._flush(pending)
+        if self.all and not self.stream.interrupted and not self._skip:
+            names = [sid + ".sqlite" for sid in self.stream.selected]
+            verdicts.forget_missing(self.sessions_dir, names, cache_dir=self.cache_dir)
+
+    def _flush(self, pending: list[verdicts.Entry]) -> None:
+        if pending and not self._skip and not self._record(pending):
+            self.recorded = False
+            self._skip = True  # one failure is enough: do not retry on every chunk
+        pending.clear()
+
+    def _record(self, entries: list[verdicts.Entry]) -> bool:
+        return verdicts.record(self.sessions_dir, entries, cache_dir=self.cache_dir)
 
 
 def check_and_record(
@@ -22,30 +82,8 @@ def check_and_record(
     cache_dir: Path | None = None,
     **kwargs: Any,
 ) -> tuple[CheckReport, bool]:
-    """:func:`check_sessions`, then record every verdict; returns (report, recorded).
-
-    ``recorded`` is False when the cache could not be written (a read-only home): the report
-    stands, only ``status`` will not know about this run.
-    """
-    if ids is None:
-        names = [e.path.name for e in paths.iter_session_entries(sessions_dir)]
-    else:
-        names = [paths.validate_id(i) + paths.SESSION_SUFFIX for i in ids]
-    stamps = {n: verdicts.stamp(sessions_dir / n) for n in names}
-    report = check_sessions(sessions_dir, ids, **kwargs)
-    if any(d.finding.code == "recovery_log_unreadable" for d in report.directory):
-        # verdicts read without the recovery history (an orphan row of a recovery counts as
-        # missing_event) must not outlive this run: the log may be put back
-        return report, False
-    entries = []
-    for s in report.sessions:
-        st = stamps.get(s.path.name)
-        if st is None or s.live is not None:
-            continue  # absent, or open right now: its WAL was left unjudged
-        entries.append(
-            verdicts.Entry(s.path.name, st, s.verdict, report.quick, s.status, s.revision)
-        )
-    recorded = verdicts.record(sessions_dir, entries, cache_dir=cache_dir) if entries else True
-    if ids is None and not report.interrupted:
-        verdicts.forget_missing(sessions_dir, names, cache_dir=cache_dir)
-    return report, recorded
+    """Every result of a :class:`RecordedStream` at once; returns (report, recorded)."""
+    run = RecordedStream(sessions_dir, ids, cache_dir=cache_dir, **kwargs)
+    results = list(run)
+    s = run.stream
+    return CheckReport(results, s.directory, interrupted=s.interrupted, quick=s.quick), run.recorded

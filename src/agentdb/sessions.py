@@ -15,6 +15,7 @@ import ulid
 
 from agentdb import errors, paths, workers
 from agentdb.durations import older_than, parse_timestamp
+from agentdb.interrupts import Guarded
 from agentdb.schema import enums
 from agentdb.store import EventRow, ProducerRow, SessionInfo, SessionReader
 from agentdb.workers import CHUNK, POOL_THRESHOLD
@@ -129,25 +130,31 @@ def list_sessions(
     keeps sessions at least that old (``0s``: every session up to now), ``newer`` those
     younger than that. ``jobs``: see :func:`scan`.
     """
-    now = now or dt.datetime.now(dt.timezone.utc)
-    wanted = set(statuses) if statuses else None
     out: list[SessionRow] = []
     try:
-        _filter(scan(sessions_dir, jobs=jobs), out, wanted, older, newer, now)
+        out.extend(
+            iter_sessions(
+                sessions_dir, statuses=statuses, older=older, newer=newer, now=now, jobs=jobs
+            )
+        )
     except KeyboardInterrupt:
         raise Interrupted(out) from None
     return out
 
 
-def _filter(
-    rows: Iterable[SessionRow],
-    out: list[SessionRow],
-    wanted: set[str] | None,
-    older: dt.timedelta | None,
-    newer: dt.timedelta | None,
-    now: dt.datetime,
-) -> None:
-    for row in rows:
+def iter_sessions(
+    sessions_dir: Path,
+    *,
+    statuses: Iterable[str] | None = None,
+    older: dt.timedelta | None = None,
+    newer: dt.timedelta | None = None,
+    now: dt.datetime | None = None,
+    jobs: int = 1,
+) -> Iterator[SessionRow]:
+    """:func:`list_sessions`' rows as they are read, in chronological order (flat memory)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    wanted = set(statuses) if statuses else None
+    for row in scan(sessions_dir, jobs=jobs):
         if wanted is not None and row.status not in wanted:
             continue
         t = row.reference_time
@@ -155,20 +162,52 @@ def _filter(
             continue
         if newer is not None and older_than(t, newer, now):
             continue
-        out.append(row)
+        yield row
+
+
+class Listing:
+    """Rows of a listing as they pass (Ctrl-C ends the iteration cleanly and sets
+    ``interrupted``), with :func:`list_summary` counted on the way: memory stays flat."""
+
+    def __init__(self, rows: Iterator[SessionRow]) -> None:
+        self._guarded = Guarded(rows)
+        self.count = 0
+        self._by: dict[str, int] = {}
+        self._cost: float = 0  # summed as sum() does: an int 0 until a cost is added
+        self._events = 0
+
+    def __iter__(self) -> Iterator[SessionRow]:
+        for r in self._guarded:
+            self.add(r)
+            yield r
+
+    def add(self, r: SessionRow) -> None:
+        self.count += 1
+        self._by[r.status] = self._by.get(r.status, 0) + 1
+        self._cost += r.cost_usd or 0.0
+        self._events += r.events or 0
+
+    @property
+    def interrupted(self) -> bool:
+        return self._guarded.interrupted
+
+    @property
+    def summary(self) -> dict[str, object]:
+        """What :func:`list_summary` says of the rows that passed."""
+        return {
+            "sessions": self.count,
+            "by_status": dict(sorted(self._by.items())),
+            "cost_usd": self._cost,
+            "events": self._events,
+        }
 
 
 def list_summary(rows: Sequence[SessionRow]) -> dict[str, object]:
     """``sessions list``'s summary: how many, by status, total cost and events."""
-    by: dict[str, int] = {}
+    listing = Listing(iter(()))
     for r in rows:
-        by[r.status] = by.get(r.status, 0) + 1
-    return {
-        "sessions": len(rows),
-        "by_status": dict(sorted(by.items())),
-        "cost_usd": sum(r.cost_usd or 0.0 for r in rows),
-        "events": sum(r.events or 0 for r in rows),
-    }
+        listing.add(r)
+    return listing.summary
 
 
 # ------------------------------------------------------------------------------ show

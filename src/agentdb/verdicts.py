@@ -103,29 +103,40 @@ def _five(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _side(st: os.stat_result | None) -> tuple[int, ...] | None:
+    if st is None:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_gid)
+
+
+def identity_from(stats: db.FileStats) -> Identity | None:
+    """The identity in ``stats`` (a :func:`db.file_stats` of the path); None if absent."""
+    if stats.db is None:
+        return None
+    return Identity(
+        _five(stats.db), _side(stats.wal), stat.S_ISREG(stats.db.st_mode), _side(stats.shm)
+    )
+
+
 def identity_of(path: Path) -> Identity | None:
     """The identity of ``path`` and ``path-wal`` (``lstat``, never followed); None if absent."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    side: dict[str, tuple[int, ...] | None] = {}
-    for suffix in ("-wal", "-shm"):
-        try:
-            s = os.lstat(paths.sidecar(path, suffix))
-        except FileNotFoundError:
-            side[suffix] = None
-        else:
-            side[suffix] = (
-                s.st_dev,
-                s.st_ino,
-                s.st_size,
-                s.st_mtime_ns,
-                s.st_mode,
-                s.st_uid,
-                s.st_gid,
-            )
-    return Identity(_five(st), side["-wal"], stat.S_ISREG(st.st_mode), side["-shm"])
+    return Identity(
+        _five(st),
+        _side(_lstat(paths.sidecar(path, "-wal"))),
+        stat.S_ISREG(st.st_mode),
+        _side(_lstat(paths.sidecar(path, "-shm"))),
+    )
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)

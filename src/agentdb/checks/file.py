@@ -91,9 +91,8 @@ class _Run:
 
     # ------------------------------------------------------------------ steps
 
-    def entry(self) -> bool:
+    def entry(self, stats: db.FileStats) -> bool:
         """The entry is a regular file owned by us and not writable by others."""
-        stats = db.file_stats(self.path)
         st = stats.db
         if st is None:
             self.add("missing", "no such session file; see `agentdb sessions list`")
@@ -503,13 +502,18 @@ class _Run:
             raise self.read_failed(e) from e
 
 
-def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) -> _Run:
+def _check_once(
+    path: Path, session_id: str, *, quick: bool, recovered: bool, stats: db.FileStats | None
+) -> _Run:
     run = _Run(path, session_id, quick, recovered)
-    if not run.entry():
+    # One stat pass: what the entry is judged by, what open_readonly judges, and the "before"
+    # of the snapshot. A writer that starts after it shows in the before/after comparison.
+    if stats is None:
+        stats = db.file_stats(path)
+    if not run.entry(stats):
         return run
     run.probe()
     wal_key = run.wal()
-    stats = db.file_stats(path)  # what open_readonly judges, and the "before" of the snapshot
     before = _snapshot(stats)
     alone = any(f.code == "foreign_wal" for f in run.findings)
     # another database's WAL: the session file is judged by itself, as recover will
@@ -552,30 +556,44 @@ def _check_once(path: Path, session_id: str, *, quick: bool, recovered: bool) ->
 
 
 def check_path(
-    path: Path, session_id: str, *, quick: bool = False, recovered: bool = False
+    path: Path,
+    session_id: str,
+    *,
+    quick: bool = False,
+    recovered: bool = False,
+    stats: db.FileStats | None = None,
 ) -> SessionCheck:
     """Check the session file at ``path`` (named ``session_id``) and return what was found.
 
     ``recovered`` says the recovery log records a salvage of this session: rows whose event is
     missing are then expected (``orphan_of_recovery``) rather than inconsistent. Never writes;
     a file that changed while it was read, or a live file that looked damaged, is checked once
-    more and the second result stands.
+    more and the second result stands. ``stats``: a :func:`db.file_stats` of ``path`` taken
+    just now by the caller (the identity it records with the verdict), used as the check's own.
     """
-    with_journal = check_with_journal(
-        path, lambda p: _check_path(p, session_id, quick=quick, recovered=recovered)
-    )
-    if with_journal is not None:
-        return with_journal
-    return _check_path(path, session_id, quick=quick, recovered=recovered)
+    if stats is None or stats.journal is not None:
+        with_journal = check_with_journal(
+            path, lambda p: _check_path(p, session_id, quick=quick, recovered=recovered)
+        )
+        if with_journal is not None:
+            return with_journal
+    return _check_path(path, session_id, quick=quick, recovered=recovered, stats=stats)
 
 
-def _check_path(path: Path, session_id: str, *, quick: bool, recovered: bool) -> SessionCheck:
-    run = _check_once(path, session_id, quick=quick, recovered=recovered)
+def _check_path(
+    path: Path,
+    session_id: str,
+    *,
+    quick: bool,
+    recovered: bool,
+    stats: db.FileStats | None = None,
+) -> SessionCheck:
+    run = _check_once(path, session_id, quick=quick, recovered=recovered, stats=stats)
     result = run.result()
     serious = result.verdict in ("corrupt", "unreadable")
     if run.unstable or (run.live is not None and serious):
         why = "changed while it was read" if run.unstable else "is live and looked damaged"
-        run = _check_once(path, session_id, quick=quick, recovered=recovered)
+        run = _check_once(path, session_id, quick=quick, recovered=recovered, stats=None)
         run.add("unstable", f"{why}; checked a second time, and this is the second result")
         result = run.result()
     return result

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, paths, recoverylog, workers
+from agentdb import db, errors, paths, recoverylog, workers
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
-from agentdb.results import CheckReport, DirectoryFinding, Finding, SessionCheck
+from agentdb.interrupts import Guarded
+from agentdb.results import OK, CheckReport, DirectoryFinding, Finding, SessionCheck
 
 Progress = Callable[[int, int], None]  # (done, total)
 POOL_THRESHOLD = 50  # fewer files than this are checked in this process (no pool start-up)
@@ -68,26 +72,33 @@ def _recovery_date(entries: list[dict[str, Any]], corrupt_name: str) -> str | No
     return None
 
 
+def list_directory(sessions_dir: Path) -> list[str]:
+    """Every entry name of ``sessions_dir``, sorted (so session files come in id order)."""
+    with os.scandir(sessions_dir) as it:
+        return sorted(de.name for de in it)
+
+
 def check_directory_extras(
     sessions_dir: Path,
     ids: Iterable[str] | None = None,
     *,
     recovery: dict[str, list[dict[str, Any]]] | None = None,
+    names: list[str] | None = None,
 ) -> tuple[dict[str, list[Finding]], list[DirectoryFinding]]:
     """Findings about entries beside the session files, restricted to ``ids`` when given.
 
     Returns (findings to attach to existing sessions by id, findings about the directory):
     ``.corrupt`` siblings (``recovered_earlier``, dated from the recovery log), files an
     interrupted agentdb job left (``job_leftover``), sidecars without a database
-    (``orphan_sidecar``). Uses ``scandir`` and ``lstat`` only.
+    (``orphan_sidecar``). Uses ``scandir`` only; ``names`` is the caller's sorted listing of
+    the directory when it has one (one scan per run).
     """
     wanted = None if ids is None else set(ids)
     recovery = recovery or {}
     per_session: dict[str, list[Finding]] = {}
     directory: list[DirectoryFinding] = []
-    names = []
-    with os.scandir(sessions_dir) as it:
-        names = sorted(de.name for de in it)
+    if names is None:
+        names = list_directory(sessions_dir)
     present = {n[: -len(paths.SESSION_SUFFIX)] for n in names if paths.session_id_of(n)}
 
     def put(sid: str, name: str, f: Finding) -> None:
@@ -189,8 +200,138 @@ def check_file(
 _Work = tuple[str, str, bool, bool]  # (session_id, path, quick, recovered)
 
 
-def _check_chunk(chunk: list[_Work]) -> list[SessionCheck]:
-    return [check_path(Path(p), sid, quick=q, recovered=r) for sid, p, q, r in chunk]
+@dataclass
+class Checked:
+    """One session's result, with the ``lstat`` of its files taken just before it was read
+    (the identity a verdict cache records with it) and when."""
+
+    result: SessionCheck
+    stats: db.FileStats
+    stamped_ns: int  # time.time_ns() just before the lstat
+
+
+def _check_one(work: _Work) -> Checked:
+    sid, path, quick, recovered = work
+    t = time.time_ns()
+    stats = db.file_stats(path)  # the check's own first (and only "before") stat pass
+    return Checked(
+        check_path(Path(path), sid, quick=quick, recovered=recovered, stats=stats), stats, t
+    )
+
+
+def _check_chunk(chunk: list[_Work]) -> list[Checked]:
+    return [_check_one(w) for w in chunk]
+
+
+class CheckStream:
+    """Check ``ids`` (every ``<ULID>.sqlite`` entry when None) with ``jobs`` processes, the
+    results produced while they are iterated, in session-id order (the file-name order, which
+    is the ULID order): memory stays flat in the number of sessions.
+
+    One directory scan serves the selection and the findings beside the files; ``directory``
+    is known before the first result. ``summary``, ``ok`` and ``interrupted`` are final once
+    the iteration has ended. Ctrl-C ends the iteration cleanly: the files checked before it
+    are what was produced, and ``interrupted`` is set.
+    """
+
+    def __init__(
+        self,
+        sessions_dir: Path,
+        ids: Iterable[str] | None = None,
+        *,
+        quick: bool = False,
+        jobs: int = 1,
+        progress: Progress | None = None,
+        recovery_log: Path | None = None,
+    ) -> None:
+        names = list_directory(sessions_dir)
+        if ids is None:
+            self.selected = [
+                n[: -len(paths.SESSION_SUFFIX)] for n in names if paths.session_id_of(n)
+            ]
+        else:
+            self.selected = sorted({paths.validate_id(i) for i in ids})
+        log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
+        recovery, log_problem = read_recovery_index_or_finding(log)
+        self._extra, self.directory = check_directory_extras(
+            sessions_dir, None if ids is None else self.selected, recovery=recovery, names=names
+        )
+        if log_problem is not None:
+            self.directory.insert(0, log_problem)
+        self._recovered = {sid for sid, entries in recovery.items() if was_recovered(entries)}
+        self.sessions_dir = sessions_dir
+        self.quick = quick
+        self.jobs = jobs
+        self.progress = progress
+        self.interrupted = False
+        self.checked = 0
+        self.live = 0
+        self.verdicts: dict[str, int] = {}
+
+    def __iter__(self) -> Iterator[Checked]:
+        guarded = Guarded(self._produce())
+        for c in guarded:
+            r = c.result
+            extra = self._extra.get(r.session_id)
+            if extra:
+                r.findings.extend(extra)
+                r.verdict = verdict_of(r.findings)
+            self.checked += 1
+            self.verdicts[r.verdict] = self.verdicts.get(r.verdict, 0) + 1
+            self.live += r.live is not None
+            if self.progress:
+                self.progress(self.checked, len(self.selected))
+            yield c
+        self.interrupted = self.interrupted or guarded.interrupted
+
+    def results(self) -> Iterator[SessionCheck]:
+        """The results alone."""
+        return (c.result for c in self)
+
+    def _produce(self) -> Iterator[Checked]:
+        total = len(self.selected)
+        work = (
+            (
+                sid,
+                str(self.sessions_dir / (sid + paths.SESSION_SUFFIX)),
+                self.quick,
+                sid in self._recovered,
+            )
+            for sid in self.selected
+        )
+        if self.jobs <= 1 or total < POOL_THRESHOLD:
+            for w in work:
+                yield _check_one(w)
+            return
+        size = max(8, min(256, total // (self.jobs * 8) or 1))
+        chunks = iter(lambda: list(itertools.islice(work, size)), [])
+        with workers.forked_pool(self.jobs) as pool:
+            for part in pool.imap(_check_chunk, chunks):
+                yield from part
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What :attr:`CheckReport.summary` says of the same results."""
+        ok = self.verdicts.get(OK, 0)
+        return {
+            "checked": self.checked,
+            "ok": ok,
+            "problems": self.checked - ok,
+            "verdicts": dict(sorted(self.verdicts.items())),
+            "live": self.live,
+            "directory_findings": len(self.directory),
+            "interrupted": self.interrupted,
+            "quick": self.quick,
+        }
+
+    @property
+    def ok(self) -> bool:
+        """What :attr:`CheckReport.ok` says of the same results."""
+        return (
+            not self.interrupted
+            and self.verdicts.get(OK, 0) == self.checked
+            and not any(d.finding.severity == "error" for d in self.directory)
+        )
 
 
 def check_sessions(
@@ -202,56 +343,10 @@ def check_sessions(
     progress: Progress | None = None,
     recovery_log: Path | None = None,
 ) -> CheckReport:
-    """Check ``ids`` (every ``<ULID>.sqlite`` entry when None) with ``jobs`` processes.
-
-    Results come back in session-id order. Ctrl-C stops the run: files not yet checked are left
-    out and the report is marked ``interrupted``.
-    """
-    if ids is None:
-        selected = [e.session_id for e in paths.iter_session_entries(sessions_dir)]
-    else:
-        selected = sorted({paths.validate_id(i) for i in ids})
-    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
-    recovery, log_problem = read_recovery_index_or_finding(log)
-    work: list[_Work] = [
-        (
-            sid,
-            str(paths.session_path(sessions_dir, sid)),
-            quick,
-            was_recovered(recovery.get(sid, [])),
-        )
-        for sid in selected
-    ]
-    results: list[SessionCheck] = []
-    interrupted = False
-    total = len(work)
-    if jobs <= 1 or total < POOL_THRESHOLD:
-        try:
-            for i, w in enumerate(work):
-                results.extend(_check_chunk([w]))
-                if progress:
-                    progress(i + 1, total)
-        except KeyboardInterrupt:
-            interrupted = True
-    else:
-        size = max(8, min(256, total // (jobs * 8) or 1))
-        chunks = [work[i : i + size] for i in range(0, total, size)]
-        try:
-            with workers.forked_pool(jobs) as pool:
-                for part in pool.imap_unordered(_check_chunk, chunks):
-                    results.extend(part)
-                    if progress:
-                        progress(len(results), total)
-        except KeyboardInterrupt:
-            interrupted = True
-    extra, directory = check_directory_extras(
-        sessions_dir, None if ids is None else selected, recovery=recovery
+    """Every result of a :class:`CheckStream` at once, in session-id order (for callers that
+    need them all; the ``check`` command streams)."""
+    stream = CheckStream(
+        sessions_dir, ids, quick=quick, jobs=jobs, progress=progress, recovery_log=recovery_log
     )
-    for r in results:
-        if r.session_id in extra:
-            r.findings.extend(extra[r.session_id])
-            r.verdict = verdict_of(r.findings)
-    results.sort(key=lambda r: r.session_id)
-    if log_problem is not None:
-        directory.insert(0, log_problem)
-    return CheckReport(results, directory, interrupted=interrupted, quick=quick)
+    results = list(stream.results())
+    return CheckReport(results, stream.directory, interrupted=stream.interrupted, quick=quick)

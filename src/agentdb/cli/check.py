@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentdb import checked
+from agentdb.checked import RecordedStream
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -16,7 +16,7 @@ from agentdb.cli.common import (
     make_selection,
     session_selection,
 )
-from agentdb.results import CheckReport, SessionCheck
+from agentdb.results import SessionCheck
 
 
 def _first(s: SessionCheck) -> str:
@@ -32,10 +32,11 @@ def _size(n: int | None) -> str:
     return "" if n is None else output.human_bytes(n)
 
 
-def render(report: CheckReport, fmt: str, *, problems: bool = False) -> None:
-    shown = [s for s in report.sessions if not s.ok] if problems else report.sessions
+def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
+    """The sessions table, drawn while the results stream in, then the directory findings and
+    the summary line."""
     output.emit_table(
-        [
+        (
             (
                 s.session_id,
                 s.status or "",
@@ -44,26 +45,28 @@ def render(report: CheckReport, fmt: str, *, problems: bool = False) -> None:
                 s.verdict + (" (live)" if s.live is not None else ""),
                 _first(s),
             )
-            for s in shown
-        ],
+            for s in run
+            if not (problems and s.ok)
+        ),
         ["session", "status", "rev", "size", "verdict", "first finding"],
         fmt,
     )
-    if report.directory:
+    stream = run.stream
+    if stream.directory:
         output.emit_text("")
         output.emit_table(
-            [(d.path.name, d.finding.code, d.finding.message) for d in report.directory],
+            [(d.path.name, d.finding.code, d.finding.message) for d in stream.directory],
             ["entry", "finding", "message"],
             fmt,
         )
-    s = report.summary
+    s = stream.summary
     verdicts = ", ".join(f"{n} {v}" for v, n in s["verdicts"].items() if v != "ok")
     output.note(
-        f"{s['checked']} sessions checked{' (quick)' if report.quick else ''}: {s['ok']} ok"
+        f"{s['checked']} sessions checked{' (quick)' if stream.quick else ''}: {s['ok']} ok"
         + (f", {verdicts}" if verdicts else "")
         + (f"; {s['live']} open right now" if s["live"] else "")
-        + (f"; {len(report.directory)} directory findings" if report.directory else "")
-        + ("; INTERRUPTED, partial report" if report.interrupted else "")
+        + (f"; {len(stream.directory)} directory findings" if stream.directory else "")
+        + ("; INTERRUPTED, partial report" if stream.interrupted else "")
     )
 
 
@@ -113,35 +116,34 @@ def check_cmd(
     selection = make_selection(ids, all_, required=False)
     sessions_dir = app.require_sessions_dir()
     bar = output.ProgressLine("checking")
+    run = RecordedStream(
+        sessions_dir,
+        None if selection.all else selection.ids,
+        quick=quick,
+        jobs=jobs or default_jobs(),
+        progress=bar,
+        recovery_log=app.recovery_log,
+    )
     try:
-        report, recorded = checked.check_and_record(
-            sessions_dir,
-            None if selection.all else selection.ids,
-            quick=quick,
-            jobs=jobs or default_jobs(),
-            progress=bar,
-            recovery_log=app.recovery_log,
-        )
+        if as_json:
+            output.emit_json_stream(
+                {
+                    "version": 1,
+                    "sessions": (s for s in run if not (problems and s.ok)),
+                    "directory": [
+                        {"path": d.path, "session_id": d.session_id, **output.jsonable(d.finding)}
+                        for d in run.stream.directory
+                    ],
+                    "summary": output.Later(lambda: run.stream.summary),
+                }
+            )
+        else:
+            render(run, fmt, problems=problems)
     finally:
         bar.close()
-    if not recorded:
+    if not run.recorded:
         output.note(
             "note: the verdict cache could not be written; `agentdb status` will not see this run"
         )
-    if as_json:
-        output.emit_json(
-            {
-                "version": 1,
-                "sessions": [s for s in report.sessions if not s.ok]
-                if problems
-                else report.sessions,
-                "directory": [
-                    {"path": d.path, "session_id": d.session_id, **output.jsonable(d.finding)}
-                    for d in report.directory
-                ],
-                "summary": report.summary,
-            }
-        )
-    else:
-        render(report, fmt, problems=problems)
-    return finish(report.ok, report.interrupted, len(report.sessions), "checked")
+    stream = run.stream
+    return finish(stream.ok, stream.interrupted, stream.checked, "checked")

@@ -18,7 +18,7 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import click
 
 _PLAIN = (str, int, float, bool, type(None))
 _closed = False  # the reader of stdout went away: nothing more is written there
+_drawn: ProgressLine | None = None  # the progress line on the terminal right now, if any
 
 
 def _out(text: str, nl: bool = True) -> None:
@@ -34,6 +35,8 @@ def _out(text: str, nl: bool = True) -> None:
     global _closed
     if _closed:
         return
+    if _drawn is not None:
+        _drawn.close()  # a report streamed while a progress line is drawn: the line goes first
     try:
         click.echo(text, nl=nl)
     except BrokenPipeError:
@@ -113,6 +116,41 @@ def emit_json(doc: Any) -> None:
     _out(json.dumps(jsonable(doc), ensure_ascii=True, sort_keys=False, allow_nan=False))
 
 
+class Later:
+    """A value of a streamed document computed only when the renderer reaches it (a summary
+    counted while the rows before it were written)."""
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self.compute = compute
+
+
+def emit_json_stream(doc: dict[str, Any]) -> None:
+    """``doc`` as one JSON document, byte for byte what :func:`emit_json` writes, but written as
+    it goes: a value that is an iterator (not a list) is drawn :data:`CHUNK_ROWS` items at a time
+    and a :class:`Later` is computed when reached, so memory stays flat in the number of rows.
+    The reader closing the pipe stops the iteration."""
+
+    def dumps(value: Any) -> str:
+        return json.dumps(jsonable(value), ensure_ascii=True, allow_nan=False)
+
+    parts = []
+    for i, (key, value) in enumerate(doc.items()):
+        head = ("{" if i == 0 else ", ") + dumps(str(key)) + ": "
+        if isinstance(value, Later):
+            value = value.compute()
+        if not isinstance(value, Iterator):
+            parts.append(head + dumps(value))
+            continue
+        _out("".join(parts) + head + "[", nl=False)
+        parts = []
+        sep = ""
+        while not _closed and (chunk := list(itertools.islice(value, CHUNK_ROWS))):
+            _out(sep + ", ".join(dumps(v) for v in chunk), nl=False)
+            sep = ", "
+        parts.append("]")
+    _out("".join(parts) + ("}" if doc else "{}"))
+
+
 def emit_json_line(doc: Any) -> None:
     _out(json.dumps(jsonable(doc), ensure_ascii=True, separators=(",", ":"), allow_nan=False))
 
@@ -153,19 +191,60 @@ def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str =
         if widths is None:
             widths, wrap = _widths(chunk, headers)
         if fmt in _PADDABLE:
-            chunk = [[_pad(c, w, wrap) for c, w in zip(row, widths, strict=False)] for row in chunk]
-            # Later chunks: the same padded columns, without the header or rule lines.
-            _draw(chunk, headers if first else None, fmt if first else "plain", None)
+            fast = None if wrap else _simple(chunk, headers if first else None, widths, fmt)
+            if fast is not None:
+                _out(fast)
+            else:
+                padded = [
+                    [_pad(c, w, wrap) for c, w in zip(r, widths, strict=False)] for r in chunk
+                ]
+                # Later chunks: the same padded columns, without the header or rule lines.
+                _draw(padded, headers if first else None, fmt if first else "plain", None)
         else:
             _draw(chunk, headers, fmt, widths if wrap else None)
         first = False
+
+
+def _simple(
+    chunk: list[list[Any]], headers: Sequence[str] | None, widths: list[int], fmt: str
+) -> str | None:
+    """The chunk as tabulate draws it in the ``simple`` or ``plain`` format (cells stripped and
+    left-aligned, columns two spaces apart, each line right-stripped), each column padded to
+    ``widths``: the same bytes without tabulate's pass over every cell to guess its type. None
+    when a cell needs tabulate (not text or an integer, several lines, non-ASCII characters
+    whose width tabulate measures its own way) or a row has another number of cells."""
+    n = len(widths)
+    lines = []
+    if headers is not None:
+        if len(headers) != n or not all(h.isascii() and "\n" not in h for h in headers):
+            return None
+        lines.append(
+            "  ".join(h.strip().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+        )
+        if fmt == "simple":
+            lines.append("  ".join("-" * w for w in widths))
+    for row in chunk:
+        if len(row) != n:
+            return None
+        cells = []
+        for c, w in zip(row, widths, strict=True):
+            if type(c) is int:
+                c = str(c)
+            elif c is None:
+                c = ""
+            elif type(c) is not str or not c.isascii() or "\n" in c:
+                return None
+            cells.append(c.ljust(w))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
 
 
 _PADDABLE = {"simple", "plain"}
 
 
 def _cells(row: Sequence[Any]) -> list[Any]:
-    return [printable(c) if isinstance(c, str) else c for c in row]
+    # stripped, as tabulate shows a cell (and measures its width)
+    return [printable(c).strip() if isinstance(c, str) else c for c in row]
 
 
 def _widths(chunk: list[list[Any]], headers: Sequence[str]) -> tuple[list[int], bool]:
@@ -181,7 +260,7 @@ def _widths(chunk: list[list[Any]], headers: Sequence[str]) -> tuple[list[int], 
     natural = [len(headers[i]) + 2 if i < len(headers) else 0 for i in range(ncols)]
     for row in chunk:
         for i, c in enumerate(row):
-            natural[i] = max(natural[i], len(str(c)))
+            natural[i] = max(natural[i], 0 if c is None else len(str(c)))
     if not sys.stdout.isatty() or verbose():
         return natural, False
     budget = shutil.get_terminal_size((100, 24)).columns - 2 * (ncols - 1)
@@ -198,6 +277,8 @@ _KEEP = 28
 
 
 def _pad(cell: Any, width: int, wrap: bool) -> Any:
+    if type(cell) is int:
+        cell = str(cell)  # as tabulate shows it; padded, so every chunk keeps the column's width
     if not isinstance(cell, str):
         return cell
     if len(cell) <= width or not wrap:
@@ -323,6 +404,8 @@ class ProgressLine:
         self._last = now
         click.echo(f"\r{self.line(done, total, now)} {what}\x1b[K", err=True, nl=False)
         self.drawn = True
+        global _drawn
+        _drawn = self
 
     def line(self, done: int, total: int, now: float) -> str:
         """``label [####----] done/total  rate/s  ETA m:ss`` (rate and ETA once measurable)."""
@@ -344,6 +427,9 @@ class ProgressLine:
         self.update(done, total, out.session_id)
 
     def close(self) -> None:
+        global _drawn
         if self.drawn:
             click.echo("\r\x1b[K", err=True, nl=False)
             self.drawn = False
+        if _drawn is self:
+            _drawn = None

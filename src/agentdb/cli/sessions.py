@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -76,24 +77,32 @@ def list_cmd(
 ) -> int:
     """List sessions in chronological order with status, profile, parent, depth, start and end,
     cost and event count."""
-    interrupted = False
-    try:
-        rows = sessions.list_sessions(
+    listing = sessions.Listing(
+        sessions.iter_sessions(
             app.require_sessions_dir(),
             statuses=statuses or None,
             older=older_than,
             newer=newer_than,
             jobs=jobs or default_jobs(),
         )
-    except sessions.Interrupted as e:
-        rows, interrupted = e.rows, True
+    )
     if as_json:
-        doc = {"version": 1, "sessions": rows, "summary": sessions.list_summary(rows)}
-        output.emit_json({**doc, "interrupted": interrupted})
-        return finish(True, interrupted, len(rows), "listed")
-    output.emit_table(
-        [
-            (
+        output.emit_json_stream(
+            {
+                "version": 1,
+                "sessions": iter(listing),
+                "summary": output.Later(lambda: listing.summary),
+                "interrupted": output.Later(lambda: listing.interrupted),
+            }
+        )
+        return finish(True, listing.interrupted, listing.count, "listed")
+    unreadable = 0
+
+    def rows() -> Iterator[tuple[object, ...]]:
+        nonlocal unreadable
+        for r in listing:
+            unreadable += r.status == sessions.UNREADABLE
+            yield (
                 r.session_id,
                 r.status,
                 r.profile or "",
@@ -104,17 +113,17 @@ def list_cmd(
                 _cost(r.cost_usd),
                 "" if r.events is None else r.events,
             )
-            for r in rows
-        ],
+
+    output.emit_table(
+        rows(),
         ["session", "status", "profile", "parent", "depth", "started", "ended", "cost", "events"],
         fmt,
     )
-    unreadable = sum(r.status == sessions.UNREADABLE for r in rows)
     output.note(
-        f"{len(rows)} sessions"
+        f"{listing.count} sessions"
         + (f", {unreadable} unreadable (see `agentdb check`)" if unreadable else "")
     )
-    return finish(True, interrupted, len(rows), "listed")
+    return finish(True, listing.interrupted, listing.count, "listed")
 
 
 @sessions_cmd.command("show")
