@@ -1,31 +1,40 @@
-"""Benchmark: ``agentdb check --all --quick`` and ``sessions list`` over many small sessions.
+"""Benchmark: ``check``, ``sessions list`` and ``prune --dry-run`` against bare APSW loops.
 
-Compared side by side in one run with (a) a shell loop calling ``sqlite3 FILE 'PRAGMA
-quick_check'`` per file and (b) a bare in-process APSW loop that only opens each file, runs the
-pragma and closes it. Run: ``.venv/bin/python bench/bench_check.py [--n N] [--repeat R]``
-(default 10,000 sessions, best of 3; ``AGENTDB_BENCH_N`` also sets N). Writes
-``bench/results/bench_check.md``.
+Side by side in one run, on files from agentdb's writer and from another conforming writer
+(migrated by agentdb's kernel open, and not migrated), each command runs as a process (Python
+start-up included) beside a bare loop that runs as a process too:
+
+* quick: ``check --all --quick`` vs open read-only, ``PRAGMA quick_check``, read ``session_meta``;
+* full: ``check --all`` vs ``PRAGMA integrity_check`` plus one ``SELECT`` per table, the
+  ``events`` one applying the same registered content-hash function (``hashing.hash_sql``);
+* list: ``sessions list --json`` vs reading ``session_meta``, the event count and the cost sum;
+* prune: ``prune --older-than 0s --dry-run --json`` (every session selected) vs reading
+  ``session_meta`` and ``producers`` and running ``quick_check`` on each;
+* ``--jobs 2`` against ``--jobs 1``; peak RSS (``wait4``, the main process, ``--jobs 1``) at
+  every size; ``agentdb check ID`` on one file (best of 15) against ``agentdb --version`` and the
+  ``sqlite3`` shell.
+
+Run: ``.venv/bin/python bench/bench_check.py [--sizes 1000,10000] [--rss-n 100000]``; writes
+``bench/results/bench_check.md``. ``--keep DIR`` keeps (and reuses) the generated trees there.
 
 Build: one real session, copied under N new ULID names with the session id patched in place
 (it is stored twice: the session_meta row and its primary-key index, both as the same 26
-bytes), so every copy is a healthy, consistent session. ``--writer agentdb`` writes that session
-with agentdb's writer; ``--writer other`` writes it as another conforming writer would (the
-revision-1 schema in its own formatting, application_id 0, plain INSERTs) and lets agentdb's
-kernel open migrate it, so it keeps the other writer's text for the tables the migration does
-not rebuild — the files an operator who switched to agentdb actually has.
+bytes), so every copy is a healthy, consistent session. ``other`` writes that session as
+another conforming writer would (the revision-1 schema in its own formatting, application_id 0,
+plain INSERTs) and lets agentdb's kernel open migrate it, so it keeps the other writer's text
+for the tables the migration does not rebuild — the files an operator who switched to agentdb
+actually has; ``other-rev1`` leaves it at revision 1 (``check`` says ``needs_migration``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -40,7 +49,7 @@ from agentdb.schema.revisions import REV1_DDL  # noqa: E402
 from agentdb.store import SessionWriter  # noqa: E402
 
 
-def _other_writer_session(sessions_dir: Path) -> tuple[Path, str]:
+def _other_writer_session(sessions_dir: Path, migrate: bool = True) -> tuple[Path, str]:
     """A revision-1 session as another writer makes it, then migrated by agentdb's open."""
     sid = str(ulid.ULID())
     path = sessions_dir / f"{sid}.sqlite"
@@ -71,13 +80,14 @@ def _other_writer_session(sessions_dir: Path) -> tuple[Path, str]:
         conn.execute("INSERT INTO producers VALUES ('model', 'anthropic', '1.4.0', 1)")
     conn.close()
     os.chmod(path, 0o600)
-    SessionWriter.open(sessions_dir, sid).close()  # the kernel's migrate-on-open
+    if migrate:
+        SessionWriter.open(sessions_dir, sid).close()  # the kernel's migrate-on-open
     return path, sid
 
 
 def build(sessions_dir: Path, n: int, writer: str = "agentdb") -> None:
-    if writer == "other":
-        path, sid = _other_writer_session(sessions_dir)
+    if writer.startswith("other"):
+        path, sid = _other_writer_session(sessions_dir, migrate=writer == "other")
     else:
         w = SessionWriter.create(sessions_dir, profile="bench")
         demo._turns(w, demo.MODEL_CACHED, 1, seed=1)
@@ -107,107 +117,258 @@ def build(sessions_dir: Path, n: int, writer: str = "agentdb") -> None:
             f.write(template.replace(old, sid.encode()))
 
 
-def timed(argv: list[str] | str, *, shell: bool = False) -> float:
-    t = time.perf_counter()
-    r = subprocess.run(
-        argv,
-        shell=shell,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")},
+WRITERS = {
+    "agentdb": "agentdb's writer",
+    "other": "another writer, migrated by agentdb",
+    "other-rev1": "another writer, revision 1 (not migrated)",
+}
+
+
+# ------------------------------------------------------------------------------ bare loops
+# Each runs in its own process (``--bare KIND DIR``), like the agentdb commands it is set beside.
+
+
+def _bare_open(f: str) -> apsw.Connection:
+    return apsw.Connection(
+        f"file:{f}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     )
-    dt = time.perf_counter() - t
-    if r.returncode not in (0,):
-        raise SystemExit(f"{argv!r} exited {r.returncode}: {r.stderr.decode()[-500:]}")
-    return dt
 
 
-def bare_apsw(files: list[Path]) -> float:
-    t = time.perf_counter()
+def bare(kind: str, sessions_dir: Path) -> None:
+    from agentdb import hashing
+
+    files = sorted(str(p) for p in sessions_dir.glob("*.sqlite"))
     for f in files:
-        c = apsw.Connection(
-            f"file:{f}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-        )
-        assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
-        assert len(c.execute("SELECT * FROM session_meta").fetchall()) == 1
+        c = _bare_open(f)
+        if kind == "quick":
+            assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+            assert len(c.execute("SELECT * FROM session_meta").fetchall()) == 1
+        elif kind == "full":
+            c.create_scalar_function(
+                hashing.RAW_SQL_FUNCTION, hashing.event_hash_raw, -1, deterministic=True
+            )
+            assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            hashed = c.execute(
+                "SELECT 1 FROM pragma_table_info('events') WHERE name = ?", ("content_hash",)
+            ).fetchall()
+            for table in ("session_meta", "cost_ledger", "plan_items", "producers"):
+                c.execute(f"SELECT * FROM {table}").fetchall()
+            if hashed:
+                bad = c.execute(
+                    f"SELECT count(*) FROM events WHERE content_hash IS NOT {hashing.hash_sql()}"
+                ).fetchall()
+                assert bad == [(0,)], bad
+            else:
+                c.execute("SELECT * FROM events").fetchall()
+        elif kind == "list":
+            c.execute("SELECT * FROM session_meta").fetchall()
+            c.execute("SELECT count(*) FROM events").fetchall()
+            c.execute("SELECT sum(cost_usd) FROM cost_ledger").fetchall()
+        elif kind == "prune":
+            c.execute("SELECT * FROM session_meta").fetchall()
+            c.execute("SELECT * FROM producers").fetchall()
+            assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         c.close()
-    return time.perf_counter() - t
 
 
-def best_of(repeat: int, fn: Callable[[], float]) -> float:
-    return min(fn() for _ in range(repeat))
+# ------------------------------------------------------------------------------ measuring
+
+
+def run(argv: list[str]) -> tuple[float, int]:
+    """(wall seconds, peak RSS of that process in KB) of one process; exit 0 or 1 only."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed agentdb runs from bytecode
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{argv!r} exited {p.returncode}: {err.decode()[-500:]}")
+    return dt, usage.ru_maxrss
+
+
+def best(repeat: int, argv: list[str]) -> tuple[float, int]:
+    runs = [run(argv) for _ in range(repeat)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def tree(root: Path, writer: str, n: int) -> Path:
+    """The sessions directory of ``n`` files from ``writer`` under ``root`` (reused if built)."""
+    d = root / f"{writer}-{n}"
+    if d.is_dir() and len(os.listdir(d)) == n:
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(mode=0o700, parents=True)
+    build(d, n, writer)
+    return d
+
+
+def commands(d: Path, cache: Path) -> dict[str, list[str]]:
+    py = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(d)]
+    me = [sys.executable, str(Path(__file__).resolve()), "--bare"]
+    prune = ["--plugin-cache", str(cache), "prune", "--older-than", "0s", "--dry-run", "--json"]
+    return {
+        "check --all --quick -j1": [*py, "check", "--quick", "-j1"],
+        "check --all --quick -j2": [*py, "check", "--quick", "-j2"],
+        "bare: quick_check + session_meta": [*me, "quick", str(d)],
+        "check --all -j1 (full)": [*py, "check", "-j1"],
+        "check --all -j2 (full)": [*py, "check", "-j2"],
+        "bare: integrity_check + SELECT per table + hashes": [*me, "full", str(d)],
+        "sessions list --json -j1": [*py, "sessions", "list", "--json", "-j1"],
+        "sessions list --json -j2": [*py, "sessions", "list", "--json", "-j2"],
+        "bare: session_meta + event count + cost": [*me, "list", str(d)],
+        "prune --older-than 0s --dry-run --json": [*py[:3], *py[3:], *prune],
+        "bare: session_meta + producers + quick_check": [*me, "prune", str(d)],
+    }
+
+
+PAIRS = {  # agentdb row -> the bare row it is measured against
+    "check --all --quick -j1": "bare: quick_check + session_meta",
+    "check --all --quick -j2": "bare: quick_check + session_meta",
+    "check --all -j1 (full)": "bare: integrity_check + SELECT per table + hashes",
+    "check --all -j2 (full)": "bare: integrity_check + SELECT per table + hashes",
+    "sessions list --json -j1": "bare: session_meta + event count + cost",
+    "sessions list --json -j2": "bare: session_meta + event count + cost",
+    "prune --older-than 0s --dry-run --json": "bare: session_meta + producers + quick_check",
+}
+RSS_ROWS = (
+    "check --all --quick -j1",
+    "sessions list --json -j1",
+    "prune --older-than 0s --dry-run --json",
+)
+
+
+def single_file(d: Path, repeat: int) -> list[tuple[str, float]]:
+    sid = sorted(os.listdir(d))[0][:26]
+    py = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(d)]
+    sqlite3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
+    rows = [
+        ("agentdb check ID", [*py, "check", sid]),
+        ("agentdb check ID --quick", [*py, "check", "--quick", sid]),
+        ("agentdb --version", [*py[:3], "--version"]),
+        ("python -c 'import apsw'", [sys.executable, "-c", "import apsw"]),
+        (
+            "sqlite3 FILE 'PRAGMA integrity_check'",
+            [sqlite3, str(d / f"{sid}.sqlite"), "PRAGMA integrity_check"],
+        ),
+    ]
+    return [(name, best(repeat, argv)[0]) for name, argv in rows]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("n_pos", nargs="?", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--bare", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default="1000,10000", help="sessions per tree, comma-separated")
     ap.add_argument(
-        "--n", type=int, default=int(os.environ.get("AGENTDB_BENCH_N", 10_000)), help="sessions"
+        "--rss-n",
+        type=int,
+        default=0,
+        help="one more size, for RSS and the quick ratio only (e.g. 100000)",
     )
-    ap.add_argument(
-        "--repeat", type=int, default=3, help="runs per row but (a); the best one is shown"
-    )
-    ap.add_argument(
-        "--writer",
-        choices=["agentdb", "other"],
-        default="agentdb",
-        help="who wrote the sessions: agentdb's writer, or another writer (migrated by agentdb)",
-    )
+    ap.add_argument("--writers", default="agentdb,other,other-rev1")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the best one is shown")
+    ap.add_argument("--keep", type=Path, help="build (and reuse) the trees here; not removed")
     args = ap.parse_args()
-    n = args.n_pos or args.n
-    rep = max(1, args.repeat)
-    root = Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+    if args.bare:
+        bare(args.bare[0], Path(args.bare[1]))
+        return
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    writers = [w for w in args.writers.split(",") if w]
+    root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    cache = root / "plugins"
+    cache.mkdir(exist_ok=True)
+    load0 = os.getloadavg()
+    results: dict[tuple[str, int], dict[str, tuple[float, int]]] = {}
     try:
-        sessions_dir = root / "sessions"
-        sessions_dir.mkdir(mode=0o700)
-        t0 = time.perf_counter()
-        build(sessions_dir, n, args.writer)
-        build_s = time.perf_counter() - t0
-        files = sorted(sessions_dir.glob("*.sqlite"))
-        py = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(sessions_dir)]
-        cores = len(os.sched_getaffinity(0))
-        agentdb_rows = [
-            ("agentdb check --all --quick --jobs 1", ["check", "--quick", "-j1"]),
-            ("agentdb check --all --quick --jobs 2", ["check", "--quick", "-j2"]),
-            ("agentdb check --all --jobs 1 (full: integrity_check + hashes)", ["check", "-j1"]),
-            ("agentdb check --all --jobs 2 (full)", ["check", "-j2"]),
-            ("agentdb sessions list --json --jobs 1", ["sessions", "list", "--json", "-j1"]),
-            ("agentdb sessions list --json --jobs 2", ["sessions", "list", "--json", "-j2"]),
-        ]
-        rows: list[tuple[str, float]] = []
-        for name, argv in agentdb_rows:
-            cmd = [*py, *argv]
-            rows.append((name, best_of(rep, functools.partial(timed, cmd))))
-        b_name = "(b) bare APSW loop: open, PRAGMA quick_check, read session_meta, close"
-        rows.append((b_name, best_of(rep, lambda: bare_apsw(files))))
-        sqlite3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
-        loop = f'for f in {sessions_dir}/*.sqlite; do {sqlite3} "$f" "PRAGMA quick_check"; done'
-        a_name = "(a) shell loop: sqlite3 FILE 'PRAGMA quick_check'"
-        rows.append((a_name, timed(loop, shell=True)))
-        left = sorted(p.name for p in sessions_dir.iterdir() if not p.name.endswith(".sqlite"))
-        a, b = dict(rows)[a_name], dict(rows)[b_name]
-        lines = [
-            f"# bench_check: {n} small sessions ({files[0].stat().st_size // 1024} KiB each, "
-            f"written by {args.writer if args.writer == 'agentdb' else 'another writer, migrated'}"
-            f"), {cores} cores, load average {os.getloadavg()[0]:.1f} at the start",
+        for writer in writers:
+            for n in sizes:
+                d = tree(root, writer, n)
+                results[writer, n] = {
+                    name: best(args.repeat, argv) for name, argv in commands(d, cache).items()
+                }
+        if args.rss_n:
+            d = tree(root, "other", args.rss_n)
+            cmds = commands(d, cache)
+            wanted = [
+                *RSS_ROWS,
+                "bare: quick_check + session_meta",
+                "bare: session_meta + producers + quick_check",
+                "bare: session_meta + event count + cost",
+            ]
+            results["other", args.rss_n] = {k: run(cmds[k]) for k in wanted}
+            if args.keep is None:
+                shutil.rmtree(d)
+        one = single_file(tree(root, "other", sizes[0]), 15)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root)
+    load1 = os.getloadavg()
+    text = report(results, sizes, writers, args, one, load0, load1)
+    print(text)
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "bench_check.md").write_text(text)
+
+
+def report(results, sizes, writers, args, one, load0, load1) -> str:  # type: ignore[no-untyped-def]
+    lines = [
+        f"# bench_check: {', '.join(WRITERS[w] for w in writers)}",
+        "",
+        f"{len(os.sched_getaffinity(0))} cores; load average (1/5/15 min) "
+        f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f} at the start, "
+        f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} at the end; "
+        f"Python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()}. Every row is one "
+        f"process (start-up included), best of {args.repeat}; RSS is the peak of that process "
+        "(with -j2, of the parent only).",
+        "",
+    ]
+    for (writer, n), rows in results.items():
+        if n not in sizes:
+            continue
+        lines += [
+            f"## {n:,} sessions, {WRITERS[writer]}",
             "",
-            f"Built in {build_s:.1f} s. Times are wall-clock for the whole command, Python "
-            f"start-up included for the agentdb rows; best of {rep} runs for every row but (a), "
-            "which runs once (the machine is shared, so single runs vary).",
-            "",
-            "| what | seconds | ms per file | (a) ÷ this | this ÷ (b) |",
+            "| what | seconds | ms per file | × its bare loop | peak RSS MB |",
             "|---|---:|---:|---:|---:|",
         ]
-        for name, s in rows:
-            lines.append(f"| {name} | {s:.2f} | {1000 * s / n:.3f} | {a / s:.1f}× | {s / b:.2f}× |")
-        lines += ["", f"Entries other than session files left in the directory: {left or 'none'}"]
-        text = "\n".join(lines) + "\n"
-        print(text)
-        (HERE / "results").mkdir(exist_ok=True)
-        suffix = "" if args.writer == "agentdb" else f"_{args.writer}"
-        (HERE / "results" / f"bench_check{suffix}.md").write_text(text)
-    finally:
-        shutil.rmtree(root)
+        for name, (s, rss) in rows.items():
+            ratio = f"{s / rows[PAIRS[name]][0]:.2f}×" if name in PAIRS else "1.00×"
+            lines.append(f"| {name} | {s:.2f} | {1000 * s / n:.3f} | {ratio} | {rss / 1024:.0f} |")
+        j1, j2 = rows["check --all --quick -j1"][0], rows["check --all --quick -j2"][0]
+        f1, f2 = rows["check --all -j1 (full)"][0], rows["check --all -j2 (full)"][0]
+        lines += ["", f"--jobs 2 scaling: quick {j1 / j2:.2f}×, full {f1 / f2:.2f}×.", ""]
+    all_n = sorted({n for _, n in results})
+    lines += [
+        "## Peak RSS (MB) by number of sessions, another writer's files (migrated)",
+        "",
+        "| command | " + " | ".join(f"{n:,}" for n in all_n) + " |",
+        "|---|" + "---:|" * len(all_n),
+    ]
+    for name in [*RSS_ROWS, "bare: quick_check + session_meta"]:
+        cells = []
+        for n in all_n:
+            r = results.get(("other", n), {}).get(name)
+            cells.append("" if r is None else f"{r[1] / 1024:.0f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if args.rss_n:
+        rows = results["other", args.rss_n]
+        q, b = rows["check --all --quick -j1"][0], rows["bare: quick_check + session_meta"][0]
+        p, pb = (
+            rows["prune --older-than 0s --dry-run --json"][0],
+            rows["bare: session_meta + producers + quick_check"][0],
+        )
+        lines += [
+            "",
+            f"At {args.rss_n:,} (one run): check --all --quick -j1 {q:.1f} s, its bare loop "
+            f"{b:.1f} s ({q / b:.2f}×); prune --dry-run {p:.1f} s, its bare loop {pb:.1f} s "
+            f"({p / pb:.2f}×).",
+        ]
+    lines += ["", "## One file (best of 15, wall ms)", "", "| what | ms |", "|---|---:|"]
+    lines += [f"| {name} | {1000 * s:.0f} |" for name, s in one]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -377,10 +377,20 @@ def harden(conn: apsw.Connection) -> None:
     conn.create_scalar_function(SQL_FUNCTION, _sql_event_hash, 9, deterministic=True)
     conn.create_scalar_function(RAW_SQL_FUNCTION, _sql_event_hash_raw, 10, deterministic=True)
     conn.create_scalar_function(UTF8_SQL_FUNCTION, _utf8_ok, -1, deterministic=True)
+    conn.create_scalar_function(READ_ALL_SQL_FUNCTION, _read_all, -1, deterministic=True)
 
 
 def _sql_event_hash(*values: Any) -> bytes:
     return event_hash(*values)
+
+
+# agentdb_read_all(a, b, ...): 1, once APSW has read every argument (decoding TEXT: a value that
+# is not UTF-8 raises UnicodeDecodeError from the statement). See schema.text.invalid_text.
+READ_ALL_SQL_FUNCTION = "agentdb_read_all"
+
+
+def _read_all(*_values: Any) -> int:
+    return 1
 
 
 # agentdb_utf8_ok(CAST(x AS BLOB)): 1 when the bytes are valid UTF-8 (or not a blob), else 0.
@@ -494,7 +504,7 @@ def open_readonly(
     for _ in range(_COPY_RETRIES):
         require_regular(path, stats.db)
         require_secure(path, stats)
-        journal = _lstat(os.fspath(path) + "-journal")
+        journal = stats.journal  # file_stats takes it too
         if stats.wal is None and not private and _has_content(journal):
             # A rollback journal: immutable would read pages a dead (or live) writer's
             # transaction left half-written; the committed state is the copy rolled back.

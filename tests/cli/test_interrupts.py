@@ -276,7 +276,8 @@ sys.meta_path.insert(0, _Pause())
         ("click", ["check"]),  # the console script's own imports
         ("agentdb.cli.check", ["check"]),  # a command's module, loaded on first use
         ("agentdb.migrate", ["migrate", "--all"]),  # a job module under a command
-        ("tabulate", ["sessions", "list"]),  # drawing the first table
+        # drawing the first table (the plain formats are drawn without tabulate)
+        ("tabulate", ["sessions", "list", "--fmt", "grid"]),
     ],
 )
 def test_ctrl_c_during_start_up_prints_no_traceback(

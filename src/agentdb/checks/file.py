@@ -19,7 +19,6 @@ from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
-from agentdb.fileformat import foreign_evidence, scan_wal
 from agentdb.hashing import hash_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
@@ -150,15 +149,20 @@ class _Run:
             who = f"pid {holder.pid}" if holder.pid else "another process"
             self.add("live", f"open by {who} right now")
 
-    def wal(self) -> tuple[object, ...] | None:
-        """Judge the WAL of a session nobody has open. Returns the WAL's stat key."""
+    def wal(self, stats: db.FileStats) -> tuple[object, ...] | None:
+        """Judge the WAL of a session nobody has open. Returns the WAL's stat key (from
+        ``stats``, the check's stat pass: a WAL that changes after it shows in the
+        comparison at the end)."""
         if self.live is not None:
-            if sidecar(self.path, "-wal").exists():
+            if stats.wal is not None:
                 self.add("wal_not_judged", "open right now, so its WAL is not judged")
             return None
-        key = _stat_key(os.fspath(self.path) + "-wal")
+        key = _key(stats.wal)
         if key is None:
             return None
+        # the format readers are loaded only for a file that has a WAL (start-up of `check ID`)
+        from agentdb.fileformat import foreign_evidence, scan_wal
+
         wal = sidecar(self.path, "-wal")
         try:
             data = fsutil.read_regular(wal)  # no symlink, no FIFO; its size when opened
@@ -191,9 +195,9 @@ class _Run:
     def meta_of_file_alone(self) -> None:
         """session_meta names another session: if the file alone (its WAL ignored) names this
         one, the WAL is another session's (foreign_wal), not the file."""
-        if self.live is not None or not sidecar(self.path, "-wal").exists():
-            return
         if not any(f.code == "meta_id_mismatch" for f in self.findings):
+            return
+        if self.live is not None or not sidecar(self.path, "-wal").exists():
             return
         try:
             conn = db.open_readonly_alone(self.path)
@@ -513,7 +517,7 @@ def _check_once(
     if not run.entry(stats):
         return run
     run.probe()
-    wal_key = run.wal()
+    wal_key = run.wal(stats)
     before = _snapshot(stats)
     alone = any(f.code == "foreign_wal" for f in run.findings)
     # another database's WAL: the session file is judged by itself, as recover will

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
-from agentdb.fileformat import journal_problem, parse_journal_header
 from agentdb.paths import sidecar
 from agentdb.results import SessionCheck
 
@@ -26,6 +25,8 @@ Check = Callable[[Path], SessionCheck]
 
 def hot_journal(path: Path) -> bytes | None:
     """The bytes of a hot journal beside ``path`` nobody is writing, else None."""
+    from agentdb.fileformat import parse_journal_header  # only beside a journal (start-up)
+
     journal = sidecar(path, "-journal")
     try:
         data = fsutil.read_regular(journal)
@@ -56,6 +57,8 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
     data = hot_journal(path)
     if data is None:
         return None
+    from agentdb.fileformat import journal_problem
+
     name = path.name
     problem = journal_problem(read_header(path), data)
     if problem is None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentdb import db, errors, paths, recoverylog, workers
+from agentdb import db, errors, paths, recoverylog
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
 from agentdb.interrupts import Guarded
@@ -72,10 +72,13 @@ def _recovery_date(entries: list[dict[str, Any]], corrupt_name: str) -> str | No
     return None
 
 
-def list_directory(sessions_dir: Path) -> list[str]:
-    """Every entry name of ``sessions_dir``, sorted (so session files come in id order)."""
+def list_directory(sessions_dir: Path, ids: set[str] | None = None) -> list[str]:
+    """Every entry name of ``sessions_dir`` (only those named after one of ``ids`` when given:
+    a session's own file, sidecars and siblings), sorted, so session files come in id order."""
     with os.scandir(sessions_dir) as it:
-        return sorted(de.name for de in it)
+        if ids is None:
+            return sorted(de.name for de in it)
+        return sorted(n for de in it if (n := de.name)[:26] in ids)
 
 
 def check_directory_extras(
@@ -188,7 +191,9 @@ def check_file(
         quick=quick,
         recovered=was_recovered(recovery.get(sid, [])),
     )
-    extra, _ = check_directory_extras(sessions_dir, [sid], recovery=recovery)
+    extra, _ = check_directory_extras(
+        sessions_dir, [sid], recovery=recovery, names=list_directory(sessions_dir, {sid})
+    )
     result.findings.extend(extra.get(sid, []))
     if log_problem is not None:
         result.findings.append(log_problem.finding)
@@ -244,13 +249,14 @@ class CheckStream:
         progress: Progress | None = None,
         recovery_log: Path | None = None,
     ) -> None:
-        names = list_directory(sessions_dir)
         if ids is None:
+            names = list_directory(sessions_dir)
             self.selected = [
                 n[: -len(paths.SESSION_SUFFIX)] for n in names if paths.session_id_of(n)
             ]
         else:
             self.selected = sorted({paths.validate_id(i) for i in ids})
+            names = list_directory(sessions_dir, set(self.selected))
         log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
         recovery, log_problem = read_recovery_index_or_finding(log)
         self._extra, self.directory = check_directory_extras(
@@ -303,6 +309,8 @@ class CheckStream:
             for w in work:
                 yield _check_one(w)
             return
+        from agentdb import workers  # multiprocessing: loaded only when a pool is started
+
         size = max(8, min(256, total // (self.jobs * 8) or 1))
         chunks = iter(lambda: list(itertools.islice(work, size)), [])
         with workers.forked_pool(self.jobs) as pool:
