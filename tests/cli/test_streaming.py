@@ -198,3 +198,15 @@ def test_fast_table_drawing_is_what_tabulate_draws(fmt: str) -> None:
         fast = output._simple(cells, headers, widths, fmt)
         want = tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
         assert fast == want, (rows, headers)
+
+
+def test_check_with_workers_streams_in_id_order(sessions_dir: Path) -> None:
+    """With a pool of workers the results still come in id order, the same as one process."""
+    from agentdb.checks.run import POOL_THRESHOLD
+
+    ids = _copies(sessions_dir, POOL_THRESHOLD + 10)
+    one = [(r.session_id, r.verdict) for r in CheckStream(sessions_dir, jobs=1).results()]
+    stream = CheckStream(sessions_dir, jobs=2)
+    two = [(r.session_id, r.verdict) for r in stream.results()]
+    assert [sid for sid, _ in two] == ids
+    assert two == one and stream.ok and stream.summary["checked"] == len(ids)

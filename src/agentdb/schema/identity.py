@@ -64,25 +64,48 @@ def schema_rows(conn: apsw.Connection) -> SchemaRows:
 
 
 @functools.cache
-def known_schemas(revision: int) -> frozenset[SchemaRows]:
-    """The exact schema rows agentdb leaves in a file at ``revision``: created at it, or created
-    at any earlier revision and migrated to it. Each one is checked against the fingerprint (a
-    row set whose fingerprint differed would not be known-good and is left out)."""
+def fresh_schema(revision: int) -> SchemaRows:
+    """The schema rows of a file agentdb creates at ``revision`` (its DDL, verbatim): the
+    fingerprint is built from the same DDL, so it needs no verification."""
+    conn = db.open_memory()
+    try:
+        db.exec_script(conn, DDL[revision])
+        return schema_rows(conn)
+    finally:
+        conn.close()
+
+
+@functools.cache
+def migrated_schemas(revision: int) -> frozenset[SchemaRows]:
+    """The schema rows agentdb leaves in a file created at an earlier revision and migrated to
+    ``revision``. Each one is checked against the fingerprint (a row set whose fingerprint
+    differed would not be known-good and is left out)."""
     from agentdb.schema.migrations import apply_steps  # migrations imports db, which is fine
 
     known: set[SchemaRows] = set()
-    for start in range(1, revision + 1):
+    for start in range(1, revision):
         conn = db.open_memory()  # hardened: registers the hash function a migration step calls
         try:
             db.exec_script(conn, DDL[start])
             conn.execute(f"PRAGMA user_version={int(start)}")
-            if start < revision:
-                apply_steps(conn, ":memory:", target=revision)
+            apply_steps(conn, ":memory:", target=revision)
             if not _fingerprint_differences(conn, revision):
                 known.add(schema_rows(conn))
         finally:
             conn.close()
     return frozenset(known)
+
+
+def known_schemas(revision: int) -> frozenset[SchemaRows]:
+    """The exact schema rows agentdb leaves in a file at ``revision``: created at it, or created
+    at any earlier revision and migrated to it."""
+    return migrated_schemas(revision) | {fresh_schema(revision)}
+
+
+def _is_known(revision: int, rows: SchemaRows) -> bool:
+    # the fresh schema first: it costs one in-memory create, the migrated ones a migration and
+    # two fingerprints, paid only by a process that meets a file not created at this revision
+    return rows == fresh_schema(revision) or rows in migrated_schemas(revision)
 
 
 def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
@@ -164,7 +187,7 @@ def schema_differences(
     """
     if rows is None:
         rows = schema_rows(conn)
-    if revision in DDL and rows in known_schemas(revision):
+    if revision in DDL and _is_known(revision, rows):
         return []
     key = (revision, rows)
     decided = _DECIDED.get(key)
