@@ -293,12 +293,7 @@ def main() -> None:
         if args.rss_n:
             d = tree(root, "other", args.rss_n)
             cmds = commands(d, cache)
-            wanted = [
-                *RSS_ROWS,
-                "bare: quick_check + session_meta",
-                "bare: session_meta + producers + quick_check",
-                "bare: session_meta + event count + cost",
-            ]
+            wanted = [*RSS_ROWS, "bare: quick_check + session_meta"]
             results["other", args.rss_n] = {k: run(cmds[k]) for k in wanted}
             if args.keep is None:
                 shutil.rmtree(d)
@@ -356,15 +351,10 @@ def report(results, sizes, writers, args, one, load0, load1) -> str:  # type: ig
     if args.rss_n:
         rows = results["other", args.rss_n]
         q, b = rows["check --all --quick -j1"][0], rows["bare: quick_check + session_meta"][0]
-        p, pb = (
-            rows["prune --older-than 0s --dry-run --json"][0],
-            rows["bare: session_meta + producers + quick_check"][0],
-        )
         lines += [
             "",
-            f"At {args.rss_n:,} (one run): check --all --quick -j1 {q:.1f} s, its bare loop "
-            f"{b:.1f} s ({q / b:.2f}×); prune --dry-run {p:.1f} s, its bare loop {pb:.1f} s "
-            f"({p / pb:.2f}×).",
+            f"At {args.rss_n:,} (one run each): check --all --quick -j1 {q:.1f} s, its bare "
+            f"loop {b:.1f} s ({q / b:.2f}×).",
         ]
     lines += ["", "## One file (best of 15, wall ms)", "", "| what | ms |", "|---|---:|"]
     lines += [f"| {name} | {1000 * s:.0f} |" for name, s in one]
