@@ -7,6 +7,7 @@ longer matches its entry. Verdicts are recorded a chunk at a time while the resu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,8 @@ class RecordedStream:
             yield s
         self._flush(pending)
         if self.all and not self.stream.interrupted and not self._skip:
-            names = [sid + ".sqlite" for sid in self.stream.selected]
-            verdicts.forget_missing(self.sessions_dir, names, cache_dir=self.cache_dir)
+            present = _Names(self.stream.selected)
+            verdicts.forget_missing(self.sessions_dir, present, cache_dir=self.cache_dir)
 
     def _flush(self, pending: list[verdicts.Entry]) -> None:
         if pending and not self._skip and not self._record(pending):
@@ -73,6 +74,20 @@ class RecordedStream:
 
     def _record(self, entries: list[verdicts.Entry]) -> bool:
         return verdicts.record(self.sessions_dir, entries, cache_dir=self.cache_dir)
+
+
+class _Names:
+    """``<id>.sqlite`` in a sorted list of ids, by bisection (no copy of a long listing)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or not name.endswith(".sqlite"):
+            return False
+        sid = name[: -len(".sqlite")]
+        i = bisect.bisect_left(self.ids, sid)
+        return i < len(self.ids) and self.ids[i] == sid
 
 
 def check_and_record(

@@ -22,7 +22,7 @@ import datetime as dt
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,28 +369,26 @@ def record(
 
 
 def forget_missing(
-    sessions_dir: Path, present: Iterable[str], *, cache_dir: Path | None = None
+    sessions_dir: Path, present: Container[str], *, cache_dir: Path | None = None
 ) -> None:
-    """Drop the entries of ``sessions_dir`` whose file name is not in ``present``."""
+    """Drop the entries of ``sessions_dir`` whose file name is not in ``present`` (a set, or
+    anything that answers ``in``: a long listing need not be copied into a set)."""
     if _inside(cache_path(cache_dir), sessions_dir) or not os.path.lexists(cache_path(cache_dir)):
         return
     conn = open_cache(cache_dir)
     if conn is None:
         return
-    keep = set(present)
     directory = directory_key(sessions_dir)
     try:
         with db.translated(cache_path(cache_dir)), conn:
-            names = [
-                r[0]
-                for r in db.rows(
-                    conn, "SELECT name FROM verdicts WHERE directory = ?", (directory,)
+            gone = [
+                (directory, name)
+                for (name,) in conn.execute(
+                    "SELECT name FROM verdicts WHERE directory = ?", (directory,)
                 )
+                if name not in present
             ]
-            conn.executemany(
-                "DELETE FROM verdicts WHERE directory = ? AND name = ?",
-                [(directory, n) for n in names if n not in keep],
-            )
+            conn.executemany("DELETE FROM verdicts WHERE directory = ? AND name = ?", gone)
     except errors.AgentdbError:
         pass
     finally:

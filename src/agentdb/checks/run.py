@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 import time
@@ -102,10 +103,15 @@ def check_directory_extras(
     directory: list[DirectoryFinding] = []
     if names is None:
         names = list_directory(sessions_dir)
-    present = {n[: -len(paths.SESSION_SUFFIX)] for n in names if paths.session_id_of(n)}
+    listing = names  # sorted: membership by bisection, no second copy of a long listing
+
+    def present(sid: str) -> bool:
+        name = sid + paths.SESSION_SUFFIX
+        i = bisect.bisect_left(listing, name)
+        return i < len(listing) and listing[i] == name
 
     def put(sid: str, name: str, f: Finding) -> None:
-        if sid in present:
+        if present(sid):
             per_session.setdefault(sid, []).append(f)
         else:
             directory.append(DirectoryFinding(sessions_dir / name, sid, f))
@@ -113,7 +119,7 @@ def check_directory_extras(
     for name in names:
         if m := _SIDECAR_NAME.fullmatch(name):
             sid = m.group("id")
-            if (wanted is None or sid in wanted) and sid not in present:
+            if (wanted is None or sid in wanted) and not present(sid):
                 directory.append(
                     DirectoryFinding(
                         sessions_dir / name,
@@ -153,8 +159,8 @@ def check_directory_extras(
                         "this session's history may be incomplete",
                     ),
                 )
-    for sid in sorted(present):
-        if wanted is not None and sid not in wanted:
+    for sid in sorted(recovery):  # only sessions the recovery log names can have this finding
+        if (wanted is not None and sid not in wanted) or not present(sid):
             continue
         outcomes = [e for e in recovery.get(sid, []) if e.get("event") == "outcome"]
         if outcomes and outcomes[-1].get("outcome") == "unreadable":
