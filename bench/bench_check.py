@@ -287,14 +287,18 @@ def main() -> None:
         for writer in writers:
             for n in sizes:
                 d = tree(root, writer, n)
-                results[writer, n] = {
-                    name: best(args.repeat, argv) for name, argv in commands(d, cache).items()
-                }
+                results[writer, n] = {}
+                for name, argv in commands(d, cache).items():
+                    results[writer, n][name] = r = best(args.repeat, argv)
+                    print(f"{writer} {n} {name}: {r[0]:.2f} s, {r[1] // 1024} MB", file=sys.stderr)
         if args.rss_n:
             d = tree(root, "other", args.rss_n)
             cmds = commands(d, cache)
-            wanted = [*RSS_ROWS, "bare: quick_check + session_meta"]
-            results["other", args.rss_n] = {k: run(cmds[k]) for k in wanted}
+            wanted = [*RSS_ROWS[:2], "bare: quick_check + session_meta"]  # prune: see README
+            results["other", args.rss_n] = {}
+            for k in wanted:
+                results["other", args.rss_n][k] = r = run(cmds[k])
+                print(f"other {args.rss_n} {k}: {r[0]:.2f} s, {r[1] // 1024} MB", file=sys.stderr)
             if args.keep is None:
                 shutil.rmtree(d)
         one = single_file(tree(root, "other", sizes[0]), 15)
