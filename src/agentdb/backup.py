@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from agentdb import backupdir, checks, db, errors, faults, fsutil, paths
+from agentdb import backupdir, checks, db, errors, faults, fsutil, paths, workers
 from agentdb.backupdir import VerifyReport, verify_dir
 from agentdb.checks import prefix
 from agentdb.checks.run import read_recovery_index, was_recovered
@@ -380,8 +380,14 @@ def backup_sessions(
     *,
     recovery_log: Path | None = None,
     progress: Callable[[BackupOutcome, int, int], None] | None = None,
+    jobs: int = 1,
 ) -> BackupReport:
-    """Back up ``ids`` (None: every session) into ``dest_dir``, one after another."""
+    """Back up ``ids`` (None: every session) into ``dest_dir``.
+
+    With ``jobs`` > 1, that many worker processes take one session each at a time; the report
+    is in id order all the same. Ctrl-C lets the sessions in hand finish and reports them. A
+    worker killed mid-copy leaves only its temp file, which this run removes before it reports.
+    """
     if dest_dir.resolve() == sessions_dir.resolve():
         raise errors.UsageError(f"{dest_dir}: is the sessions directory; choose another --to")
     report = BackupReport(dest_dir)
@@ -393,16 +399,28 @@ def backup_sessions(
     recovery = read_recovery_index(log)
     if dest_dir.is_dir():
         backupdir.sweep_leftovers(dest_dir)
-    try:
-        for i, path in enumerate(targets, 1):
-            sid = path.name.removesuffix(paths.SESSION_SUFFIX)
-            recovered = was_recovered(recovery.get(sid, []))
-            out = backup_session(path, dest_dir, recovered=recovered, sync_dir=False)
-            report.sessions.append(out)
-            if progress:
-                progress(out, i, len(targets))
-    except KeyboardInterrupt:  # a copy in hand is only a temp file, which the next run removes
-        report.interrupted = True
+
+    def one(path: Path) -> BackupOutcome:
+        sid = path.name.removesuffix(paths.SESSION_SUFFIX)
+        recovered = was_recovered(recovery.get(sid, []))
+        return backup_session(path, dest_dir, recovered=recovered, sync_dir=False)
+
+    def died(path: Path, why: str) -> BackupOutcome:
+        sid = path.name.removesuffix(paths.SESSION_SUFFIX)
+        final = backupdir.copy_path(dest_dir, sid)
+        return BackupOutcome(
+            sid,
+            "failed",
+            final if os.path.lexists(final) else None,
+            message=f"{path}: {why} while copying it; {final.name} is as it was or complete "
+            f"— run the backup again",
+        )
+
+    # a copy in hand is only a temp file, which the next run removes
+    ran = workers.run_each(one, targets, jobs, died=died, done=progress)
+    report.sessions, report.interrupted = ran.results, ran.interrupted
     if dest_dir.is_dir():
+        if ran.deaths or ran.interrupted:
+            backupdir.sweep_leftovers(dest_dir)  # temp copies of workers that were killed
         fsutil.fsync_dir(dest_dir)  # every link made above is durable before the report
     return report

@@ -34,7 +34,7 @@ from typing import Any, get_args
 
 import apsw
 
-from agentdb import db, errors, faults, fsutil, locks, paths
+from agentdb import db, errors, faults, fsutil, locks, paths, workers
 from agentdb.errors import one_line
 from agentdb.results import MigrateOutcomeName
 from agentdb.schema.identity import identify, schema_differences
@@ -561,21 +561,37 @@ def migrate_sessions(
     wait: float | None = None,
     keep_backups: bool = False,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> MigrationReport:
-    """Probe and (unless ``dry_run``) migrate each file in turn: ``ids``, or every session."""
+    """Probe and (unless ``dry_run``) migrate each file: ``ids``, or every session.
+
+    With ``jobs`` > 1, that many worker processes take one file each at a time (each holds at
+    most one write lock, on its own file); the report is in id order all the same. Ctrl-C
+    lets the files in hand finish and reports every file done.
+    """
     report = MigrationReport(CURRENT_REVISION, dry_run=dry_run)
     targets = _targets(sessions_dir, ids)
-    try:
-        for i, (sid, path) in enumerate(targets, 1):
-            item = probe(sid, path)
-            out = (
-                dry_run_outcome(item, wait=wait)
-                if dry_run
-                else migrate_one(item, wait=wait, keep_backups=keep_backups)
-            )
-            report.sessions.append(out)
-            if progress:
-                progress(out, i, len(targets))
-    except KeyboardInterrupt:  # the file in hand is at the old revision or the new one
-        report.interrupted = True
+
+    def one(target: tuple[str, Path]) -> MigrationOutcome:
+        item = probe(*target)
+        if dry_run:
+            return dry_run_outcome(item, wait=wait)
+        return migrate_one(item, wait=wait, keep_backups=keep_backups)
+
+    ran = workers.run_each(one, targets, jobs, died=_died, done=progress)
+    report.sessions = ran.results
+    report.interrupted = ran.interrupted  # a file in hand is at the old revision or the new one
     return report
+
+
+def _died(target: tuple[str, Path], why: str) -> MigrationOutcome:
+    sid, path = target
+    return MigrationOutcome(
+        sid,
+        None,
+        None,
+        "failed",
+        None,
+        f"{path}: {why} while migrating it; the file is at its old revision or the new "
+        f"one — run `agentdb migrate {sid}` again to finish",
+    )

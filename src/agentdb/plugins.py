@@ -9,11 +9,11 @@ producer is no plugin and is never looked up. agentdb never deletes anything fro
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, paths
+from agentdb import errors, faults, paths, workers
 from agentdb.schema.enums import KERNEL
 from agentdb.store import SessionReader
 
@@ -73,30 +73,61 @@ class PluginRefs:
     versions: list[VersionRefs] = field(default_factory=list)  # every cached version
     unreferenced: list[VersionRefs] = field(default_factory=list)  # no retained session uses it
     unreadable: list[str] = field(default_factory=list)  # sessions whose references are unknown
+    sessions_read: int = 0  # sessions looked at (all of them unless interrupted)
+    interrupted: bool = False  # Ctrl-C: counts cover ``sessions_read``; none unreferenced
 
 
-def refs(sessions_dir: Path, plugin_cache: Path) -> PluginRefs:
+def _producers_of(entry: paths.Entry) -> set[PluginVersion] | None:
+    """The plugin versions one session file references; None when it cannot be read."""
+    faults.point("plugins_refs_read")
+    try:
+        with SessionReader(entry.path, session_id=entry.session_id) as reader:
+            return set(session_producers(reader))
+    except errors.AgentdbError:
+        return None
+
+
+def _read_chunk(part: Sequence[paths.Entry]) -> list[set[PluginVersion] | None]:
+    return [_producers_of(e) for e in part]
+
+
+def _died(part: Sequence[paths.Entry], why: str) -> list[set[PluginVersion] | None]:
+    return [None for _ in part]  # unknown references: listed as unreadable
+
+
+def refs(sessions_dir: Path, plugin_cache: Path, *, jobs: int = 1) -> PluginRefs:
     """Count, for each cached version, the retained sessions that reference it.
 
     Sessions that cannot be read are listed in ``unreadable``: their references are unknown, so
     a cache manager should not treat "unreferenced" as final while that list is not empty.
+    With ``jobs`` > 1 and many sessions, the files are read by that many worker processes (the
+    answer is the same). After Ctrl-C the counts cover the sessions read before it, and no
+    version is called unreferenced (the sessions not read may use it).
     """
     paths.require_sessions_dir(sessions_dir)
     cached = cached_versions(plugin_cache)
     counts = dict.fromkeys(cached, 0)
     out = PluginRefs()
-    for entry in paths.iter_session_entries(sessions_dir):
-        try:
-            with SessionReader(entry.path, session_id=entry.session_id) as reader:
-                used = set(session_producers(reader))
-        except errors.AgentdbError:
-            out.unreadable.append(entry.session_id)
-            continue
-        for v in used & cached:
-            counts[v] += 1
+    entries = list(paths.iter_session_entries(sessions_dir))
+    if jobs <= 1 or len(entries) < workers.POOL_THRESHOLD:
+        parts: list[Sequence[paths.Entry]] = [[e] for e in entries]
+        jobs = 1
+    else:
+        size = max(1, min(workers.CHUNK, len(entries) // (jobs * 8) or 1))
+        parts = [entries[i : i + size] for i in range(0, len(entries), size)]
+    ran = workers.run_each(_read_chunk, parts, jobs, died=_died, drain=False)
+    for index, got in zip(ran.indexes, ran.results, strict=True):
+        for entry, used in zip(parts[index], got, strict=True):
+            out.sessions_read += 1
+            if used is None:
+                out.unreadable.append(entry.session_id)
+                continue
+            for v in used & cached:
+                counts[v] += 1
+    out.interrupted = ran.interrupted
     for v in sorted(counts):
         row = VersionRefs(*v, counts[v])
         out.versions.append(row)
-        if counts[v] == 0:
+        if counts[v] == 0 and not out.interrupted:
             out.unreferenced.append(row)
     return out

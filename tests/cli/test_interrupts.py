@@ -80,8 +80,8 @@ def interrupt_after_progress(
 def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) -> None:
     ids = clones(sessions_dir, N, revision=1)
     code, out, err = interrupt_after_progress(
-        ["--sessions-dir", str(sessions_dir), "migrate", "--all", "--json"], at_least=2
-    )
+        ["--sessions-dir", str(sessions_dir), "migrate", "--all", "-j1", "--json"], at_least=2
+    )  # one process: the report is a prefix (with workers: tests/cli/test_jobs.py)
     assert code == 130, err
     assert "Traceback" not in err and "interrupted" in err
     doc = json.loads(out)
@@ -126,7 +126,7 @@ def test_ctrl_c_ends_a_long_wait_for_a_lock_at_once(sessions_dir: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", _LOCKER, str(locked)], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
-        argv = ["--sessions-dir", str(sessions_dir), "migrate", "--all", "--wait", "3600"]
+        argv = ["--sessions-dir", str(sessions_dir), "migrate", "--all", "--wait", "3600", "-j1"]
         start = time.monotonic()
         code, out, err = interrupt_after_progress([*argv, "--json"], at_least=1, settle=1.0)
         took = time.monotonic() - start
@@ -145,10 +145,8 @@ def test_backup_all_reports_what_it_copied_before_ctrl_c(
 ) -> None:
     ids = clones(sessions_dir, N, revision=2)
     dest = tmp_path / "backups"
-    code, out, err = interrupt_after_progress(
-        ["--sessions-dir", str(sessions_dir), "backup", "--all", "--to", str(dest), "--json"],
-        at_least=2,
-    )
+    argv = ["--sessions-dir", str(sessions_dir), "backup", "--all", "--to", str(dest), "-j1"]
+    code, out, err = interrupt_after_progress([*argv, "--json"], at_least=2)
     assert code == 130, err
     assert "Traceback" not in err and "interrupted" in err
     doc = json.loads(out)

@@ -11,8 +11,10 @@ from agentdb import backup, errors
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
+    default_jobs,
     finish,
     fmt_option,
+    jobs_option,
     json_option,
     make_selection,
     session_selection,
@@ -36,6 +38,7 @@ from agentdb.cli.params import DIRECTORY, OUTPUT_DIR
     metavar="DIR",
     help="Check the copies in DIR (timestamped ones too) with the rules of `agentdb check`.",
 )
+@jobs_option("Copy sessions")
 @json_option
 @fmt_option
 @click.pass_obj
@@ -45,6 +48,7 @@ def backup_cmd(
     all_: bool,
     dest: Path | None,
     verify: Path | None,
+    jobs: int | None,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -100,6 +104,7 @@ def backup_cmd(
             dest,
             recovery_log=app.recovery_log,
             progress=bar.session,
+            jobs=jobs or default_jobs(),
         )
     finally:
         bar.close()

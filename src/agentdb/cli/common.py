@@ -157,11 +157,14 @@ def fmt_option(f: F) -> F:
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    """The CPUs this process may use: its affinity, capped by its cgroup's CPU quota."""
+    from agentdb import workers  # only here: commands without workers never import it
+
+    return workers.usable_cores()
 
 
 def jobs_option(what: str) -> Callable[[F], F]:
-    """``--jobs/-j N``: parallel worker processes (default: the machine's cores)."""
+    """``--jobs/-j N``: parallel worker processes (default: the usable cores)."""
 
     def deco(f: F) -> F:
         return click.option(
@@ -170,7 +173,8 @@ def jobs_option(what: str) -> Callable[[F], F]:
             type=click.IntRange(1, 256),
             default=None,
             metavar="N",
-            help=f"{what} in N parallel processes [default: the machine's cores].",
+            help=f"{what} in N parallel processes [default: the CPUs this process may use: its "
+            "affinity, capped by its cgroup's CPU quota].",
         )(f)
 
     return deco

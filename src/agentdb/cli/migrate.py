@@ -8,8 +8,10 @@ from agentdb import migrate
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
+    default_jobs,
     finish,
     fmt_option,
+    jobs_option,
     json_option,
     make_selection,
     session_selection,
@@ -41,6 +43,7 @@ _SUMMARY = (
     is_flag=True,
     help="Keep each pre-migration copy beside its session as <id>.sqlite.rev<N>.bak.",
 )
+@jobs_option("Migrate sessions")
 @json_option
 @fmt_option
 @click.pass_obj
@@ -51,6 +54,7 @@ def migrate_cmd(
     dry_run: bool,
     wait: float | None,
     keep_backups: bool,
+    jobs: int | None,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -78,6 +82,7 @@ def migrate_cmd(
             wait=wait,
             keep_backups=keep_backups,
             progress=bar.session,
+            jobs=jobs or default_jobs(),
         )
     finally:
         bar.close()

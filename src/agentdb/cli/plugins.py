@@ -6,7 +6,7 @@ import click
 
 from agentdb import errors, plugins
 from agentdb.cli import output
-from agentdb.cli.common import App, fmt_option, json_option
+from agentdb.cli.common import App, default_jobs, finish, fmt_option, jobs_option, json_option
 
 
 @click.group("plugins")
@@ -15,17 +15,22 @@ def plugins_cmd() -> None:
 
 
 @plugins_cmd.command("refs")
+@jobs_option("Read files")
 @json_option
 @fmt_option
 @click.pass_obj
-def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
+def refs_cmd(app: App, jobs: int | None, as_json: bool, fmt: str) -> int:
     """Each cached plugin version with the number of retained sessions that reference it, and
     the versions no retained session references (the ones a cache manager may evict).
 
     Exit 1 when some session could not be read: its references are unknown, so "unreferenced"
-    is not final until it is recovered or removed.
+    is not final until it is recovered or removed. Exit 130 after Ctrl-C: the counts cover the
+    sessions read before it, and no version is called unreferenced.
     """
-    refs = plugins.refs(app.require_sessions_dir(), app.use_plugin_cache())
+    refs = plugins.refs(
+        app.require_sessions_dir(), app.use_plugin_cache(), jobs=jobs or default_jobs()
+    )
+    referenced = sum(1 for v in refs.versions if v.sessions)
     if as_json:
         output.emit_json(
             {
@@ -33,7 +38,7 @@ def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
                 **output.jsonable(refs),
                 "summary": {
                     "cached_versions": len(refs.versions),
-                    "referenced": len(refs.versions) - len(refs.unreferenced),
+                    "referenced": referenced,
                     "unreferenced": len(refs.unreferenced),
                     "unreadable_sessions": len(refs.unreadable),
                 },
@@ -45,13 +50,16 @@ def refs_cmd(app: App, as_json: bool, fmt: str) -> int:
             ["category", "name", "version", "sessions"],
             fmt,
         )
-        output.note(
-            f"{len(refs.versions)} cached version(s); unreferenced: "
-            + (
-                ", ".join(plugins.label((v.category, v.name, v.version)) for v in refs.unreferenced)
-                or "none"
-            )
+        unreferenced = ", ".join(
+            plugins.label((v.category, v.name, v.version)) for v in refs.unreferenced
         )
+        if refs.interrupted:
+            unreferenced = "not known (interrupted)"
+        output.note(
+            f"{len(refs.versions)} cached version(s); unreferenced: {unreferenced or 'none'}"
+        )
+    if refs.interrupted:
+        return finish(False, True, refs.sessions_read, "read")
     if refs.unreadable:
         shown = ", ".join(refs.unreadable[:3])
         output.warn(

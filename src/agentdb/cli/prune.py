@@ -9,7 +9,16 @@ import click
 
 from agentdb import errors, prune
 from agentdb.cli import output
-from agentdb.cli.common import SESSION_ID, App, finish, fmt_option, json_option, wait_option
+from agentdb.cli.common import (
+    SESSION_ID,
+    App,
+    default_jobs,
+    finish,
+    fmt_option,
+    jobs_option,
+    json_option,
+    wait_option,
+)
 from agentdb.cli.params import DURATION
 from agentdb.schema import enums
 
@@ -85,6 +94,7 @@ def _statuses(
     "Wait at most SECONDS (all together) for selected sessions another process has open "
     "to be closed, instead of refusing them as live at once."
 )
+@jobs_option("Read and judge files while planning")
 @json_option
 @fmt_option
 @click.pass_obj
@@ -102,6 +112,7 @@ def prune_cmd(
     dry_run: bool,
     yes: bool,
     wait: float | None,
+    jobs: int | None,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -134,7 +145,13 @@ def prune_cmd(
         selectors.validate()
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    plan = prune.plan(app.require_sessions_dir(), app.use_plugin_cache(), selectors, wait=wait)
+    plan = prune.plan(
+        app.require_sessions_dir(),
+        app.use_plugin_cache(),
+        selectors,
+        wait=wait,
+        jobs=jobs or default_jobs(),
+    )
     for n in plan.notes:
         output.warn(n)
     if dry_run:

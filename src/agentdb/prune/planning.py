@@ -22,7 +22,8 @@ from agentdb.prune.scan import (
     Files,
     Stamp,
     group_names,
-    judge,
+    judge_all,
+    read_all_facts,
     read_facts,
     read_intent,
 )
@@ -201,6 +202,14 @@ def _matches(f: Facts, sel: Selectors, now: dt.datetime, notes: list[str]) -> bo
     return not (sel.profile is not None and f.info.profile != sel.profile)
 
 
+def _needs_judge(f: Facts) -> bool:
+    """A readable file nobody has open, present: check's judge decides if it is damaged (a
+    file someone has open is refused as live, and its WAL is not judged)."""
+    return (
+        f.entry_kind != "absent" and f.problem is None and f.info is not None and f.holder is None
+    )
+
+
 def _members(label: str, ids: Iterable[str], limit: int = 3) -> str:
     ids = list(ids)
     shown = ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
@@ -212,11 +221,11 @@ def _own_reasons(
     explicit: bool,
     allow_damaged: bool,
     pins: list[plugins.PluginVersion],
-    sessions_dir: Path,
     include_pinned: bool,
-    recovered: bool = False,
+    judged: str | None,
 ) -> list[Reason]:
-    """Every reason that keeps this one session, judged alone (has_children comes later)."""
+    """Every reason that keeps this one session, judged alone (has_children comes later).
+    ``judged``: what check's judge said of it (:func:`_needs_judge`; None: nothing wrong)."""
     out: list[Reason] = []
     if f.entry_kind == "absent":
         if f.files.corrupt and not allow_damaged:
@@ -235,11 +244,7 @@ def _own_reasons(
     if f.holder is not None:
         who = f" by pid {f.holder.pid}" if f.holder.pid else ""
         out.append(Reason("live", f"open{who} ({f.holder.file}); stop it or retry later"))
-    problem = f.problem
-    if problem is None and f.info is not None:
-        problem = (
-            judge(sessions_dir, f.session_id, recovered=recovered) if f.holder is None else None
-        )
+    problem = f.problem if f.problem is not None else judged
     if f.entry_kind == "directory":
         out.append(Reason("unreadable", f"{problem}; never removed, move it away by hand"))
     elif f.foreign:
@@ -280,12 +285,14 @@ def plan(
     *,
     now: dt.datetime | None = None,
     wait: float | None = None,
+    jobs: int = 1,
 ) -> PrunePlan:
     """Decide, changing nothing, what ``execute`` would remove and what stays and why.
 
     With ``wait`` (seconds, ``--wait``), a selected session someone has open is waited for (all
     of them together at most that long) and judged again once it is closed, instead of being
-    refused as ``live`` at once.
+    refused as ``live`` at once. ``jobs``: worker processes reading and judging the files
+    (the plan is the same whatever their number); Ctrl-C raises ``KeyboardInterrupt``.
     """
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
@@ -302,13 +309,13 @@ def plan(
         return frozenset(sid for sid, entries in index.items() if was_recovered(entries))
 
     cached = plugins.cached_versions(plugin_cache)
-    facts: dict[str, Facts] = {}
-    for sid, files in groups.items():
-        if files.main or sid in selectors.ids or files.intent:
-            facts[sid] = read_facts(sessions_dir, sid, files)
-    for sid in selectors.ids:
-        if sid not in facts:
-            facts[sid] = read_facts(sessions_dir, sid, Files())
+    wanted = [
+        (sid, files)
+        for sid, files in groups.items()
+        if files.main or sid in selectors.ids or files.intent
+    ]
+    wanted += [(sid, Files()) for sid in selectors.ids if sid not in groups]
+    facts = {f.session_id: f for f in read_all_facts(sessions_dir, wanted, jobs)}
     for sid, f in facts.items():
         if f.entry_kind == "absent":
             continue
@@ -363,7 +370,16 @@ def plan(
     # Interrupted prunes are finished whatever this run selects.
     resumes = {sid for sid, f in facts.items() if f.files.intent}
 
-    # 3. Each session judged alone.
+    # 3. Each session judged alone (by check's judge, when nothing simpler refuses it).
+    judged = judge_all(
+        sessions_dir,
+        [
+            (sid, sid in recovered_ids())
+            for sid in sorted(set(top) | resumes)
+            if _needs_judge(facts[sid])
+        ],
+        jobs,
+    )
     decisions: dict[str, PruneDecision] = {}
     for sid in sorted(set(top) | resumes):
         f = facts[sid]
@@ -384,9 +400,8 @@ def plan(
                 explicit,
                 damaged,
                 d.pins,
-                sessions_dir,
                 selectors.include_pinned,
-                recovered=sid in recovered_ids(),
+                judged.get(sid),
             )
         d.damaged = damaged
         d.files = _files(f, damaged)

@@ -8,17 +8,21 @@ import json
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import ulid
 
-from agentdb import errors, fsutil, locks, paths, plugins
+from agentdb import errors, faults, fsutil, locks, paths, plugins, workers
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
 
 INTENT = ".agentdb-prune-intent"  # paths.job_file(db, "prune", "intent")
 MAX_INTENT_BYTES = 64 * 1024
+JUDGE_THRESHOLD = 50  # fewer files than this are judged in this process (as check does)
+_T = TypeVar("_T")
 
 # Every name prune may ever touch: "<id>.sqlite" and what SQLite and agentdb keep beside it.
 _NAME_RE = re.compile(rf"(?P<id>{ULID_RE.pattern})\.sqlite(?P<rest>.*)", re.DOTALL)
@@ -155,6 +159,7 @@ def _size(path: Path) -> int:
 
 def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
     """Probe for a holder first, then read session_meta and producers read-only."""
+    faults.point("prune_read_facts")
     main = paths.session_path(sessions_dir, session_id)
     kind, size = _entry_kind(main)
     facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main))
@@ -178,6 +183,67 @@ def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
         facts.foreign = _foreign_behind_triggers(main)
     except errors.AgentdbError as e:
         facts.problem = _short(e, main)
+    return facts
+
+
+def read_all_facts(
+    sessions_dir: Path, wanted: Sequence[tuple[str, Files]], jobs: int = 1
+) -> list[Facts]:
+    """:func:`read_facts` for each of ``wanted``, in its order; with ``jobs`` > 1 and many
+    files, in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``."""
+    if jobs <= 1 or len(wanted) < workers.POOL_THRESHOLD:
+        return [read_facts(sessions_dir, sid, files) for sid, files in wanted]
+
+    def chunk(part: Sequence[tuple[str, Files]]) -> list[Facts]:
+        return [read_facts(sessions_dir, sid, files) for sid, files in part]
+
+    def died(part: Sequence[tuple[str, Files]], why: str) -> list[Facts]:
+        return [_unread(sessions_dir, sid, files, f"not read: {why}") for sid, files in part]
+
+    ran = workers.run_each(chunk, _chunks(wanted, jobs), jobs, died=died, drain=False)
+    if ran.interrupted:
+        raise KeyboardInterrupt
+    return [f for part in ran.results for f in part]
+
+
+def judge_all(
+    sessions_dir: Path, wanted: Sequence[tuple[str, bool]], jobs: int = 1
+) -> dict[str, str | None]:
+    """:func:`judge` for each ``(session_id, recovered)``; with ``jobs`` > 1 and enough files,
+    in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``."""
+    if jobs <= 1 or len(wanted) < JUDGE_THRESHOLD:
+        return {sid: judge(sessions_dir, sid, recovered=r) for sid, r in wanted}
+
+    def chunk(part: Sequence[tuple[str, bool]]) -> list[str | None]:
+        return [judge(sessions_dir, sid, recovered=r) for sid, r in part]
+
+    def died(part: Sequence[tuple[str, bool]], why: str) -> list[str | None]:
+        return [f"not judged: {why}" for _ in part]
+
+    parts = _chunks(wanted, jobs, most=32)  # a full check per file: small pieces
+    ran = workers.run_each(chunk, parts, jobs, died=died, drain=False)
+    if ran.interrupted:
+        raise KeyboardInterrupt
+    return {
+        sid: v
+        for part, got in zip(parts, ran.results, strict=True)
+        for (sid, _), v in zip(part, got, strict=True)
+    }
+
+
+def _chunks(items: Sequence[_T], jobs: int, most: int = workers.CHUNK) -> list[Sequence[_T]]:
+    """Pieces small enough that every worker gets several (an even finish), at most ``most``."""
+    size = max(1, min(most, len(items) // (jobs * 8) or 1))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _unread(sessions_dir: Path, session_id: str, files: Files, problem: str) -> Facts:
+    """Facts of a file whose reader died: unreadable, so prune refuses it."""
+    main = paths.session_path(sessions_dir, session_id)
+    kind, size = _entry_kind(main)
+    facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main), bytes=size)
+    if kind != "absent":
+        facts.problem = problem
     return facts
 
 
