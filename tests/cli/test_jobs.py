@@ -21,9 +21,9 @@ import apsw
 import pytest
 
 from agentdb import demo
-from agentdb.cli.main import main
 from tests.cli.test_interrupts import _LOCKER, interrupt_after_progress
 from tests.migrate_support import foreign_file
+from tests.runner import Agentdb, run_cli
 from tests.salvage import corpus
 from tests.support import SRC, make_session, wait_for
 
@@ -70,12 +70,11 @@ def build_tree(root: Path, *, clones: int = CLONES, revision_1: int = 3) -> tupl
 
 
 def run(sessions: Path, cache: Path, *argv: str, **extra: str) -> tuple[int, Any, str]:
-    r = subprocess.run(
-        [*AGENTDB, "--sessions-dir", str(sessions), "--plugin-cache", str(cache), *argv],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=env(**extra),
+    r = run_cli(
+        *("--sessions-dir", str(sessions), "--plugin-cache", str(cache), *argv),
+        env={"PYTHONPATH": str(SRC)},
+        drop=("AGENTDB_PAUSE",),
+        fault=extra.get("AGENTDB_FAULT"),
         timeout=600,
     )
     assert "Traceback" not in r.stderr, r.stderr
@@ -163,18 +162,14 @@ def test_same_json_with_one_and_two_jobs(tree: Path, tmp_path: Path, argv: list[
         ["backup", "--all", "--to", "B"],
     ],
 )
-def test_jobs_is_validated_like_checks(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
-) -> None:
+def test_jobs_is_validated_like_checks(tmp_path: Path, agentdb: Agentdb, argv: list[str]) -> None:
     sessions = tmp_path / "s"
     sessions.mkdir()
     args = [a.replace("B", str(tmp_path / "b")) for a in argv]
     for bad in ("0", "-1", "x", "257"):
-        assert main(["--sessions-dir", str(sessions), *args, "--jobs", bad]) == 2
-        err = capsys.readouterr().err
-        assert "--jobs" in err and "Traceback" not in err
-    assert main(["--sessions-dir", str(sessions), *args, "-j", "256"]) == 0
-    assert not (tmp_path / "b").exists() or argv[0] == "backup"
+        code, _, err = agentdb("--sessions-dir", str(sessions), *args, "--jobs", bad)
+        assert code == 2 and "--jobs" in err and "Traceback" not in err
+    assert agentdb("--sessions-dir", str(sessions), *args, "-j", "256").code == 0
 
 
 def _children(pid: int) -> list[int]:
