@@ -215,6 +215,8 @@ def _serve(conn: multiprocessing.connection.Connection, fn: Callable[[Any], Any]
             conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             conn.send((index, _Failure(e)))
+        except OSError:  # the parent is gone (killed): nobody to answer
+            return
 
 
 @dataclass
