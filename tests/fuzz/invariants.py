@@ -1,0 +1,346 @@
+"""The invariants every generated case must keep, with SQLite as the oracle.
+
+:func:`run_case` damages a copy of a base (:mod:`tests.fuzz.generator`), asks SQLite what the
+damaged file holds (:mod:`tests.fuzz.oracle`), runs the real command lines on it in one driver
+process (:mod:`tests.fuzz.driver`; each command in its own child, killed after the guard), and
+returns every invariant that failed, by name:
+
+- ``hang``: a command ran past the guard, or a reader restarted more often than the damaged
+  regions + 1 (from the report's ``tables.<t>.restarts`` / ``damaged_regions``);
+- ``exit``: an exit code other than 0/1, a traceback, or a failure without exactly one stderr
+  line naming the session;
+- ``check_ok_on_damage``: ``check`` said ok/needs_migration where SQLite's full read, its
+  integrity_check, a content hash or a TEXT value's UTF-8 fails, the committed state names
+  another session, or ``events`` shows other events than SQLite presents;
+- ``recover_row_differs``: the replacement holds a row absent from or differing from the
+  undamaged copy beyond what the report counts unverified;
+- ``recover_counts``: reported counts differ from what is in the replacement;
+- ``fewer_than_dot_recover``: fewer rows byte-identical to the undamaged copy than SQLite's
+  ``.recover`` keeps in that table (lost_and_found does not count);
+- ``corrupt_copy``: ``.corrupt`` (or its ``-wal``/``-journal``) is not the input byte for byte;
+- ``leftovers``: a read-only command or dry run changed the directory, or recover left files
+  other than the replacement and the ``.corrupt`` set (or a sidecar beside the replacement);
+- ``disagree``: the commands disagree as the one-judge table (issue 9) defines;
+- ``replacement_not_ok``: ``check`` does not pass the replacement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fuzz import oracle
+from tests.fuzz.bases import Bases
+from tests.fuzz.generator import Applied, Case, apply
+
+REPO = Path(__file__).resolve().parents[2]
+GUARD_S = 60
+HEALTHY = ("ok", "needs_migration")
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    applied: Applied
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    verdict: str = ""
+    outcome: str = ""
+    kept: dict[str, int] = field(default_factory=dict)  # byte-identical rows agentdb kept
+    dot_recover: dict[str, int] | None = None  # byte-identical rows .recover kept
+    seconds: float = 0.0
+
+    def fail(self, invariant: str, detail: str) -> None:
+        self.failures.append((invariant, detail))
+
+
+def drive(
+    sessions: Path,
+    steps: list[list[str] | str],
+    work: Path,
+    agentdb_src: Path | None = None,
+    guard: float = GUARD_S,
+) -> list[dict[str, Any]]:
+    """Run ``steps`` (argv lists, or "listing") through the driver; PYTHONPATH puts
+    ``agentdb_src`` (default: this tree's src/) first."""
+    work.mkdir(parents=True, exist_ok=True)
+    plan = work / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "work": str(work / "out"),
+                "sessions_dir": str(sessions),
+                "steps": steps,
+                "guard": guard,
+            }
+        )
+    )
+    src = agentdb_src or REPO / "src"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{src}{os.pathsep}{REPO}",
+        "XDG_STATE_HOME": str(sessions.parent.parent),
+        "XDG_CACHE_HOME": str(work / "cache"),
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.driver", str(plan)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=guard * (len(steps) + 1),
+        check=False,
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"driver failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout)  # type: ignore[no-any-return]
+
+
+def _json(step: dict[str, Any]) -> Any:
+    try:
+        return json.loads(step["stdout"])
+    except ValueError:
+        return None
+
+
+def _check_exit(r: CaseResult, name: str, step: dict[str, Any], sid: str) -> None:
+    if step["hung"]:
+        r.fail("hang", f"{name} ran past {GUARD_S} s")
+        return
+    if "Traceback" in step["stderr"]:
+        tail = step["stderr"].strip().splitlines()[-1:]
+        r.fail("exit", f"{name}: traceback {tail}")
+    if step["rc"] not in (0, 1):
+        r.fail("exit", f"{name}: exit {step['rc']}: {step['stderr'][-300:]!r}")
+    if not step["stdout"].strip() and step["rc"] != 0:
+        lines = [ln for ln in step["stderr"].splitlines() if ln.strip()]
+        if len(lines) != 1 or sid not in lines[0]:
+            r.fail("exit", f"{name}: stderr is not one line naming the file: {lines[:3]}")
+
+
+def _events_seqs(step: dict[str, Any]) -> set[int] | None:
+    out: set[int] = set()
+    for line in step["stdout"].splitlines():
+        try:
+            out.add(int(json.loads(line)["sequence"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+    return out
+
+
+def _ranges_hold(ranges: list[list[int]], n: int | None) -> bool:
+    return n is not None and any(a <= n <= b for a, b in ranges)
+
+
+def _unverified(doc: dict[str, Any], table: str) -> tuple[int, list[list[int]]]:
+    t = doc.get("tables", {}).get(table, {})
+    ranges = doc.get("lost", {}).get("unverified_event_sequences", []) if table == "events" else []
+    n = t.get("unverified")
+    if n is None:
+        n = sum(b - a + 1 for a, b in ranges)
+    return int(n), ranges
+
+
+def _recover_invariants(
+    r: CaseResult, doc: dict[str, Any], a: Applied, inputs: dict[str, bytes]
+) -> None:
+    base = a.base
+    for t, info in doc.get("tables", {}).items():
+        if "restarts" in info:
+            bound = info.get("damaged_regions", a.regions) + 1
+            if info["restarts"] > bound:
+                r.fail("hang", f"{t}: {info['restarts']} restarts > {bound}")
+    if doc.get("outcome") != "recovered":
+        return
+    try:
+        got = oracle.read_rows(a.path, base.rows.columns)
+    except Exception as e:
+        r.fail("replacement_unreadable", f"{type(e).__name__}: {e}")
+        return
+    for t in oracle.TABLES:
+        rows = got.rows[t]
+        wrong = rows - base.history.rows[t]
+        r.kept[t] = len(rows & base.rows.rows[t])
+        n_unv, ranges = _unverified(doc, t)
+        if wrong:
+            outside = [w for w in wrong if not (ranges and _ranges_hold(ranges, got.sequence(w)))]
+            if len(wrong) > n_unv or (ranges and outside):
+                seqs = sorted(s for w in wrong if (s := got.sequence(w)) is not None)[:5]
+                r.fail(
+                    "recover_row_differs",
+                    f"{t}: {len(wrong)} rows in no committed state of the undamaged file, "
+                    f"{n_unv} unverified" + (f" (sequences {seqs})" if seqs else ""),
+                )
+        info = doc.get("tables", {}).get(t, {})
+        if "salvaged" in info and info["salvaged"] != len(rows):
+            r.fail("recover_counts", f"{t}: report says {info['salvaged']}, file has {len(rows)}")
+        parts = [info.get(k) for k in ("verified", "structural_only", "unverified")]
+        if all(p is not None for p in parts) and sum(parts) != len(rows):  # type: ignore[arg-type]
+            r.fail("recover_counts", f"{t}: verified+structural+unverified {parts} != {len(rows)}")
+    for key, suffix in (
+        ("corrupt_path", ""),
+        ("corrupt_wal", "-wal"),
+        ("corrupt_journal", "-journal"),
+    ):
+        name = a.path.name + suffix
+        if name in inputs:
+            kept = doc.get(key)
+            if not kept or not Path(kept).is_file():
+                r.fail("corrupt_copy", f"input {name} not kept ({key}={kept})")
+            elif Path(kept).read_bytes() != inputs[name]:
+                r.fail("corrupt_copy", f"{kept} differs from the input {name}")
+
+
+def _allowed_after_recover(name: str, main: str) -> bool:
+    if name == main:
+        return True
+    if not name.startswith(main + ".corrupt"):
+        return False
+    rest = name[len(main + ".corrupt") :]
+    for s in ("-wal", "-journal", ""):
+        if rest.endswith(s):
+            core = rest[: len(rest) - len(s)] if s else rest
+            if core == "" or (core.startswith(".") and core[1:].isdigit()):
+                return True
+    return False
+
+
+def run_case(
+    case: Case,
+    bases: Bases,
+    work: Path,
+    *,
+    agentdb_src: Path | None = None,
+    shell: Path | None = None,
+    guard: float = GUARD_S,
+) -> CaseResult:
+    """Damage, judge with SQLite, run every command, check every invariant."""
+    if work.exists():
+        shutil.rmtree(work)
+    sessions = work / "state" / "agent" / "sessions"
+    a = apply(case, bases, sessions)
+    r = CaseResult(case, a)
+    sid, main = a.session_id, a.path.name
+    inputs = {p.name: p.read_bytes() for p in sessions.iterdir()}
+    j = oracle.judge(a.path, sid)
+    shell = shell if shell is not None else oracle.capable_shell()
+    dot = oracle.dot_recover(a.path, shell, a.base.rows.columns)
+    if dot is not None:
+        r.dot_recover = {t: len(dot.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}
+    plugins = work / "plugins"
+    plugins.mkdir()
+    g = ["--sessions-dir", str(sessions), "--plugin-cache", str(plugins)]
+    names = ["check", "recover --dry-run", "events", "sessions show", "prune --dry-run", "backup"]
+    steps: list[list[str] | str] = [
+        "listing",
+        [*g, "check", sid, "--json"],
+        [*g, "recover", sid, "--dry-run", "--json"],
+        [*g, "events", sid, "--json"],
+        [*g, "sessions", "show", sid, "--json"],
+        [*g, "prune", sid, "--dry-run", "--json"],
+        [*g, "backup", sid, "--to", str(work / "backup"), "--json"],
+        "listing",
+        [*g, "recover", sid, "--json"],
+        "listing",
+        [*g, "check", sid, "--json"],
+    ]
+    res = drive(sessions, steps, work / "driver", agentdb_src, guard)
+    for name, step in zip(names, res[1:7], strict=True):
+        _check_exit(r, name, step, sid)
+    _check_exit(r, "recover", res[8], sid)
+    _check_exit(r, "check after recover", res[10], sid)
+    r.seconds = sum(s.get("seconds", 0.0) for s in res)
+    if res[0]["listing"] != res[7]["listing"]:
+        r.fail("leftovers", "a read-only command or dry run changed the sessions directory")
+
+    check_doc = _json(res[1]) or {}
+    verdict = (check_doc.get("sessions") or [{}])[0].get("verdict", "")
+    r.verdict = verdict
+    if verdict in HEALTHY:
+        why = []
+        if not j.sound:
+            why.append(j.error or f"hashes={j.hashes} utf8={j.utf8}")
+        if j.full_read and j.meta_ids != [sid.encode()]:
+            why.append(f"session_meta ids {j.meta_ids}")
+        seqs = _events_seqs(res[3])
+        if j.full_read and seqs is not None and seqs != j.sequences:
+            why.append(f"events shows {len(seqs)} events, SQLite {len(j.sequences)}")
+        if why:
+            r.fail("check_ok_on_damage", f"check says {verdict}: {'; '.join(why)}")
+
+    dry = _json(res[2]) or {}
+    dry_outcome = (dry.get("sessions") or [{}])[0].get("outcome", "")
+    if (verdict in HEALTHY) != (dry_outcome == "healthy"):
+        r.fail("disagree", f"check {verdict} but recover --dry-run {dry_outcome}")
+    prune = _json(res[5]) or {}
+    reasons = {
+        c["code"]
+        for s in prune.get("refused", [])
+        if s.get("session_id") == sid
+        for c in s.get("reasons", [])
+    }
+    if verdict in HEALTHY and "unreadable" in reasons:
+        r.fail("disagree", f"check {verdict} but prune refuses it as unreadable")
+    if verdict in ("corrupt", "unreadable") and sid in prune.get("removed", []):
+        r.fail("disagree", f"check {verdict} but prune --dry-run would remove it")
+    show = _json(res[4]) or {}
+    shows_error = res[4]["rc"] != 0 or bool((show.get("session") or {}).get("error"))
+    if shows_error != (verdict in ("unreadable", "corrupt", "foreign")):
+        r.fail("disagree", f"check {verdict} but sessions show error={shows_error}")
+    if (res[3]["rc"] == 1) != (verdict in ("corrupt", "unreadable")):
+        r.fail("disagree", f"check {verdict} but events exit {res[3]['rc']}")
+    bdoc = _json(res[6]) or {}
+    b_outcome = (bdoc.get("sessions") or [{}])[0].get("outcome", "")
+    copied = b_outcome in ("copied", "updated", "unchanged")
+    if (verdict == "corrupt" and copied) or (verdict in HEALTHY and not copied):
+        r.fail("disagree", f"check {verdict} but backup {b_outcome or res[6]['stderr'][-200:]}")
+
+    rec = _json(res[8]) or {}
+    doc = (rec.get("sessions") or [{}])[0]
+    r.outcome = doc.get("outcome", "")
+    _recover_invariants(r, doc, a, inputs)
+    after = res[9]["listing"]
+    if r.outcome == "recovered":
+        bad = [n for n in after if not _allowed_after_recover(n, main)]
+        if bad:
+            r.fail("leftovers", f"after recover: {bad}")
+        v2 = ((_json(res[10]) or {}).get("sessions") or [{}])[0].get("verdict", "")
+        if v2 not in HEALTHY:
+            r.fail("replacement_not_ok", f"check after recover: {v2}")
+        if dot is not None and r.dot_recover is not None:
+            for t in oracle.TABLES:
+                if r.kept.get(t, 0) < r.dot_recover[t]:
+                    r.fail(
+                        "fewer_than_dot_recover",
+                        f"{t}: kept {r.kept.get(t, 0)}, .recover {r.dot_recover[t]}",
+                    )
+    elif after != res[7]["listing"]:
+        r.fail("leftovers", f"recover {r.outcome} changed the sessions directory")
+    return r
+
+
+def old_recover(
+    case: Case, bases: Bases, work: Path, agentdb_src: Path, guard: float = GUARD_S
+) -> dict[str, int] | None:
+    """Rows byte-identical to the undamaged copy that another agentdb's ``recover`` keeps
+    (None when it did not produce a replacement)."""
+    if work.exists():
+        shutil.rmtree(work)
+    sessions = work / "state" / "agent" / "sessions"
+    a = apply(case, bases, sessions)
+    g = ["--sessions-dir", str(sessions)]
+    res = drive(
+        sessions, [[*g, "recover", a.session_id, "--json"]], work / "driver", agentdb_src, guard
+    )
+    doc = ((_json(res[0]) or {}).get("sessions") or [{}])[0]
+    if doc.get("outcome") != "recovered":
+        return None
+    try:
+        got = oracle.read_rows(a.path, a.base.rows.columns)
+    except Exception:
+        return None
+    return {t: len(got.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}

@@ -1,0 +1,132 @@
+"""The damage generator and its invariants, in CI: a fixed-seed subset (about a minute).
+
+``bench/fuzz`` runs the generator for minutes; this runs seeds 0-11 (both revisions, with and
+without a WAL, as the seeds draw them) through every invariant of :mod:`tests.fuzz.invariants`,
+and checks the generator itself: cases round-trip through their printed form, the same case
+damages the same bytes, every kind applies to the base it is drawn for, and shrinking keeps
+only the damages a failure needs. When no sqlite3 shell with a working ``.recover`` exists
+(build one with tests/tools/build_sqlite_shell.py), the ``.recover`` comparison is skipped and
+``test_dot_recover_is_compared`` says so in the summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz import oracle
+from tests.fuzz.bases import Bases
+from tests.fuzz.generator import KINDS, NO_WAL_ONLY, WAL_ONLY, Case, apply, shrink
+from tests.fuzz.invariants import run_case
+
+CI_SEEDS = range(12)
+
+# Disagreements the one-judge work (issue 9, owner: judge) has not closed yet: `events` and
+# `sessions show` do not run check's judge, so on a file check calls corrupt they print what
+# they can read with exit 0 / no error. Any other failure fails the test.
+KNOWN_OPEN = (
+    ("disagree", "but events exit 0"),
+    ("disagree", "but sessions show error=False"),
+)
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> Bases:
+    return Bases(tmp_path_factory.mktemp("fuzz-bases"))
+
+
+def _digest(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def test_cases_round_trip_and_are_deterministic() -> None:
+    for seed in range(300):
+        c = Case.from_seed(seed)
+        assert Case.from_seed(seed) == c
+        back = Case.parse(str(c))
+        assert str(back) == str(c)
+        assert back.damages == c.damages
+        assert 1 <= len(c.damages) <= 3
+        for kind, _ in c.damages:
+            assert kind not in (NO_WAL_ONLY if c.wal else WAL_ONLY), str(c)
+        assert "ptrmap" not in c.kind or c.layout == "autovacuum"
+
+
+def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
+    seen = {
+        (k, r, w)
+        for c in map(Case.from_seed, range(3000))
+        for k, _ in c.damages
+        for r, w in [(c.revision, c.wal)]
+    }
+    for kind in KINDS:
+        for rev in (1, 2):
+            for wal in (False, True):
+                if kind in (NO_WAL_ONLY if wal else WAL_ONLY):
+                    continue
+                assert (kind, rev, wal) in seen, (kind, rev, wal)
+
+
+def test_same_case_same_bytes(bases: Bases, tmp_path: Path) -> None:
+    c = Case.parse("rev=1 wal=1 size=short layout=plain damages=random_sector/5+truncate_wal/9")
+    a = apply(c, bases, tmp_path / "a")
+    apply(c, bases, tmp_path / "b")
+    assert a.regions == 2, a.done
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    base = a.base.path
+    assert (tmp_path / "a" / base.name).read_bytes() != base.read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_damages_its_base(bases: Bases, tmp_path: Path, kind: str) -> None:
+    """Each kind does something to a file it can apply to: the files change (or a hot journal
+    appears), for one revision-2 case of each kind (seeded subseeds 0-3; one must apply)."""
+    wal = kind in WAL_ONLY
+    layout = "autovacuum" if kind == "ptrmap" else "plain"
+    applied = False
+    for sub in range(4):
+        c = Case(2, wal, "short", layout, ((kind, sub),))
+        d = tmp_path / str(sub)
+        a = apply(c, bases, d)
+        if a.regions:
+            before = {
+                p.name: p.read_bytes()
+                for p in a.base.path.parent.iterdir()
+                if p.name.startswith(a.session_id)
+            }
+            after = {p.name: p.read_bytes() for p in d.iterdir()}
+            assert after != before, a.done
+            applied = True
+            break
+    assert applied, f"{kind} never applied"
+
+
+def test_shrink_keeps_only_what_the_failure_needs() -> None:
+    c = Case.parse(
+        "rev=2 wal=0 size=short layout=plain damages=byte_flip/1+zero_page/2+page_swap/3"
+    )
+    small = shrink(c, lambda x: "zero_page" in x.kind)
+    assert small.damages == (("zero_page", 2),)
+
+
+def test_dot_recover_is_compared() -> None:
+    if oracle.capable_shell() is None:
+        pytest.skip(
+            "no sqlite3 shell with a working .recover (AGENTDB_TOOLS_DIR or "
+            "tests/tools/build_sqlite_shell.py): the fuzz subset did not compare with .recover"
+        )
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+def test_fixed_seed_subset(bases: Bases, tmp_path: Path, seed: int) -> None:
+    case = Case.from_seed(seed)
+    r = run_case(case, bases, tmp_path / "case")
+    unexpected = [
+        (inv, detail)
+        for inv, detail in r.failures
+        if not any(inv == k and frag in detail for k, frag in KNOWN_OPEN)
+    ]
+    replay = f"python -m tests.fuzz.generator --case '{case}'"
+    assert not unexpected, f"{case} ({r.applied.done}): {unexpected}\nreplay: {replay}"
