@@ -456,6 +456,7 @@ class Applied:
     base: Base
     done: list[str]
     regions: int  # damages applied (the bound on reader restarts counts from this)
+    kinds_applied: set[str]  # the kinds that found something to damage
 
     @property
     def applied(self) -> bool:
@@ -473,14 +474,15 @@ def apply(case: Case, bases: Bases, sessions_dir: Path) -> Applied:
             shutil.copyfile(src, path.with_name(path.name + suffix))
             os.chmod(path.with_name(path.name + suffix), 0o600)
     target = Target(path, base, bases.foreign_wal)
-    done, regions = [], 0
+    done, regions, kinds = [], 0, set()
     for kind, sub in case.damages:
         try:
             done.append(f"{kind}: {KINDS[kind](target, random.Random(sub))}")
             regions += 1
+            kinds.add(kind)
         except NotApplicable as e:
             done.append(f"{kind}: n/a ({e})")
-    return Applied(path, base.session_id, base, done, regions)
+    return Applied(path, base.session_id, base, done, regions, kinds)
 
 
 def shrink(case: Case, fails: Callable[[Case], bool]) -> Case:
