@@ -80,7 +80,8 @@ def report(t: Tally, args: argparse.Namespace, n: int, secs: float, shell: Path 
         f"Damage campaign, revision {args.revision}: {n} cases in {secs / 60:.1f} min "
         f"(seeds {args.seed}..{args.seed + n - 1}); {_load()} at the end. "
         f"`.recover`: {shell if shell else 'no capable shell: not compared'}. "
-        f"Old agentdb: {args.old if args.old != 'none' else 'not run'}.",
+        f"Old agentdb: {args.old if args.old != 'none' else 'not run'}."
+        + (f" Invariants checked on agentdb at {args.agentdb}." if args.agentdb else ""),
         "",
         "| damage kind | WAL | cases | failing cases | rows in undamaged copies | "
         "agentdb kept | .recover kept | old agentdb kept |",
@@ -114,6 +115,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock)")
     ap.add_argument("--old", default="dd60f0c", help="agentdb commit to compare, or 'none'")
     ap.add_argument("--guard", type=float, default=60.0, help="seconds per command")
+    ap.add_argument("--kind", default=None, help="only cases of this one damage kind")
+    ap.add_argument("--wal", choices=("0", "1"), default=None, help="only without/with a WAL")
+    ap.add_argument(
+        "--agentdb",
+        default=None,
+        metavar="COMMIT",
+        help="check the invariants of agentdb at COMMIT instead of this tree (implies --old none)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.seed is None:
@@ -124,29 +133,33 @@ def main() -> int:
         print("bench/fuzz: no capable sqlite3 shell; .recover is not compared", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as tmp:
         root = Path(tmp)
-        old_src = None
-        if args.old != "none":
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(REPO),
-                    "worktree",
-                    "add",
-                    "--detach",
-                    str(root / "old"),
-                    args.old,
-                ],
-                check=True,
-                capture_output=True,
-            )
-            old_src = root / "old" / "src"
+        old_src = under_test = None
+        if args.agentdb:
+            args.old = "none"
+        commit = args.agentdb or (args.old if args.old != "none" else None)
+        if commit:
+            wt = ["git", "-C", str(REPO), "worktree"]
+            subprocess.run([*wt, "add", "--detach", str(root / "old"), commit], check=True)
+            if args.agentdb:
+                under_test = root / "old" / "src"
+            else:
+                old_src = root / "old" / "src"
         try:
             bases = Bases(root / "bases")
             t, n, t0 = Tally(), 0, time.monotonic()
             while time.monotonic() - t0 < args.minutes * 60:
-                case = Case.from_seed(args.seed + n, revision=args.revision)
-                r = run_case(case, bases, root / "case", shell=shell, guard=args.guard)
+                wal = None if args.wal is None else args.wal == "1"
+                case = Case.from_seed(
+                    args.seed + n, revision=args.revision, wal=wal, kind=args.kind
+                )
+                r = run_case(
+                    case,
+                    bases,
+                    root / "case",
+                    agentdb_src=under_test,
+                    shell=shell,
+                    guard=args.guard,
+                )
                 old = old_recover(case, bases, root / "oldcase", old_src) if old_src else None
                 t.add(case, r, old, old_src is not None)
                 status = "ok" if not r.failures else "; ".join(f"{i}: {d}" for i, d in r.failures)
@@ -154,12 +167,8 @@ def main() -> int:
                 n += 1
             text = report(t, args, n, time.monotonic() - t0, shell)
         finally:
-            if old_src is not None:
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(root / "old")],
-                    check=False,
-                    capture_output=True,
-                )
+            if commit:
+                subprocess.run([*wt, "remove", "--force", str(root / "old")], check=False)
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

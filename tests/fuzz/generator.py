@@ -426,14 +426,26 @@ class Case:
         return cls(int(f["rev"]), f["wal"] == "1", f["size"], f["layout"], damages)
 
     @classmethod
-    def from_seed(cls, seed: int, *, revision: int | None = None, wal: bool | None = None) -> Case:
+    def from_seed(
+        cls,
+        seed: int,
+        *,
+        revision: int | None = None,
+        wal: bool | None = None,
+        kind: str | None = None,
+    ) -> Case:
+        """The case seed ``seed`` draws; ``kind`` draws a case of that one kind alone."""
         rng = random.Random(seed)
         rev = revision if revision is not None else rng.choice((1, 2))
         w = wal if wal is not None else rng.random() < 0.5
+        if kind in WAL_ONLY or kind in NO_WAL_ONLY:
+            w = kind in WAL_ONLY
         size = "long" if rng.random() < 0.35 else "short"
         n = rng.choices((1, 2, 3), weights=(6, 3, 1))[0]
         pool = kinds_for(w)
         kinds = [rng.choice(pool) for _ in range(n)]
+        if kind is not None:
+            kinds = [kind]
         if "ptrmap" in kinds:
             kinds = [k for k in kinds if k != "stale_page"] or ["ptrmap"]
         layout = "plain"

@@ -195,6 +195,10 @@ def _recover_invariants(
                 r.fail("corrupt_copy", f"{kept} differs from the input {name}")
 
 
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+
+
 def _allowed_after_recover(name: str, main: str) -> bool:
     if name == main:
         return True
@@ -255,7 +259,9 @@ def run_case(
     _check_exit(r, "check after recover", res[10], sid)
     r.seconds = sum(s.get("seconds", 0.0) for s in res)
     if res[0]["listing"] != res[7]["listing"]:
-        r.fail("leftovers", "a read-only command or dry run changed the sessions directory")
+        r.fail(
+            "leftovers", f"read-only commands changed {_diff(res[0]['listing'], res[7]['listing'])}"
+        )
 
     check_doc = _json(res[1]) or {}
     verdict = (check_doc.get("sessions") or [{}])[0].get("verdict", "")
@@ -321,7 +327,7 @@ def run_case(
     elif r.outcome == "healthy" and j.rows is not None:  # the file stays as the result
         r.kept = {t: len(j.rows.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}
     if r.outcome != "recovered" and after != res[7]["listing"]:
-        r.fail("leftovers", f"recover {r.outcome} changed the sessions directory")
+        r.fail("leftovers", f"recover {r.outcome} changed {_diff(res[7]['listing'], after)}")
     return r
 
 
