@@ -3,6 +3,10 @@ run it again and again into the same folder.
 
 Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
 
+0. **Judge the session** with ``agentdb check``'s own judge: one ``check`` calls ``corrupt`` or
+   ``unreadable`` is ``corrupt`` and nothing in ``DIR`` changes. The snapshot's own check
+   cannot stand in for it: SQLite's backup API copies a WAL only up to a bad frame and reads
+   pages past a truncated end as zeros, so the copy of a damaged session can look healthy.
 1. **Snapshot.** The source is opened read-only (never blocks its writer; a file with no
    ``-wal`` is opened ``immutable`` so nothing is created beside it) and copied with SQLite's
    backup API in one pass inside one read transaction (:func:`agentdb.db.backup_to`: a
@@ -157,9 +161,13 @@ def _usable(judged: backupdir.VerifyResult) -> bool:
     return judged.verdict in USABLE and not any(f.code in _IDENTITY for f in judged.findings)
 
 
+def _is_error(code: str) -> bool:
+    return checks.CODES.get(code, ("info", None))[0] == "error"
+
+
 def _first_problem(judged: backupdir.VerifyResult) -> str:
     """The first error check found (else the first finding), without the file name."""
-    errs = [f for f in judged.findings if checks.CODES.get(f.code, ("info", None))[0] == "error"]
+    errs = [f for f in judged.findings if _is_error(f.code)]
     for f in errs or judged.findings:
         return one_line(f.message.split(": ", 1)[-1])
     return judged.verdict
@@ -292,6 +300,17 @@ def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
     """Steps 1 and 2: snapshot the session into ``tmp`` and verify it. Returns a note for the
     report (the verdict when it is not ok); raises :class:`_Placed` when it is not usable."""
     _discard(tmp)
+    source = checks.check_path(db_path, out.session_id, recovered=recovered)
+    if source.verdict in ("corrupt", "unreadable"):
+        # step 0 (module doc): the snapshot alone could pass
+        out.verdict = str(source.verdict)
+        errs = [f for f in source.findings if _is_error(str(f.code))] or source.findings
+        problem = str(errs[0].message).split(": ", 1)[-1] if errs else str(source.verdict)
+        raise _Placed(
+            "corrupt",
+            f"{db_path}: {problem}; nothing in {tmp.parent} changed — run "
+            f"`agentdb check {out.session_id}`, then `agentdb recover {out.session_id}`",
+        )
     out.revision = _snapshot(db_path, tmp)
     faults.point("backup_after_copy")  # a complete, fsynced snapshot; nothing placed yet
     judged = _judge(tmp, out.session_id, recovered)

@@ -109,7 +109,7 @@ def _json(step: dict[str, Any]) -> Any:
 
 def _check_exit(r: CaseResult, name: str, step: dict[str, Any], sid: str) -> None:
     if step["hung"]:
-        r.fail("hang", f"{name} ran past {GUARD_S} s")
+        r.fail("hang", f"{name} ran past its guard ({step['seconds']:.0f} s)")
         return
     if "Traceback" in step["stderr"]:
         tail = step["stderr"].strip().splitlines()[-1:]

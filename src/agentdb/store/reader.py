@@ -165,10 +165,9 @@ class SessionReader:
                     pass
             shown = len(payload.encode() if isinstance(payload, str) else payload)
             seq, eid, ts, kind, cat, name, ver, sv = _texts(r[:8], range(1, 8))
+            length = int(r[9]) if r[9] is not None else 0  # NULL: another writer's (or damage)
             rows.append(
-                EventRow(
-                    seq, eid, ts, kind, cat, name, ver, sv, payload, int(r[9]), shown < int(r[9])
-                )
+                EventRow(seq, eid, ts, kind, cat, name, ver, sv, payload, length, shown < length)
             )
         return Page(rows, len(raw) > limit)
 

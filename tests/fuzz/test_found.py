@@ -1,0 +1,68 @@
+"""Failures the damage generator found on main, each replayed from its (shrunk) case.
+
+Replay any of them with ``python -m tests.fuzz.generator --case '<case>'``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.bases import Bases
+from tests.fuzz.generator import Case, apply
+from tests.support import run_cli
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> Bases:
+    return Bases(tmp_path_factory.mktemp("fuzz-bases"))
+
+
+# Two swapped pages of a revision-1 file give an events row whose payload reads as NULL:
+# `events` died with "TypeError: int() argument must be ... not 'NoneType'" (the payload's
+# length), a traceback instead of the readable events.
+NULL_PAYLOAD = "rev=1 wal=0 size=long layout=plain damages=page_swap/827510730"
+
+
+def test_events_on_a_null_payload_is_no_traceback(bases: Bases, tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    a = apply(Case.parse(NULL_PAYLOAD), bases, sessions)
+    assert a.regions == 1, a.done
+    p = run_cli("--sessions-dir", str(sessions), "events", a.session_id, "--json")
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode in (0, 1), p.stderr
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(events) > 100  # the readable part is printed
+    assert any(e["payload_length"] == 0 for e in events)
+
+
+# A broken checksum in a commit frame of the -wal: check calls the session corrupt (frames after
+# the break are lost), but backup snapshotted it through SQLite — which stops at the bad frame
+# and so shows a consistent older state — and reported `copied`.
+WAL_CHECKSUM = "rev=1 wal=1 size=short layout=plain damages=wal_checksum/1025122246"
+
+
+# A revision-1 file that lost its last page while its -wal holds commits: check calls it corrupt
+# (SQLite's read of every row fails with "disk I/O error"), but backup's snapshot — the backup
+# API reads the missing page as zeros — passed its own check and was `copied`.
+TRUNCATED_WITH_WAL = "rev=1 wal=1 size=short layout=plain damages=truncate_main/399743235"
+
+
+@pytest.mark.parametrize("case", [WAL_CHECKSUM, TRUNCATED_WITH_WAL])
+def test_backup_refuses_what_check_calls_corrupt(bases: Bases, tmp_path: Path, case: str) -> None:
+    sessions = tmp_path / "sessions"
+    a = apply(Case.parse(case), bases, sessions)
+    assert a.regions == 1, a.done
+    before = {p.name: p.read_bytes() for p in sessions.iterdir()}
+    p = run_cli("--sessions-dir", str(sessions), "check", a.session_id, "--json")
+    assert json.loads(p.stdout)["sessions"][0]["verdict"] == "corrupt"
+    to = tmp_path / "backup"
+    p = run_cli("--sessions-dir", str(sessions), "backup", a.session_id, "--to", str(to), "--json")
+    assert p.returncode == 1, p.stderr
+    got = json.loads(p.stdout)["sessions"][0]
+    assert got["outcome"] == "corrupt", got
+    assert a.session_id in got["message"], got
+    assert not (to / a.path.name).exists()
+    assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before
