@@ -29,7 +29,8 @@ from pathlib import Path
 import apsw
 
 from tests.fuzz.bases import Base, Bases
-from tests.fuzz.damage import SECTOR, read_at, write_at
+from tests.fuzz.damage import SECTOR
+from tests.rows import read_at, write_at
 
 KILL_MID_TRANSACTION = r"""
 import os, sys, apsw

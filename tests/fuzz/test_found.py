@@ -12,7 +12,7 @@ import pytest
 
 from tests.fuzz.bases import Bases
 from tests.fuzz.generator import Case, apply
-from tests.support import run_cli
+from tests.runner import run_cli
 
 
 @pytest.fixture(scope="module")
