@@ -66,3 +66,24 @@ def test_backup_refuses_what_check_calls_corrupt(bases: Bases, tmp_path: Path, c
     assert a.session_id in got["message"], got
     assert not (to / a.path.name).exists()
     assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before
+
+
+# A hot journal whose rolled-back state is damaged: recover kept the journal with the original
+# as `<corrupt>-journal`, but `recover --json` did not say where (only `corrupt_wal`).
+HOT_JOURNAL_DAMAGED = (
+    "rev=1 wal=0 size=long layout=plain damages=hot_journal/344076898+random_sector/873337924"
+)
+
+
+def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    a = apply(Case.parse(HOT_JOURNAL_DAMAGED), bases, sessions)
+    assert a.regions == 2, a.done
+    journal = a.path.with_name(a.path.name + "-journal").read_bytes()
+    p = run_cli("--sessions-dir", str(sessions), "recover", a.session_id, "--json")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)["sessions"][0]
+    assert got["outcome"] == "recovered", got
+    assert got["corrupt_journal"] == got["corrupt_path"] + "-journal"
+    assert Path(got["corrupt_journal"]).read_bytes() == journal
+    assert got["corrupt_wal"] is None
