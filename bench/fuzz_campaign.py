@@ -6,7 +6,8 @@ recovers the same damaged file with agentdb at ``--old`` (default dd60f0c, run f
 ``git worktree`` that is removed at the end). Prints, and writes to
 ``bench/results/fuzz-rev<R>.md``:
 
-- cases per damage kind × WAL/no-WAL (a combination counts under each of its kinds),
+- cases per damage kind × WAL/no-WAL (a combination counts under each of its kinds, and
+  every case once under "(all cases)"),
 - failing cases per cell and failures by invariant (with the first case, replayable),
 - rows kept byte-identical to the undamaged copy: agentdb, SQLite's ``.recover`` (when a
   capable shell exists), agentdb at ``--old``.
@@ -56,6 +57,7 @@ class Tally:
         kinds = sorted({k for k, _ in case.damages if k in r.applied.kinds_applied})
         if len(case.damages) > 1:
             kinds.append("(combination)")
+        kinds.append("(all cases)")
         self.outcomes[r.outcome or "none"] += 1
         for inv, detail in r.failures:
             self.invariants[inv] += 1
