@@ -18,7 +18,8 @@ returns every invariant that failed, by name:
 - ``fewer_than_dot_recover``: fewer rows byte-identical to the undamaged copy than SQLite's
   ``.recover`` keeps in that table (lost_and_found does not count);
 - ``corrupt_copy``: ``.corrupt`` (or its ``-wal``/``-journal``) is not the input byte for byte;
-- ``leftovers``: a read-only command or dry run changed the directory, or recover left files
+- ``leftovers``: a read-only command or dry run changed the directory, recover or migrate (run
+  on its own copy) left files
   other than the replacement and the ``.corrupt`` set (or a sidecar beside the replacement);
 - ``disagree``: the commands disagree as the one-judge table (issue 9) defines;
 - ``replacement_not_ok``: ``check`` does not pass the replacement.
@@ -237,8 +238,15 @@ def run_case(
         r.dot_recover = {t: len(dot.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}
     plugins = work / "plugins"
     plugins.mkdir()
+    mig = work / "migrate" / "sessions"  # migrate changes the file: it gets its own copy
+    mig.mkdir(parents=True)
+    for name, data in inputs.items():
+        (mig / name).write_bytes(data)
+        os.chmod(mig / name, 0o600)
+    gm = ["--sessions-dir", str(mig), "--plugin-cache", str(plugins)]
     g = ["--sessions-dir", str(sessions), "--plugin-cache", str(plugins)]
     names = ["check", "recover --dry-run", "events", "sessions show", "prune --dry-run", "backup"]
+    names_m = ["migrate --dry-run", "migrate"]
     steps: list[list[str] | str] = [
         "listing",
         [*g, "check", sid, "--json"],
@@ -251,12 +259,19 @@ def run_case(
         [*g, "recover", sid, "--json"],
         "listing",
         [*g, "check", sid, "--json"],
+        [*gm, "migrate", sid, "--dry-run", "--json"],
+        [*gm, "migrate", sid, "--json"],
     ]
     res = drive(sessions, steps, work / "driver", agentdb_src, guard)
     for name, step in zip(names, res[1:7], strict=True):
         _check_exit(r, name, step, sid)
     _check_exit(r, "recover", res[8], sid)
     _check_exit(r, "check after recover", res[10], sid)
+    _check_exit(r, "migrate --dry-run", res[11], sid)
+    _check_exit(r, "migrate", res[12], sid)
+    stray = [p.name for p in mig.iterdir() if ".agentdb-" in p.name]
+    if stray:
+        r.fail("leftovers", f"after migrate: {stray}")
     r.seconds = sum(s.get("seconds", 0.0) for s in res)
     if res[0]["listing"] != res[7]["listing"]:
         r.fail(
@@ -304,6 +319,11 @@ def run_case(
     copied = b_outcome in ("copied", "updated", "unchanged")
     if (verdict == "corrupt" and copied) or (verdict in HEALTHY and not copied):
         r.fail("disagree", f"check {verdict} but backup {b_outcome or res[6]['stderr'][-200:]}")
+
+    for n in (11, 12):
+        m = ((_json(res[n]) or {}).get("sessions") or [{}])[0].get("outcome", "")
+        if verdict in ("corrupt", "unreadable") and m in ("migrated", "current"):
+            r.fail("disagree", f"check {verdict} but {names_m[n - 11]} {m}")
 
     rec = _json(res[8]) or {}
     doc = (rec.get("sessions") or [{}])[0]
