@@ -12,15 +12,17 @@ returns every invariant that failed, by name:
 - ``check_ok_on_damage``: ``check`` said ok/needs_migration where SQLite's full read, its
   integrity_check, a content hash or a TEXT value's UTF-8 fails, the committed state names
   another session, or ``events`` shows other events than SQLite presents;
-- ``recover_row_differs``: the replacement holds a row absent from or differing from the
-  undamaged copy beyond what the report counts unverified;
+- ``recover_row_differs``: the replacement holds rows that no committed state of the undamaged
+  file held (an older version of a row is such a state: lost writes, a torn WAL) beyond what
+  the report counts unverified (``tables.<t>.unverified`` when present, else
+  ``lost.unverified_event_sequences``, whose ranges must then hold those rows);
 - ``recover_counts``: reported counts differ from what is in the replacement;
 - ``fewer_than_dot_recover``: fewer rows byte-identical to the undamaged copy than SQLite's
   ``.recover`` keeps in that table (lost_and_found does not count);
 - ``corrupt_copy``: ``.corrupt`` (or its ``-wal``/``-journal``) is not the input byte for byte;
-- ``leftovers``: a read-only command or dry run changed the directory, recover or migrate (run
-  on its own copy) left files
+- ``leftovers``: a read-only command or dry run changed the directory; recover left files
   other than the replacement and the ``.corrupt`` set (or a sidecar beside the replacement);
+  migrate (run on its own copy) left a ``.agentdb-`` file;
 - ``disagree``: the commands disagree as the one-judge table (issue 9) defines;
 - ``replacement_not_ok``: ``check`` does not pass the replacement.
 """
