@@ -6,7 +6,8 @@ console entry point ``agentdb.cli.main.main(argv)`` with stdout and stderr sent 
 as the installed script would (an exception that escapes it prints its traceback and exits 1,
 like Python does). A child still running after ``guard`` seconds is killed (a hang). Between
 steps the driver can record a listing of the sessions directory (name, size, mode, SHA-1).
-The result is one JSON document on stdout. This module imports nothing from agentdb at top level.
+A step ``["kernel-open", DIR, ID]`` runs the kernel's open (:func:`kernel_open`) instead. The
+result is one JSON document on stdout. This module imports nothing from agentdb at top level.
 """
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ def listing(directory: Path) -> dict[str, list[object]]:
     return out
 
 
+def kernel_open(sessions_dir: str, session_id: str) -> int:
+    """The kernel's open (automatic recovery included), as a harness would call it: a
+    SessionUnusable (or any agentdb error) is an answer, one line on stderr; exit 1."""
+    from agentdb import errors
+    from agentdb.kernel import open_session
+
+    try:
+        open_session(Path(sessions_dir), session_id).close()
+    except errors.AgentdbError as e:
+        print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
+        return 1
+    return 0
+
+
 def _child(argv: list[str], out: Path, err: Path) -> None:
     fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     fe = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -38,9 +53,12 @@ def _child(argv: list[str], out: Path, err: Path) -> None:
     os.dup2(fe, 2)
     rc = 1
     try:
-        from agentdb.cli.main import main
+        if argv[0] == "kernel-open":
+            rc = kernel_open(argv[1], argv[2])
+        else:
+            from agentdb.cli.main import main
 
-        rc = main(argv)
+            rc = main(argv)
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else 1
     except BaseException:

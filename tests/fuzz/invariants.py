@@ -5,8 +5,9 @@ damaged file holds (:mod:`tests.fuzz.oracle`), runs the real command lines on it
 process (:mod:`tests.fuzz.driver`; each command in its own child, killed after the guard), and
 returns every invariant that failed, by name:
 
-- ``hang``: a command ran past the guard, or a reader restarted more often than the damaged
-  regions + 1 (from the report's ``tables.<t>.restarts`` / ``damaged_regions``);
+- ``hang``: a command (or the kernel's open, with its automatic recovery) ran past the guard,
+  or a reader restarted more often than the damaged regions + 1 (from the report's
+  ``tables.<t>.restarts`` / ``damaged_regions``);
 - ``exit``: an exit code other than 0/1, a traceback, or a failure without exactly one stderr
   line naming the session;
 - ``check_ok_on_damage``: ``check`` said ok/needs_migration where SQLite's full read, its
@@ -246,6 +247,11 @@ def run_case(
         (mig / name).write_bytes(data)
         os.chmod(mig / name, 0o600)
     gm = ["--sessions-dir", str(mig), "--plugin-cache", str(plugins)]
+    kern = work / "kernel" / "sessions"  # the kernel's open recovers in place: its own copy too
+    kern.mkdir(parents=True)
+    for name, data in inputs.items():
+        (kern / name).write_bytes(data)
+        os.chmod(kern / name, 0o600)
     g = ["--sessions-dir", str(sessions), "--plugin-cache", str(plugins)]
     names = ["check", "recover --dry-run", "events", "sessions show", "prune --dry-run", "backup"]
     names_m = ["migrate --dry-run", "migrate"]
@@ -263,6 +269,7 @@ def run_case(
         [*g, "check", sid, "--json"],
         [*gm, "migrate", sid, "--dry-run", "--json"],
         [*gm, "migrate", sid, "--json"],
+        ["kernel-open", str(kern), sid],
     ]
     res = drive(sessions, steps, work / "driver", agentdb_src, guard)
     for name, step in zip(names, res[1:7], strict=True):
@@ -271,6 +278,7 @@ def run_case(
     _check_exit(r, "check after recover", res[10], sid)
     _check_exit(r, "migrate --dry-run", res[11], sid)
     _check_exit(r, "migrate", res[12], sid)
+    _check_exit(r, "the kernel's open", res[13], sid)
     stray = [p.name for p in mig.iterdir() if ".agentdb-" in p.name]
     if stray:
         r.fail("leftovers", f"after migrate: {stray}")
