@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentdb.kernel import open_session
 from tests.fuzz.bases import Bases
 from tests.fuzz.generator import Case, apply
 from tests.runner import run_cli
@@ -87,3 +88,22 @@ def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path) -> No
     assert got["corrupt_journal"] == got["corrupt_path"] + "-journal"
     assert Path(got["corrupt_journal"]).read_bytes() == journal
     assert got["corrupt_wal"] is None
+
+
+# Invalid UTF-8 in a revision-1 file: the kernel's open migrates it, and the migration's content
+# hash (a SQL function given TEXT as str) raised UnicodeDecodeError through SessionWriter.open —
+# a traceback for the harness instead of the automatic recovery.
+INVALID_TEXT_REV1 = "rev=1 wal=1 size=long layout=plain damages=invalid_utf8/1009863313"
+
+
+def test_kernel_open_recovers_invalid_text_instead_of_raising(bases: Bases, tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    a = apply(Case.parse(INVALID_TEXT_REV1), bases, sessions)
+    assert a.regions == 1, a.done
+    w = open_session(sessions, a.session_id)  # recovered, then migrated
+    try:
+        n = w.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    finally:
+        w.close()
+    assert a.base.rows.count("events") - 1 <= n <= a.base.rows.count("events")
+    assert [p.name for p in sessions.iterdir() if ".corrupt" in p.name]  # the original is kept

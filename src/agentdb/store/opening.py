@@ -65,11 +65,11 @@ def open_checked(
                     lease.acquire()
                     tighten_modes(path, lease.fd)
                     return conn, revision
-            except apsw.Error as e:
+            except db.READ_ERRORS as e:  # invalid UTF-8 (the migration hashes TEXT): Corrupt
                 err = db.translate(e, path)
                 if not isinstance(err, errors.Corrupt):
                     raise err from e
-                problems = [str(e).split("\n")[0]]
+                problems = [str(err if isinstance(e, UnicodeDecodeError) else e).split("\n")[0]]
             except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
                 problems = [str(e)]
         except BaseException:
