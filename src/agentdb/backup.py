@@ -303,7 +303,7 @@ def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
     source = checks.check_path(db_path, out.session_id, recovered=recovered)
     if source.verdict in ("corrupt", "unreadable"):
         # step 0 (module doc): the snapshot alone could pass
-        out.verdict = str(source.verdict)
+        out.verdict = source.verdict
         errs = [f for f in source.findings if _is_error(str(f.code))] or source.findings
         problem = str(errs[0].message).split(": ", 1)[-1] if errs else str(source.verdict)
         raise _Placed(
