@@ -257,10 +257,12 @@ def test_backup_worker_that_dies_twice_is_failed_and_leaves_nothing(tmp_path: Pa
     )
     assert code == 1
     failed = [s for s in doc["sessions"] if s["outcome"] == "failed"]
-    assert len(failed) == 3 + 5 + 2  # all but the foreign file: killed twice after the copy
+    assert len(failed) == 3 + 5  # all but the foreign file: killed twice after the copy
     assert all("killed by SIGKILL" in s["message"] for s in failed)
     assert names(dest) == []  # no temp copy, no copy
-    assert {s["outcome"] for s in doc["sessions"]} == {"failed", "foreign"}
+    # the two damaged sessions are refused before any copy (backup judges the session first)
+    assert {s["outcome"] for s in doc["sessions"]} == {"failed", "foreign", "corrupt"}
+    assert [s["outcome"] for s in doc["sessions"]].count("corrupt") == 2
 
 
 def test_migrate_worker_that_dies_twice_then_a_rerun_finishes(tmp_path: Path) -> None:
