@@ -16,9 +16,9 @@ import apsw
 import pytest
 
 from agentdb import fsutil, migrate, salvage
-from agentdb.cli.main import main
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import job_files, rows, user_version
+from tests.runner import Agentdb
 from tests.salvage import corpus
 from tests.support import SRC, make_session, wait_for
 
@@ -88,13 +88,12 @@ def test_migrate_refuses_a_hard_linked_session(sessions_dir: Path, tmp_path: Pat
 
 
 def test_migrate_cli_names_the_fix_for_a_hard_link(
-    sessions_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sessions_dir: Path, tmp_path: Path, agentdb: Agentdb
 ) -> None:
     sid, path = make_session(sessions_dir, revision=1)
     os.link(path, tmp_path / "other.sqlite")
-    rc = main(["--sessions-dir", str(sessions_dir), "migrate", sid])
-    assert rc == 1
-    got = capsys.readouterr()
+    got = agentdb("--sessions-dir", str(sessions_dir), "migrate", sid)
+    assert got.code == 1
     assert "Traceback" not in got.err
     assert str(path) in got.out and "hard links" in got.out
     assert user_version(path) == 1

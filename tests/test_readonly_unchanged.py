@@ -20,7 +20,8 @@ import click
 import pytest
 
 from agentdb import db, demo
-from agentdb.cli.main import cli, main
+from agentdb.cli.main import cli
+from tests.runner import Agentdb
 from tests.support import WriterProcess, make_session
 
 # Commands that change sessions when asked to (their --dry-run, if any, is run below).
@@ -182,7 +183,7 @@ def test_every_command_is_run_here_or_changes_sessions(tmp_path: Path) -> None:
 
 
 def test_read_only_commands_and_dry_runs_change_nothing(
-    state: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    state: dict[str, object], tmp_path: Path, agentdb: Agentdb
 ) -> None:
     root: Path = state["root"]  # type: ignore[assignment]
     sessions: Path = state["sessions"]  # type: ignore[assignment]
@@ -193,28 +194,26 @@ def test_read_only_commands_and_dry_runs_change_nothing(
     assert f"{ids['wal_only']}.sqlite-shm" not in names
     assert f"{ids['shm_only']}.sqlite-wal" not in names
     for args in runs(state, tmp_path):
-        code = main([*g, *args])
-        out, err = capsys.readouterr()
+        code, _, err = agentdb(*g, *args)
         assert code in (0, 1), (args, code, err)
         assert "Traceback" not in err, (args, err)
         assert tree_listing(root) == before, (args, sorted(os.listdir(sessions)))
 
 
-def test_the_answer_is_the_committed_state(
-    state: dict[str, object], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_answer_is_the_committed_state(state: dict[str, object], agentdb: Agentdb) -> None:
     """Every committed event is read, whatever the sidecars: never immutable beside a -wal
     (immutable ignores the WAL)."""
     sessions: Path = state["sessions"]  # type: ignore[assignment]
     committed: dict[str, list[int]] = state["committed"]  # type: ignore[assignment]
     g = ["--sessions-dir", str(sessions)]
     for sid, seqs in committed.items():
-        assert main([*g, "events", sid, "--json"]) == 0
-        out, _ = capsys.readouterr()
+        code, out, _ = agentdb(*g, "events", sid, "--json")
+        assert code == 0
         got = {json.loads(line)["sequence"] for line in out.splitlines()}
         assert set(seqs) <= got and len(seqs) >= 30
-        assert main([*g, "check", sid, "--json"]) == 0
-        doc = json.loads(capsys.readouterr()[0])
+        ran = agentdb(*g, "check", sid, "--json")
+        assert ran.code == 0
+        doc = ran.json()
         assert doc["sessions"][0]["verdict"] == "ok", doc
 
 
@@ -322,7 +321,7 @@ def test_salvage_reads_its_own_private_copy_in_place(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path) -> None:
+def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path, agentdb: Agentdb) -> None:
     """A writer killed mid-transaction in rollback-journal mode: immutable would read its
     uncommitted pages; every read-only open reads the committed state (a private copy, rolled
     back) and the file, its journal and the directory stay as they were."""
@@ -339,5 +338,5 @@ def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path) -> Non
     finally:
         conn.close()
     assert n == len(committed["events"]) > 3
-    assert main(["--sessions-dir", str(sessions), "events", sid, "--json"]) == 0
+    assert agentdb("--sessions-dir", str(sessions), "events", sid, "--json").code == 0
     assert tree_listing(sessions) == before

@@ -12,7 +12,6 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from agentdb import errors, locks, paths, plugins, recoverylog, verdicts
 from agentdb.overview import Scanned, scan
@@ -45,13 +44,49 @@ class Recoveries:
     problem: str | None = None  # why the log could not be read (a FIFO or link in its place)
 
 
+@dataclass(frozen=True)
+class StatusSummary:
+    """The counts ``status`` shows (the ``summary`` of its JSON document)."""
+
+    sessions: int  # <ULID>.sqlite entries
+    size_bytes: int  # their bytes on disk, sidecars included
+    live: int  # open by a process right now
+    interrupted: int  # running, but no process holds the file
+    needs_migration: int  # at an older revision
+    damaged: int  # recorded verdict corrupt/inconsistent/unreadable, or unreadable now
+    refused: int  # recorded verdict insecure/foreign/too_new/unsafe_schema
+    checked: int  # with a verdict recorded for the file as it is
+    checked_quick: int  # of those, by check --quick
+    ok: int  # of those, ok
+    changed_since_check: int
+    never_checked: int
+    oldest_check_age_seconds: int | None
+    newest_check_age_seconds: int | None
+    recoveries_logged: int  # outcomes in the recovery log
+    recovered: int  # of those, recovered
+    events_lost_in_recoveries: int
+    cached_plugin_versions: int
+    pinned_plugin_versions: int  # cached versions some session references
+    needs_attention: bool  # there is a next command to run
+
+
+@dataclass(frozen=True)
+class PinnedVersion:
+    """A cached plugin version that sessions reference."""
+
+    category: str
+    name: str
+    version: str
+    sessions: int  # sessions that reference it
+
+
 @dataclass
 class StatusReport:
     """Everything ``agentdb status`` shows."""
 
     sessions_dir: Path
     generated_at: str  # UTC ISO time
-    summary: dict[str, Any]  # counts (see :func:`status`)
+    summary: StatusSummary
     by_status: dict[str, int]  # session_meta.status (or "unreadable") -> sessions
     by_verdict: dict[str, int]  # last recorded verdict -> sessions whose file is unchanged since
     interrupted: list[str]  # running, but no process holds the file (first LISTED)
@@ -59,7 +94,7 @@ class StatusReport:
     damaged: list[str]  # recorded verdict corrupt/inconsistent/unreadable, or unreadable now
     refused: list[str]  # recorded verdict insecure/foreign/too_new/unsafe_schema
     unchecked: list[str]  # changed since their last check, or never checked (not live)
-    pinned: list[dict[str, Any]]  # cached plugin versions that sessions reference
+    pinned: list[PinnedVersion]  # cached plugin versions that sessions reference
     recoveries: Recoveries
     next: list[NextCommand]
     # every id in a category and every row read (for ``report``; not in the JSON document)
@@ -188,10 +223,7 @@ def status(
         elif verdict in REFUSED or now_bad is not None:
             counts["refused"] += 1
             refused.append(sid)
-    pinned: list[dict[str, Any]] = [
-        {"category": c, "name": n, "version": v, "sessions": pins[(c, n, v)]}
-        for c, n, v in sorted(pins)
-    ]
+    pinned = [PinnedVersion(c, n, v, pins[(c, n, v)]) for c, n, v in sorted(pins)]
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     rec = read_recoveries(log)
     nxt: list[NextCommand] = []
@@ -248,28 +280,28 @@ def status(
     for n in nxt:
         merged.setdefault(n.command, []).append(n.why)
     nxt = [NextCommand(c, "; ".join(w)) for c, w in merged.items()]
-    summary = {
-        "sessions": counts["sessions"],
-        "size_bytes": size,
-        "live": counts["live"],
-        "interrupted": counts["interrupted"],
-        "needs_migration": counts["needs_migration"],
-        "damaged": counts["damaged"],
-        "refused": counts["refused"],
-        "checked": counts["checked"],
-        "checked_quick": counts["checked_quick"],  # of those, by check --quick
-        "ok": by_verdict.get(OK, 0),
-        "changed_since_check": counts["changed_since_check"],
-        "never_checked": counts["never_checked"],
-        "oldest_check_age_seconds": None if oldest is None else round(oldest),
-        "newest_check_age_seconds": None if newest is None else round(newest),
-        "recoveries_logged": sum(rec.outcomes.values()),
-        "recovered": rec.outcomes.get("recovered", 0),
-        "events_lost_in_recoveries": rec.events_lost,
-        "cached_plugin_versions": len(cached),
-        "pinned_plugin_versions": len(pinned),
-        "needs_attention": bool(nxt),
-    }
+    summary = StatusSummary(
+        sessions=counts["sessions"],
+        size_bytes=size,
+        live=counts["live"],
+        interrupted=counts["interrupted"],
+        needs_migration=counts["needs_migration"],
+        damaged=counts["damaged"],
+        refused=counts["refused"],
+        checked=counts["checked"],
+        checked_quick=counts["checked_quick"],
+        ok=by_verdict.get(OK, 0),
+        changed_since_check=counts["changed_since_check"],
+        never_checked=counts["never_checked"],
+        oldest_check_age_seconds=None if oldest is None else round(oldest),
+        newest_check_age_seconds=None if newest is None else round(newest),
+        recoveries_logged=sum(rec.outcomes.values()),
+        recovered=rec.outcomes.get("recovered", 0),
+        events_lost_in_recoveries=rec.events_lost,
+        cached_plugin_versions=len(cached),
+        pinned_plugin_versions=len(pinned),
+        needs_attention=bool(nxt),
+    )
     return StatusReport(
         sessions_dir,
         _iso(now),

@@ -181,7 +181,7 @@ def test_many_sessions_keep_the_page_bounded(
     r = report.collect(sessions_dir, tmp_path / "none", cache_dir=tmp_path / "c")
     assert not r.sessions_complete
     assert [s.session_id for s in r.sessions] == [bad]
-    assert r.summary["sessions"] == len(ids) + 1 and r.summary["sessions_shown"] == 1
+    assert r.summary.sessions == len(ids) + 1 and r.summary.sessions_shown == 1
     from agentdb.report import html
 
     out = tmp_path / "r.html"

@@ -14,12 +14,12 @@ import apsw
 import pytest
 
 from agentdb import recoverylog, salvage
-from agentdb.cli.main import main
 from agentdb.kernel import open_session
 from agentdb.paths import sidecar
 from agentdb.salvage import merge
 from agentdb.store import Event, SessionReader
 from tests.rows import row_sets, zero_page
+from tests.runner import Agentdb
 from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check
 from tests.support import held_open, make_session
@@ -151,12 +151,12 @@ def test_kernel_open_recovers_automatically(
     assert recoverylog.entries_for(log_of(sessions_dir), sid)[-1]["outcome"] == "recovered"
 
 
-def test_cli_json_and_exit_codes(sessions_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_and_exit_codes(sessions_dir: Path, agentdb: Agentdb) -> None:
     good, _ = make_session(sessions_dir, turns=2)
     bad, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
-    code = main(["--sessions-dir", str(sessions_dir), "recover", "--all", "--json"])
-    cap = capsys.readouterr()
+    cap = agentdb("--sessions-dir", str(sessions_dir), "recover", "--all", "--json")
+    code = cap.code
     assert code == 0
     doc = json.loads(cap.out)
     by_id = {s["session_id"]: s for s in doc["sessions"]}
@@ -167,22 +167,21 @@ def test_cli_json_and_exit_codes(sessions_dir: Path, capsys: pytest.CaptureFixtu
     assert "warning" in cap.err and bad in cap.err  # never silent, even with --json
     junk = "01HXXXXXXXXXXXXXXXXXXXXXXX"
     (sessions_dir / f"{junk}.sqlite").write_bytes(b"\x00" * 5000)
-    code = main(["--sessions-dir", str(sessions_dir), "recover", junk])
-    assert code == 1
-    assert main(["--sessions-dir", str(sessions_dir), "recover", "nope"]) == 2
-    assert main(["--sessions-dir", str(sessions_dir), "recover"]) == 2
+    assert agentdb("--sessions-dir", str(sessions_dir), "recover", junk).code == 1
+    assert agentdb("--sessions-dir", str(sessions_dir), "recover", "nope").code == 2
+    assert agentdb("--sessions-dir", str(sessions_dir), "recover").code == 2
 
 
 def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
+    sessions_dir: Path, agentdb: Agentdb
 ) -> None:
     sid = "01HYYYYYYYYYYYYYYYYYYYYYYY"
     path = sessions_dir / f"{sid}.sqlite"
     path.write_bytes(random.Random(7).randbytes(64_000))
     os.chmod(path, 0o600)
     before = snapshot(sessions_dir)
-    code = main(["--sessions-dir", str(sessions_dir), "recover", sid, "--json"])
-    cap = capsys.readouterr()
+    cap = agentdb("--sessions-dir", str(sessions_dir), "recover", sid, "--json")
+    code = cap.code
     assert code == 1
     [s] = json.loads(cap.out)["sessions"]
     assert s["outcome"] == "unreadable" and s["corrupt_path"] is None
@@ -191,8 +190,8 @@ def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
     [entry] = recoverylog.entries_for(log_of(sessions_dir), sid)
     assert (entry["event"], entry["outcome"]) == ("outcome", "unreadable")
 
-    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
-    cap = capsys.readouterr()
+    cap = agentdb("--sessions-dir", str(sessions_dir), "check", sid, "--json")
+    code = cap.code
     assert code == 1
     [c] = json.loads(cap.out)["sessions"]
     assert c["verdict"] == "unreadable"
@@ -202,18 +201,17 @@ def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
 
     # A later successful recovery of the same id replaces that finding.
     recoverylog.append(log_of(sessions_dir), {**entry, "outcome": "recovered"})
-    code = main(["--sessions-dir", str(sessions_dir), "check", sid, "--json"])
-    [c] = json.loads(capsys.readouterr().out)["sessions"]
+    [c] = agentdb("--sessions-dir", str(sessions_dir), "check", sid, "--json").json()["sessions"]
     assert "recovery_unreadable" not in {f["code"] for f in c["findings"]}
 
 
-def test_report_names_engines_and_what_each_found(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: Agentdb) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
-    code = main(["--sessions-dir", str(sessions_dir), "recover", sid, "--json", "--dry-run"])
-    [s] = json.loads(capsys.readouterr().out)["sessions"]
+    code, out, _ = agentdb(
+        "--sessions-dir", str(sessions_dir), "recover", sid, "--json", "--dry-run"
+    )
+    [s] = json.loads(out)["sessions"]
     assert code == 0 and s["outcome"] == "recovered"
     by = s["found_by"]
     assert {"rows", "pages"} <= set(by) and set(s["engines"]) <= set(by) | {"derived"}
@@ -224,8 +222,8 @@ def test_report_names_engines_and_what_each_found(
     assert by["pages"]["found"]["events"] >= by["rows"]["found"]["events"]
     # the human table names, in plain words, every engine that ran and the rows it gave, and
     # what is known lost
-    assert main(["--sessions-dir", str(sessions_dir), "recover", sid]) == 0
-    out = capsys.readouterr().out
+    code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "recover", sid)
+    assert code == 0
     assert f"SQLite {sum(by['rows']['used'].values())} rows" in out and "page scan " in out
     assert "lost" in out.splitlines()[0] and "rows found/used" not in out
     missing = s["lost"].get("events_missing", 0)

@@ -83,7 +83,7 @@ def report_cmd(
             force=force,
             recovery_log=app.recovery_log,
         )
-        output.note(f"wrote {html_file} ({r.summary['sessions']} sessions)")
+        output.note(f"wrote {html_file} ({r.summary.sessions} sessions)")
     if as_json:
         output.emit_json(document(r))
     return errors.EXIT_PROBLEMS if r.next else errors.EXIT_OK

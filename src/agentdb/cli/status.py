@@ -43,29 +43,28 @@ def document(report: status_job.StatusReport) -> dict[str, object]:
 def render(report: status_job.StatusReport, fmt: str) -> None:
     s = report.summary
     rows: list[tuple[str, str]] = [
-        ("sessions", f"{s['sessions']} ({output.human_bytes(s['size_bytes'])})"),
+        ("sessions", f"{s.sessions} ({output.human_bytes(s.size_bytes)})"),
         ("by status", ", ".join(f"{n} {k}" for k, n in report.by_status.items()) or "-"),
         (
             "verdicts",
             (", ".join(f"{n} {k}" for k, n in report.by_verdict.items()) or "none recorded")
-            + (f", {s['checked_quick']} by --quick" if s["checked_quick"] else "")
-            + f" (last check {_age(s['newest_check_age_seconds'])}"
+            + (f", {s.checked_quick} by --quick" if s.checked_quick else "")
+            + f" (last check {_age(s.newest_check_age_seconds)}"
             + (
-                f", oldest {_age(s['oldest_check_age_seconds'])})"
-                if s["oldest_check_age_seconds"] != s["newest_check_age_seconds"]
+                f", oldest {_age(s.oldest_check_age_seconds)})"
+                if s.oldest_check_age_seconds != s.newest_check_age_seconds
                 else ")"
             ),
         ),
         (
             "not judged",
-            f"{s['changed_since_check']} changed since last check, "
-            f"{s['never_checked']} never checked",
+            f"{s.changed_since_check} changed since last check, {s.never_checked} never checked",
         ),
-        ("open right now", str(s["live"])),
-        ("interrupted", str(s["interrupted"])),
-        ("needs migration", str(s["needs_migration"])),
-        ("damaged", str(s["damaged"])),
-        ("refused", str(s["refused"])),
+        ("open right now", str(s.live)),
+        ("interrupted", str(s.interrupted)),
+        ("needs migration", str(s.needs_migration)),
+        ("damaged", str(s.damaged)),
+        ("refused", str(s.refused)),
         (
             "recoveries logged",
             "log unreadable (see next)"
@@ -74,8 +73,7 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
         ),
         (
             "plugin versions",
-            f"{s['cached_plugin_versions']} cached, {s['pinned_plugin_versions']} pinned by "
-            "sessions",
+            f"{s.cached_plugin_versions} cached, {s.pinned_plugin_versions} pinned by sessions",
         ),
     ]
     output.emit_table(rows, [], fmt)

@@ -9,6 +9,7 @@ sessions most in need of attention. Read-only.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -76,20 +77,31 @@ class RecoveryLine:
     lost_ranges: list[list[int]]  # [first, last] sequences known lost
 
 
+@dataclass(frozen=True)
+class ReportSummary(status_job.StatusSummary):
+    """``status``'s counts, plus the cost totals and what the page leaves out."""
+
+    cost_usd: float  # every session's cost
+    cost_days: int  # days with spend
+    days_shown: int  # of those, in the table and chart
+    models: int  # models with spend
+    sessions_shown: int  # sessions listed on the page
+
+
 @dataclass
 class Report:
     """Everything the page shows (its JSON form is the ``report --json`` document)."""
 
     generated_at: str
     sessions_dir: Path
-    summary: dict[str, Any]  # status's summary plus cost totals and what was left out
+    summary: ReportSummary
     by_status: dict[str, int]
     by_verdict: dict[str, int]
     cost_by_day: list[DayCost]  # oldest first
     cost_by_model: list[ModelCost]  # most spent first
     sessions: list[SessionLine]  # every session (<= TREE_LIMIT) or the top problem ones
     sessions_complete: bool  # True when ``sessions`` holds every session
-    pinned: list[dict[str, Any]]  # cached plugin versions sessions reference, with counts
+    pinned: list[status_job.PinnedVersion]  # cached plugin versions sessions reference
     recoveries: list[RecoveryLine]  # newest first
     next: list[status_job.NextCommand]
 
@@ -214,14 +226,14 @@ def collect(
                 len(set().union(*(v[2] for _, v in rest))),
             )
         )
-    summary = {
-        **st.summary,
-        "cost_usd": total_cost,
-        "cost_days": len(days),
-        "days_shown": min(len(days), DAY_LIMIT),
-        "models": len(models),
-        "sessions_shown": len(lines),
-    }
+    summary = ReportSummary(
+        **dataclasses.asdict(st.summary),
+        cost_usd=total_cost,
+        cost_days=len(days),
+        days_shown=min(len(days), DAY_LIMIT),
+        models=len(models),
+        sessions_shown=len(lines),
+    )
     return Report(
         st.generated_at,
         sessions_dir,

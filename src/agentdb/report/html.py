@@ -203,28 +203,28 @@ def render(report: Report) -> str:
     s = report.summary
     cards = "".join(
         [
-            _card("sessions", "summary.sessions", s["sessions"]),
-            _card("bytes on disk", "summary.size_bytes", s["size_bytes"]),
-            _card("ok at last check", "summary.ok", s["ok"], "good"),
-            _card("damaged", "summary.damaged", s["damaged"], "bad" if s["damaged"] else ""),
-            _card("refused", "summary.refused", s["refused"], "bad" if s["refused"] else ""),
+            _card("sessions", "summary.sessions", s.sessions),
+            _card("bytes on disk", "summary.size_bytes", s.size_bytes),
+            _card("ok at last check", "summary.ok", s.ok, "good"),
+            _card("damaged", "summary.damaged", s.damaged, "bad" if s.damaged else ""),
+            _card("refused", "summary.refused", s.refused, "bad" if s.refused else ""),
             _card(
                 "interrupted",
                 "summary.interrupted",
-                s["interrupted"],
-                "warn" if s["interrupted"] else "",
+                s.interrupted,
+                "warn" if s.interrupted else "",
             ),
             _card(
                 "need migration",
                 "summary.needs_migration",
-                s["needs_migration"],
-                "warn" if s["needs_migration"] else "",
+                s.needs_migration,
+                "warn" if s.needs_migration else "",
             ),
-            _card("changed since check", "summary.changed_since_check", s["changed_since_check"]),
-            _card("never checked", "summary.never_checked", s["never_checked"]),
-            _card("open right now", "summary.live", s["live"]),
-            _card("recoveries logged", "summary.recoveries_logged", s["recoveries_logged"]),
-            _card("total cost", "summary.cost_usd", s["cost_usd"], money=True),
+            _card("changed since check", "summary.changed_since_check", s.changed_since_check),
+            _card("never checked", "summary.never_checked", s.never_checked),
+            _card("open right now", "summary.live", s.live),
+            _card("recoveries logged", "summary.recoveries_logged", s.recoveries_logged),
+            _card("total cost", "summary.cost_usd", s.cost_usd, money=True),
         ]
     )
     nxt = (
@@ -249,8 +249,8 @@ def render(report: Report) -> str:
     ]
     shown = (
         ""
-        if s["days_shown"] == s["cost_days"]
-        else f'<p class="muted">the newest {s["days_shown"]} of {s["cost_days"]} days</p>'
+        if s.days_shown == s.cost_days
+        else f'<p class="muted">the newest {s.days_shown} of {s.cost_days} days</p>'
     )
     costs = (
         f'<section id="cost-day"><h2>Cost per day</h2>{_cost_chart(report.cost_by_day)}{shown}'
@@ -275,7 +275,7 @@ def render(report: Report) -> str:
         + "</section>"
     )
     if report.sessions_complete:
-        count = num("summary.sessions_shown", s["sessions_shown"])
+        count = num("summary.sessions_shown", s.sessions_shown)
         tree = f'<section id="tree"><h2>Sessions ({count})</h2>{_tree(report.sessions)}</section>'
     else:
         rows = [
@@ -283,15 +283,15 @@ def render(report: Report) -> str:
         ]
         tree = (
             f'<section id="tree"><h2>Top problem sessions '
-            f"({num('summary.sessions_shown', s['sessions_shown'])} of "
-            f'{num("summary.sessions", s["sessions"])})</h2><p class="muted">Too many sessions '
+            f"({num('summary.sessions_shown', s.sessions_shown)} of "
+            f'{num("summary.sessions", s.sessions)})</h2><p class="muted">Too many sessions '
             "to draw each one; <code>agentdb sessions tree</code> prints the whole tree.</p>"
             + _table(["session"], rows)
             + "</section>"
         )
     pin_rows = [
-        f"<tr><td>{esc(p['category'])}</td><td>{esc(p['name'])}</td><td>{esc(p['version'])}</td>"
-        f'<td class="num">{num(f"pinned.{i}.sessions", p["sessions"])}</td></tr>'
+        f"<tr><td>{esc(p.category)}</td><td>{esc(p.name)}</td><td>{esc(p.version)}</td>"
+        f'<td class="num">{num(f"pinned.{i}.sessions", p.sessions)}</td></tr>'
         for i, p in enumerate(report.pinned)
     ]
     pinned = (
