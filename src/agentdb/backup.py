@@ -88,7 +88,7 @@ class BackupOutcome:
     current_path: Path | None = None  # kept: the timestamped copy that holds the current state
     lost: str | None = None  # kept: what the old copy has that the session lost
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         def opt(p: Path | None) -> str | None:
             return str(p) if p else None
 
@@ -127,11 +127,11 @@ class BackupReport:
         counts["seconds"] = round(sum(s.seconds for s in self.sessions), 6)
         return counts
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "version": VERSION,
             "to": str(self.dest_dir),
-            "sessions": [s.as_json() for s in self.sessions],
+            "sessions": [s.to_json() for s in self.sessions],
             "summary": self.summary(),
         }
 

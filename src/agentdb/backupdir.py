@@ -244,7 +244,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return all(s.verdict == "ok" for s in self.sessions)
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         verdicts: dict[str, int] = {}
         for s in self.sessions:
             verdicts[s.verdict] = verdicts.get(s.verdict, 0) + 1

@@ -75,7 +75,7 @@ class MigrationOutcome:
     message: str = ""  # one line: what was done or why not, and what to do
     seconds: float = 0.0  # wall time spent on this file
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
             "from": self.from_,
@@ -106,12 +106,12 @@ class MigrationReport:
     def ok(self) -> bool:
         return all(s.outcome in OK_OUTCOMES for s in self.sessions)
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "version": 1,
             "dry_run": self.dry_run,
             "target": self.target,
-            "sessions": [s.as_json() for s in self.sessions],
+            "sessions": [s.to_json() for s in self.sessions],
             "summary": self.summary(),
         }
 

@@ -37,3 +37,15 @@ def test_every_json_command_renders_through_output() -> None:
     assert len(commands) >= 10, commands
     for path in commands:
         assert "output.emit_json" in path.read_text(), path.name
+
+
+def test_results_name_their_document_one_way() -> None:
+    """A result that has a JSON document builds it in ``to_json()`` (one name, not two)."""
+    src = CLI.parent
+    twins = [
+        f"{p.relative_to(src)}:{n.lineno}"
+        for p in sorted(src.rglob("*.py"))
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.FunctionDef) and n.name in ("as_json", "as_dict", "json", "to_dict")
+    ]
+    assert twins == []

@@ -92,7 +92,7 @@ class PrefixComparison:
                 parts.append(f"{t.missing + t.changed} {name} rows")
         return "; ".join(parts) or "nothing"
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "is_prefix": self.is_prefix,
             "identical": self.identical,

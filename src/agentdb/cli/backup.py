@@ -75,7 +75,7 @@ def backup_cmd(
             raise click.UsageError("--verify DIR takes no session ids, --all or --to")
         vreport = backup.verify_dir(verify, app.recovery_log)
         if as_json:
-            output.emit_json(vreport.as_json())
+            output.emit_json(vreport.to_json())
         else:
             output.emit_table(
                 [
@@ -109,7 +109,7 @@ def backup_cmd(
     finally:
         bar.close()
     if as_json:
-        output.emit_json({**report.as_json(), "interrupted": report.interrupted})
+        output.emit_json({**report.to_json(), "interrupted": report.interrupted})
     else:
         output.emit_table(
             [

@@ -87,7 +87,7 @@ def migrate_cmd(
     finally:
         bar.close()
     if as_json:
-        output.emit_json({**report.as_json(), "interrupted": report.interrupted})
+        output.emit_json({**report.to_json(), "interrupted": report.interrupted})
     else:
         verb = "would migrate" if dry_run else "migrated"
         output.emit_table(

@@ -113,7 +113,7 @@ class VersionUse:
         evict it (what ``agentdb plugins refs`` then lists as unreferenced)."""
         return self.removed > 0 and self.staying == 0
 
-    def as_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, object]:
         category, name, version = self.version
         return {
             "category": category,
