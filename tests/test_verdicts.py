@@ -268,3 +268,20 @@ def test_a_crashed_sessions_wal_and_shm_stay_checked_after_reads(
     checked.check_and_record(sessions_dir, cache_dir=cache)  # another read of the same file
     got = verdicts.lookup(sessions_dir, cache_dir=cache)[path.name]
     assert got.matches(verdicts.identity_of(path)), sid
+
+
+def test_an_entry_with_a_verdict_this_build_does_not_know_is_never_checked(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """Verdicts read back are typed (results.Verdict): a cache row another build wrote with a
+    verdict this build does not know counts as never checked, not as a verdict."""
+    cache = tmp_path / "c"
+    _, good = make_session(sessions_dir)
+    _, odd = make_session(sessions_dir)
+    _settle()
+    assert verdicts.record(
+        sessions_dir, [_entry(good), _entry(odd, "mostly_fine")], cache_dir=cache
+    )
+    got = verdicts.lookup(sessions_dir, cache_dir=cache)
+    assert got[good.name].verdict == "ok"
+    assert odd.name not in got

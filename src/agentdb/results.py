@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeGuard, get_args
 
 # The contract's verdicts, most serious first; "ok" when none applies.
 Problem = Literal[
@@ -20,6 +20,13 @@ Problem = Literal[
 VERDICTS: tuple[Problem, ...] = get_args(Problem)
 OK: Final = "ok"
 Verdict = Literal["ok", Problem]  # what check says of one file
+
+
+def is_verdict(value: object) -> TypeGuard[Verdict]:
+    """A value read back from a file (the verdict cache) is one of this build's verdicts."""
+    return value == OK or value in VERDICTS
+
+
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 

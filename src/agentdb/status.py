@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentdb import errors, locks, paths, plugins, recoverylog, verdicts
 from agentdb.overview import Scanned, scan
-from agentdb.results import OK
+from agentdb.results import OK, Verdict
 from agentdb.schema.enums import RUNNING
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.sessions import UNREADABLE, SessionRow
@@ -200,7 +200,7 @@ def status(
             counts["needs_migration"] += 1
             migration.append(sid)
         entry = recorded.get(row.path.name)
-        verdict: str | None = None
+        verdict: Verdict | None = None
         if entry is not None and entry.matches(ident):
             verdict = entry.verdict
             by_verdict[verdict] += 1

@@ -29,7 +29,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import db, errors, fsutil, paths
-from agentdb.results import Verdict
+from agentdb.results import Verdict, is_verdict
 
 CACHE_NAME = "verdicts.sqlite"
 APPLICATION_ID = 0x41474456  # "AGDV": not a session file; a cache file with any other id is rebuilt
@@ -170,7 +170,7 @@ class Recorded:
     name: str  # <ULID>.sqlite
     identity: str  # Identity.key() when the check started
     stamped_ns: int
-    verdict: str  # as stored: a Verdict, unless another build wrote the cache
+    verdict: Verdict
     quick: bool
     checked_at: str  # UTC ISO time
     status: str | None
@@ -299,8 +299,8 @@ def lookup(sessions_dir: Path, *, cache_dir: Path | None = None) -> dict[str, Re
     for name, ident, ns, verdict, quick, at, status, rev in rows:
         if not (isinstance(name, str) and paths.session_id_of(name)):
             continue
-        if not (isinstance(ident, str) and isinstance(ns, int) and isinstance(verdict, str)):
-            continue
+        if not (isinstance(ident, str) and isinstance(ns, int) and is_verdict(verdict)):
+            continue  # not what this build records: as if never checked
         out[name] = Recorded(
             name,
             ident,

@@ -19,6 +19,7 @@ from typing import Any
 from agentdb import errors, paths, recoverylog, verdicts
 from agentdb import status as status_job
 from agentdb.report.files import write_report
+from agentdb.results import Verdict
 from agentdb.sessions import UNREADABLE
 
 VERSION = 1
@@ -42,7 +43,7 @@ class SessionLine:
     depth: int | None
     started_at: str | None
     cost_usd: float
-    verdict: str | None  # last recorded verdict, None when changed since or never checked
+    verdict: Verdict | None  # last recorded verdict, None when changed since or never checked
     problems: list[str] = field(default_factory=list)  # why it is listed among the problems
 
 
