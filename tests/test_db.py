@@ -179,7 +179,11 @@ def test_caller_stats_are_judged_like_fresh_ones(sessions_dir: Path, target: str
     os.chmod(victim, 0o622)
     stats = db.file_stats(path)
     assert stats.db is not None and stats.wal_in_use == bool(target)
-    assert db.security_problems(path, stats) == db.security_problems(path)
+    given = [(code, str(e)) for code, e in db.security_problems(path, stats)]
+    assert given and given == [(code, str(e)) for code, e in db.security_problems(path)]
+    code, e = db.security_problems(path)[0]
+    assert (code, e.file, e.fix) == ("insecure_mode", str(victim), f"run `chmod 600 {victim}`")
+    assert str(e) == f"{victim}: mode 0622 lets group or others write it; run `chmod 600 {victim}`"
     with pytest.raises(errors.InsecureFile, match="chmod 600"):
         db.open_readonly(path, stats=stats)
     if target:

@@ -116,12 +116,15 @@ def require_regular(path: Path, st: os.stat_result | None = None) -> os.stat_res
     return st
 
 
-def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[str, str]]:
-    """(code, message) for each way the database or its sidecars are not owner-only.
+def security_problems(
+    path: Path, stats: FileStats | None = None
+) -> list[tuple[str, errors.InsecureFile]]:
+    """(code, error) for each way the database or its sidecars are not owner-only; each error
+    names the file it is about (the database or a sidecar) and carries its problem and fix.
 
     ``stats`` is a fresh :func:`file_stats` of ``path`` when the caller already has one.
     """
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, errors.InsecureFile]] = []
     me = os.geteuid()
     if stats is None:
         stats = file_stats(path)
@@ -134,8 +137,11 @@ def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[
         problems.append(
             (
                 "insecure_sidecar",
-                f"{sidecar(path, '-journal')}: its -journal sidecar is not a regular file; remove "
-                "it by hand",
+                errors.InsecureFile(
+                    problem="its -journal sidecar is not a regular file",
+                    fix="remove it by hand",
+                    path=sidecar(path, "-journal"),
+                ),
             )
         )
     for suffix, st in (("", db_st), ("-wal", stats.wal), ("-shm", stats.shm)):
@@ -146,7 +152,11 @@ def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[
             problems.append(
                 (
                     "insecure_sidecar",
-                    f"{p}: its {suffix} sidecar is not a regular file; remove it by hand",
+                    errors.InsecureFile(
+                        problem=f"its {suffix} sidecar is not a regular file",
+                        fix="remove it by hand",
+                        path=p,
+                    ),
                 )
             )
             continue
@@ -155,7 +165,11 @@ def security_problems(path: Path, stats: FileStats | None = None) -> list[tuple[
             problems.append(
                 (
                     "insecure_mode",
-                    f"{p}: mode {mode:04o} lets group or others write it; run `chmod 600 {p}`",
+                    errors.InsecureFile(
+                        problem=f"mode {mode:04o} lets group or others write it",
+                        fix=f"run `chmod 600 {p}`",
+                        path=p,
+                    ),
                 )
             )
         owner = db_st.st_uid if suffix else me
@@ -171,31 +185,36 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def _owner_problem(p: Path, found: int, expected: int, me: int) -> str:
+def _owner_problem(p: Path, found: int, expected: int, me: int) -> errors.InsecureFile:
     """Another user owns ``p``: the fix is to act as that user, never to give the harness's
     files to whoever ran agentdb (as root, ``chown 0`` would take them from the harness)."""
     if expected == me:  # the database itself is someone else's
         who = _user(found)
-        return (
-            f"{p}: owned by uid {found} ({who}), not by the user running agentdb (uid {me}); "
-            f"run agentdb as that user (`sudo -u {who} agentdb ...`); do not chown the "
-            "harness's files"
+        return errors.InsecureFile(
+            problem=f"owned by uid {found} ({who}), not by the user running agentdb (uid {me})",
+            fix=f"run agentdb as that user (`sudo -u {who} agentdb ...`); do not chown the "
+            "harness's files",
+            path=p,
         )
     if expected == 0:  # a root-owned database with someone else's sidecar
-        return (
-            f"{p}: owned by uid {found} ({_user(found)}) but its database by root; session files "
-            "belong to the user that runs the harness: run agentdb as that user"
+        return errors.InsecureFile(
+            problem=f"owned by uid {found} ({_user(found)}) but its database by root",
+            fix="session files belong to the user that runs the harness: run agentdb as that user",
+            path=p,
         )
-    return (
-        f"{p}: owned by uid {found}, but its database by uid {expected} ({_user(expected)}); "
-        f"run `chown {expected} {p}` as root, or remove it when no process has the session open"
+    return errors.InsecureFile(
+        problem=f"owned by uid {found}, but its database by uid {expected} ({_user(expected)})",
+        fix=f"run `chown {expected} {p}` as root, or remove it when no process has the session "
+        "open",
+        path=p,
     )
 
 
 def require_secure(path: Path, stats: FileStats | None = None) -> None:
     problems = security_problems(path, stats)
     if problems:
-        raise errors.InsecureFile(problems[0][1], path=path)
+        first = problems[0][1]  # names the file it is about; the error is about the session
+        raise errors.InsecureFile(str(first), path=path)
 
 
 # ---------------------------------------------------------------------------- connections

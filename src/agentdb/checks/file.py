@@ -109,8 +109,8 @@ class _Run:
         if stats.wal is not None:
             self.size += stats.wal.st_size
         problems = db.security_problems(self.path, stats)
-        for code, message in problems:
-            self.add(code, message.split(": ", 1)[-1])
+        for code, problem in problems:
+            self.add(code, problem.detail)
         if problems:
             self.add("not_opened", "not opened until its permissions are fixed")
             return False
