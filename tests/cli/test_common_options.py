@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import click
@@ -130,6 +131,28 @@ def test_progress_shows_count_rate_and_eta() -> None:
     bar = output.ProgressLine("checking", enabled=True, width=10)
     line = bar.line(50, 200, bar._start + 10.0)
     assert "50/200" in line and "5.0/s" in line and "ETA 0:30" in line
+
+
+def test_progress_never_leaves_a_stale_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """An update that comes too soon after the last redraw is drawn a moment later: a burst of
+    finished files followed by a long wait (a worker waiting for a writer's lock) shows the
+    real count, not the one before the burst."""
+    bar = output.ProgressLine("migrating", enabled=True, width=10)
+    for done in range(1, 11):  # within far less than the 0.1 s between redraws
+        bar.update(done, 11)
+    assert "10/11" not in capsys.readouterr().err  # not drawn yet...
+    time.sleep(0.5)  # ...the job stalls here
+    assert capsys.readouterr().err.rsplit("\r", 1)[-1].split("] ")[1].startswith("10/11")
+    bar.update(11, 11)
+    bar.close()
+    assert "11/11" in capsys.readouterr().err
+    time.sleep(0.2)
+    bar.update(4, 11)  # drawn at once (the last redraw was 0.2 s ago)...
+    bar.update(5, 11)  # ...so this one waits, and close() forgets it
+    bar.close()
+    time.sleep(0.3)
+    err = capsys.readouterr().err
+    assert "4/11" in err and "5/11" not in err
 
 
 def test_every_command_has_examples_and_whole_summaries(agentdb: Agentdb) -> None:

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -382,8 +383,12 @@ class ProgressLine:
     """A one-line progress bar on stderr, drawn only when stderr is a terminal.
 
     ``update(done, total, what)`` redraws at most ten times a second (and always at the end);
-    calling the object as ``bar(done, total)`` does the same, for callbacks.
+    an update that comes too soon is drawn a moment later, so a burst of updates followed by a
+    long wait never leaves a stale count on the screen. Calling the object as
+    ``bar(done, total)`` does the same, for callbacks.
     """
+
+    INTERVAL = 0.1  # seconds between redraws
 
     def __init__(self, label: str, *, enabled: bool | None = None, width: int = 30):
         self.label = label
@@ -394,13 +399,35 @@ class ProgressLine:
         self.drawn = False
         self._last = 0.0
         self._start = time.monotonic()
+        self._lock = threading.Lock()
+        self._pending: tuple[int, int, str] | None = None  # skipped, to be drawn by the timer
+        self._timer: threading.Timer | None = None
 
     def update(self, done: int, total: int, what: str = "") -> None:
+        global _drawn
         if not self.enabled or total <= 0:
             return
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
+        with self._lock:
+            now = time.monotonic()
+            wait = self.INTERVAL - (now - self._last)
+            if done < total and wait > 0:
+                self._pending = (done, total, what)
+                if self._timer is None:
+                    self._timer = threading.Timer(wait, self._flush)
+                    self._timer.daemon = True
+                    self._timer.start()
+                _drawn = self  # a report written meanwhile closes it first (no late redraw)
+                return
+            self._draw(done, total, what, now)
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._pending is not None:
+                self._draw(*self._pending, time.monotonic())
+
+    def _draw(self, done: int, total: int, what: str, now: float) -> None:
+        self._pending = None
         self._last = now
         click.echo(f"\r{self.line(done, total, now)} {what}\x1b[K", err=True, nl=False)
         self.drawn = True
@@ -428,8 +455,13 @@ class ProgressLine:
 
     def close(self) -> None:
         global _drawn
-        if self.drawn:
-            click.echo("\r\x1b[K", err=True, nl=False)
-            self.drawn = False
-        if _drawn is self:
-            _drawn = None
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._pending = None
+            if self.drawn:
+                click.echo("\r\x1b[K", err=True, nl=False)
+                self.drawn = False
+            if _drawn is self:
+                _drawn = None
