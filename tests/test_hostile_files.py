@@ -154,7 +154,7 @@ def test_verdicts_read_without_the_recovery_log_are_not_cached(
     want = json.loads(good.stdout)["sessions"][0]["verdict"]
     st = _cli_env(env, sessions_dir, "--plugin-cache", str(tmp_path / "n"), "status", "--json")
     assert json.loads(st.stdout)["by_verdict"] == {want: 1}
-    os.unlink(tmp_path / "cache" / "agentdb" / "verdicts.sqlite")
+    os.unlink(tmp_path / "cache" / "agentdb" / "index.sqlite")
     log.rename(tmp_path / "log")
     os.symlink(tmp_path / "log", log)
     assert _cli_env(env, sessions_dir, "check").returncode == 1

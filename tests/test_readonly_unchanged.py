@@ -136,6 +136,10 @@ def runs(state: dict[str, object], elsewhere: Path) -> list[list[str]]:
         ["sessions", "tree"],
         ["sessions", "tree", ids["parent"], "--json"],
         ["plugins", "refs", "--json"],
+        ["plugins", "users", "anthropic", "--json"],
+        ["sessions", "costs", "--json"],
+        ["sessions", "list", "--no-index", "--json"],
+        ["check", "--changed", "--json"],
         ["prune", "--older-than", "0s", "--dry-run", "--json"],
         ["prune", *every, "--include-damaged", "--with-descendants", "--dry-run"],
         ["prune", "--older-than", "0s", "--json"],  # no terminal, no --yes: nothing removed

@@ -63,6 +63,8 @@ def test_real_output_validates(tmp_path: Path, agentdb: Agentdb) -> None:
     check("sessions-show", "sessions", "show", sid)
     check("sessions-tree", "sessions", "tree")
     check("plugins-refs", "plugins", "refs")
+    check("plugins-users", "plugins", "users", "model/anthropic")
+    check("sessions-costs", "sessions", "costs")
     check("preflight", "preflight", sid)
     check("status", "status")
     report = check("report", "report")

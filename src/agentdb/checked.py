@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentdb import verdicts
+from agentdb import paths, verdicts
 from agentdb.checks.run import CheckStream
 from agentdb.results import CheckReport, SessionCheck
 
@@ -102,3 +102,26 @@ def check_and_record(
     results = list(run)
     s = run.stream
     return CheckReport(results, s.directory, interrupted=s.interrupted, quick=s.quick), run.recorded
+
+
+def changed_ids(
+    sessions_dir: Path, *, quick: bool = False, cache_dir: Path | None = None
+) -> tuple[list[str], int]:
+    """``check --changed``: the sessions with no recorded ``ok`` (a full check's, unless
+    ``quick``), or whose identity changed since it (or is too recent to tell: the racily-clean
+    rule); and how many sessions there are. Bit rot changes no identity: only a full ``check``
+    sees it (README: how often to run one)."""
+    recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
+    out: list[str] = []
+    total = 0
+    for e in paths.iter_session_entries(sessions_dir):
+        total += 1
+        r = recorded.get(e.path.name)
+        if (
+            r is None
+            or r.verdict != "ok"
+            or (r.quick and not quick)
+            or not r.matches(verdicts.identity_of(e.path))
+        ):
+            out.append(e.session_id)
+    return out, total

@@ -29,6 +29,7 @@ class Scanned:
     row: SessionRow  # as ``sessions list`` shows it
     producers: list[plugins.PluginVersion] | None  # plugin versions it references; None: unknown
     costs: Costs | None  # per day and model (only when asked for); None: unknown or not asked
+    size: int | None = None  # bytes of the database and its -wal, when the index walk knows it
 
 
 def read_one(entry: paths.Entry, *, costs: bool = False) -> Scanned:

@@ -131,3 +131,37 @@ def refs(sessions_dir: Path, plugin_cache: Path, *, jobs: int = 1) -> PluginRefs
         if counts[v] == 0 and not out.interrupted:
             out.unreferenced.append(row)
     return out
+
+
+def count_refs(
+    per: Iterable[tuple[str, list[PluginVersion] | None]], cached: set[PluginVersion]
+) -> PluginRefs:
+    """:func:`refs` from each session's producers as already known (the session index):
+    sessions whose producers are unknown are listed in ``unreadable``."""
+    counts = dict.fromkeys(cached, 0)
+    out = PluginRefs()
+    for sid, used in per:
+        out.sessions_read += 1
+        if used is None:
+            out.unreadable.append(sid)
+            continue
+        for v in set(used) & cached:
+            counts[v] += 1
+    for v in sorted(counts):
+        row = VersionRefs(*v, counts[v])
+        out.versions.append(row)
+        if counts[v] == 0:
+            out.unreferenced.append(row)
+    return out
+
+
+def scan_producers(sessions_dir: Path) -> list[tuple[str, list[PluginVersion] | None]]:
+    """Each session's plugin versions, read from its file (None: it cannot be read)."""
+    out: list[tuple[str, list[PluginVersion] | None]] = []
+    for entry in paths.iter_session_entries(sessions_dir):
+        try:
+            with SessionReader(entry.path, session_id=entry.session_id) as reader:
+                out.append((entry.session_id, session_producers(reader)))
+        except errors.AgentdbError:
+            out.append((entry.session_id, None))
+    return out

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, locks, paths, plugins, recoverylog, verdicts
+from agentdb import errors, index, locks, paths, plugins, recoverylog, verdicts
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
 from agentdb.schema.enums import RUNNING
@@ -102,6 +103,7 @@ class StatusReport:
     needs_migration_all: list[str] = field(default_factory=list)
     rows: list[SessionRow] = field(default_factory=list)
     scanned: list[Scanned] = field(default_factory=list)  # with costs, when asked for
+    notes: list[str] = field(default_factory=list)  # for stderr: why the index was not used
 
     @property
     def needs_attention(self) -> bool:
@@ -153,11 +155,13 @@ def status(
     jobs: int = 1,
     now: dt.datetime | None = None,
     costs: bool = False,
+    use_index: bool = True,
 ) -> StatusReport:
     """Count, judge from the last recorded checks, and say what to run next.
 
-    Each file is opened once (:func:`agentdb.overview.scan`); with ``costs`` its cost per day
-    and model is read in the same open and kept in ``scanned`` for ``report``.
+    Rows come from the index (:mod:`agentdb.index`: only new or changed files are opened) or,
+    with ``use_index=False``, by opening each file once (:func:`agentdb.overview.scan`); with
+    ``costs`` each session's cost per day and model is kept in ``scanned`` for ``report``.
     """
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -177,7 +181,8 @@ def status(
     pins: Counter[plugins.PluginVersion] = Counter()
     oldest: float | None = None
     newest: float | None = None
-    for one in scan(sessions_dir, costs=costs, jobs=jobs):
+    notes: list[str] = []
+    for one in _rows(sessions_dir, costs, jobs, use_index, cache_dir, notes):
         row = one.row
         sid = row.session_id
         rows.append(row)
@@ -187,8 +192,12 @@ def status(
             pins.update(set(one.producers) & cached)
         counts["sessions"] += 1
         by_status[row.status] += 1
-        ident = verdicts.identity_of(row.path)
-        if ident is not None and ident.regular:
+        entry = recorded.get(row.session_id + paths.SESSION_SUFFIX)
+        # the index's walk knows the size; the verdict's identity is taken only to match one
+        ident = verdicts.identity_of(row.path) if entry is not None or one.size is None else None
+        if one.size is not None:
+            size += one.size
+        elif ident is not None and ident.regular:
             size += ident.size
         live = row.status == RUNNING and locks.probe(row.path) is not None
         if live:
@@ -199,7 +208,6 @@ def status(
         if row.revision is not None and row.revision < CURRENT_REVISION:
             counts["needs_migration"] += 1
             migration.append(sid)
-        entry = recorded.get(row.path.name)
         verdict: Verdict | None = None
         if entry is not None and entry.matches(ident):
             verdict = entry.verdict
@@ -320,4 +328,22 @@ def status(
         migration,
         rows,
         scanned,
+        notes,
     )
+
+
+def _rows(
+    sessions_dir: Path,
+    costs: bool,
+    jobs: int,
+    use_index: bool,
+    cache_dir: Path | None,
+    notes: list[str],
+) -> Iterator[Scanned]:
+    if not use_index:
+        yield from scan(sessions_dir, costs=costs, jobs=jobs)
+        return
+    snap = index.snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir)
+    notes += snap.notes
+    for r in snap.records:
+        yield Scanned(r.meta_row(), r.meta_producers(), r.costs if costs else None, r.size)

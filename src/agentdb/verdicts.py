@@ -31,9 +31,9 @@ import apsw
 from agentdb import db, errors, fsutil, paths
 from agentdb.results import Verdict, is_verdict
 
-CACHE_NAME = "verdicts.sqlite"
+CACHE_NAME = "index.sqlite"  # one derived file: verdicts and the session index (agentdb.index)
 APPLICATION_ID = 0x41474456  # "AGDV": not a session file; a cache file with any other id is rebuilt
-USER_VERSION = 1
+USER_VERSION = 2  # 2: the session index tables joined the verdicts (an older file is rebuilt)
 # Linux stamps files from a coarse clock (one jiffy, at most 10 ms at HZ=100); a file whose
 # timestamps are all whole seconds lives on a file system that keeps only seconds.
 FINE_GRANULARITY_NS = 50_000_000
@@ -50,6 +50,20 @@ CREATE TABLE IF NOT EXISTS verdicts (
   checked_at TEXT NOT NULL,     -- UTC ISO time the check finished
   status TEXT,                  -- session_meta.status the check read, if any
   revision INTEGER,             -- user_version the check read, if any
+  PRIMARY KEY (directory, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (  -- agentdb.index: one row per session file, see there
+  directory TEXT NOT NULL,      -- the sessions directory, absolute (as in verdicts)
+  name TEXT NOT NULL,           -- <ULID>.sqlite
+  identity TEXT NOT NULL,       -- db, -wal, -shm, -journal identity when the file was read
+  stamped_ns INTEGER NOT NULL,  -- time.time_ns() just before that identity was taken
+  size INTEGER NOT NULL,        -- bytes of the database and its -wal
+  status TEXT, profile TEXT, parent TEXT, depth INTEGER, started_at TEXT, ended_at TEXT,
+  cost_usd REAL, events INTEGER, revision INTEGER,
+  error TEXT, error_code TEXT,  -- why the list row (session_meta + event count) failed
+  meta_error TEXT, meta_error_code TEXT,  -- why session_meta alone failed
+  producers TEXT,               -- JSON [[category, name, version]...], NULL: unknown
+  costs TEXT,                   -- JSON [[day, provider, model, turns, cost]...], NULL: unknown
   PRIMARY KEY (directory, name)
 ) WITHOUT ROWID;
 PRAGMA application_id = {APPLICATION_ID};
@@ -228,7 +242,10 @@ def _usable(conn: apsw.Connection) -> bool:
     return (
         db.pragma(conn, "application_id") == APPLICATION_ID
         and db.pragma(conn, "user_version") == USER_VERSION
-        and db.scalar(conn, "SELECT count(*) FROM sqlite_schema WHERE name = 'verdicts'") == 1
+        and db.scalar(
+            conn, "SELECT count(*) FROM sqlite_schema WHERE name IN ('verdicts', 'sessions')"
+        )
+        == 2
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from agentdb import demo, sessions
 from agentdb import sessions as sessions_mod
 from agentdb.cli.sessions import tree_lines
+from agentdb.index import queries
 from agentdb.sessions import build_forest, session_tree
 from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session, ulids
@@ -164,7 +165,7 @@ def test_sessions_tree_json_of_a_deep_chain(
         )
         for i, sid in enumerate(ids)
     ]
-    monkeypatch.setattr(sessions, "session_tree", lambda *_: sessions.build_forest(rows))
+    monkeypatch.setattr(queries, "session_tree", lambda *_, **__: (sessions.build_forest(rows), []))
     old = sys.getrecursionlimit()
     try:
         code, out, err = agentdb("--sessions-dir", str(sessions_dir), "sessions", "tree", "--json")

@@ -39,6 +39,7 @@ NEVER = {"--yes", "-y", "--help", "-h", "--version"}  # destructive, or not abou
 REQUIRED: dict[str, dict[str, list[str]]] = {
     "backup": {"dest": ["--to", "{new}"]},
     "demo": {"directory": ["{new}"], "no_walkthrough": ["--no-walkthrough"]},
+    "plugins users": {"plugin": ["anthropic"]},
     "prune": {"older_than": ["--older-than", "0s"]},
     "report": {"html_file": ["--html", "{new}.html"]},
     "restore": {"from_dir": ["--from", "{backups}"]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentdb.checked import RecordedStream
+from agentdb.checked import RecordedStream, changed_ids
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -84,6 +84,12 @@ def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
     help="Show only what is not ok (sessions whose verdict is not ok); the summary still "
     "counts every session checked.",
 )
+@click.option(
+    "--changed",
+    is_flag=True,
+    help="Only sessions with no recorded ok verdict (from a full check, unless --quick), or "
+    "whose file changed since it. Bit rot changes no file identity: run a full check too.",
+)
 @jobs_option("Check files")
 @json_option
 @fmt_option
@@ -94,6 +100,7 @@ def check_cmd(
     all_: bool,
     quick: bool,
     problems: bool,
+    changed: bool,
     jobs: int | None,
     as_json: bool,
     fmt: str,
@@ -111,14 +118,26 @@ def check_cmd(
     report then covers the sessions checked before it).
 
     Each verdict is also recorded, with the file's identity, in the verdict cache under
-    $XDG_CACHE_HOME/agentdb/ (derived data: delete it any time), which `agentdb status` reads.
+    $XDG_CACHE_HOME/agentdb/ (derived data: delete it any time), which `agentdb status` and
+    `check --changed` read.
     """
+    if changed and (ids or all_):
+        raise click.UsageError("--changed picks the sessions itself: give no ids and no --all")
     selection = make_selection(ids, all_, required=False)
     sessions_dir = app.require_sessions_dir()
+    if changed:
+        picked, total = changed_ids(sessions_dir, quick=quick)
+        output.note(
+            f"{len(picked)} of {total} sessions have no recorded ok or changed since; "
+            "checking those"
+        )
+        chosen: tuple[str, ...] | None = tuple(picked)
+    else:
+        chosen = None if selection.all else selection.ids
     bar = output.ProgressLine("checking")
     run = RecordedStream(
         sessions_dir,
-        None if selection.all else selection.ids,
+        chosen,
         quick=quick,
         jobs=jobs or default_jobs(),
         progress=bar,

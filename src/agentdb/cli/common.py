@@ -195,3 +195,14 @@ def wait_option(help: str) -> Callable[[F], F]:
         )(f)
 
     return deco
+
+
+def no_index_option(f: F) -> F:
+    """``--no-index``: read every session file instead of the derived index."""
+    return click.option(
+        "--no-index",
+        "no_index",
+        is_flag=True,
+        help="Read every session file instead of using the derived index in "
+        "$XDG_CACHE_HOME/agentdb/ (the answer is the same; this is slower).",
+    )(f)

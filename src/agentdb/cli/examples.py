@@ -33,6 +33,13 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("agentdb migrate --all", "bring every session to the current revision"),
     ],
     "plugins": [("agentdb plugins refs", "cached plugin versions and the sessions using them")],
+    "plugins users": [
+        ("agentdb plugins users model/anthropic", "sessions that used any anthropic version"),
+        (
+            "agentdb plugins users anthropic --version 1.4.0 --json",
+            "sessions that used version 1.4.0, as JSON",
+        ),
+    ],
     "plugins refs": [
         ("agentdb plugins refs", "cached plugin versions and the sessions using them"),
         ("agentdb plugins refs --json", "the same as one JSON document"),
@@ -78,6 +85,15 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "sessions list": [
         ("agentdb sessions list", "every session, oldest first"),
         ("agentdb sessions list --json", "the same as one JSON document"),
+        (
+            "agentdb sessions list --status completed --since 7d --sort cost --limit 10",
+            "the ten most expensive sessions that ended in the last week",
+        ),
+        ("agentdb sessions list --parent 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "one session's children"),
+    ],
+    "sessions costs": [
+        ("agentdb sessions costs", "cost per day across every session"),
+        ("agentdb sessions costs --by model --since 30d", "cost per model over the last 30 days"),
     ],
     "sessions show": [
         ("agentdb sessions show 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "one session's row, cost, producers"),

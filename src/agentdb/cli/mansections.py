@@ -32,7 +32,8 @@ FILES = [
     ("$XDG_STATE_HOME/agent/recovery.log", "every recovery, one JSON object per line"),
     ("$XDG_CACHE_HOME/agent/plugins/<category>/<name>/<version>/", "the plugin cache"),
     (
-        "$XDG_CACHE_HOME/agentdb/verdicts.sqlite",
-        "the last verdict check gave each session (derived: delete it any time)",
+        "$XDG_CACHE_HOME/agentdb/index.sqlite",
+        "the session index and the last verdict check gave each session (derived: delete it "
+        "any time; every answer is validated by stat against the files)",
     ),
 ]

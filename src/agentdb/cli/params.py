@@ -39,6 +39,36 @@ class DurationType(click.ParamType):
 DURATION = DurationType()
 
 
+class AgeType(click.ParamType):
+    """A duration (``90d``) or a UTC date/time (``2026-01-31``, ``2026-01-31T12:00``), as an age
+    from now: a date becomes "now minus that date"."""
+
+    name = "WHEN"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        text = str(value)
+        try:
+            return parse_duration(text)
+        except (ValueError, OverflowError) as e:
+            if not text[:1].isdigit() or "-" not in text:
+                self.fail(str(e), param, ctx)
+        from agentdb.durations import parse_timestamp
+
+        t = parse_timestamp(text)
+        if t is None:
+            self.fail(
+                f"{text!r} is neither a duration (90d, 12h) nor a date (2026-01-31)", param, ctx
+            )
+        return max(dt.timedelta(0), dt.datetime.now(dt.timezone.utc) - t)
+
+
+AGE = AgeType()
+
+
 class SecondsType(click.ParamType):
     """A finite number of seconds in ``[0, maximum]`` (no NaN, no infinity)."""
 

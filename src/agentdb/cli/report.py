@@ -8,7 +8,7 @@ import click
 
 from agentdb import errors, report
 from agentdb.cli import output
-from agentdb.cli.common import App, default_jobs, jobs_option, json_option
+from agentdb.cli.common import App, default_jobs, jobs_option, json_option, no_index_option
 from agentdb.cli.params import OUTPUT_FILE
 
 
@@ -47,11 +47,17 @@ def document(r: report.Report) -> dict[str, object]:
     help="Replace FILE if it exists (written beside, renamed): a file or a symlink, never a "
     "device, FIFO, directory, the recovery log or a SQLite database.",
 )
+@no_index_option
 @jobs_option("Read files")
 @json_option
 @click.pass_obj
 def report_cmd(
-    app: App, html_file: Path | None, force: bool, jobs: int | None, as_json: bool
+    app: App,
+    html_file: Path | None,
+    force: bool,
+    no_index: bool,
+    jobs: int | None,
+    as_json: bool,
 ) -> int:
     """One self-contained HTML page (inline SVG, no script, no network): health overview, cost
     per day and per model, the session tree, the cached plugin versions sessions pin, and the
@@ -72,7 +78,10 @@ def report_cmd(
         app.plugin_cache,
         recovery_log=app.recovery_log,
         jobs=jobs or default_jobs(),
+        use_index=not no_index,
     )
+    for n in r.notes:
+        output.note(n)
     if html_file is not None:
         from agentdb.report import html
 

@@ -18,9 +18,12 @@ from agentdb.cli.common import (
     fmt_option,
     jobs_option,
     json_option,
+    no_index_option,
 )
-from agentdb.cli.params import DURATION
+from agentdb.cli.params import AGE
+from agentdb.cli.sessions_costs import costs_cmd
 from agentdb.cli.sessions_end import end_cmd
+from agentdb.index import queries
 from agentdb.schema import enums
 
 
@@ -37,8 +40,10 @@ def sessions_cmd() -> None:
     """Cross-session queries: list sessions, show one, draw the parent/child tree; end
     sessions whose kernel died.
 
-    There is no index: every command scans <ULID>.sqlite files and reads each one's single
-    session_meta row. A file that cannot be read is listed with status "unreadable".
+    Answers come from a derived index in $XDG_CACHE_HOME/agentdb/, validated by stat against
+    the files on every query (a file whose identity changed, or that is new, is read again;
+    --no-index reads every file; the answer is the same). A file that cannot be read is listed
+    with status "unreadable".
     """
 
 
@@ -51,17 +56,44 @@ def sessions_cmd() -> None:
     help="Only sessions with this status (repeatable).",
 )
 @click.option(
+    "--until",
     "--older-than",
-    type=DURATION,
+    "older_than",
+    type=AGE,
     default=None,
-    help="Only sessions that ended (or, still open, started) at least this long ago: 90d, 12h.",
+    metavar="WHEN",
+    help="Only sessions that ended (or, still open, started) at least this long ago (90d, 12h) "
+    "or before this UTC date (2026-01-31). --older-than is the same option.",
 )
 @click.option(
+    "--since",
     "--newer-than",
-    type=DURATION,
+    "newer_than",
+    type=AGE,
     default=None,
-    help="Only sessions that ended (or started) less than this long ago.",
+    metavar="WHEN",
+    help="Only sessions that ended (or started) less than this long ago, or after this date. "
+    "--newer-than is the same option.",
 )
+@click.option("--profile", metavar="P", default=None, help="Only sessions of this profile.")
+@click.option(
+    "--parent",
+    type=SESSION_ID,
+    default=None,
+    help="Only the children of this session (parent_session_id is ID).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(queries.SORTS),
+    default="id",
+    show_default=True,
+    help="Order: id (= chronological), started (start time), cost (highest first), events "
+    "(most first).",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=None, metavar="N", help="At most N rows."
+)
+@no_index_option
 @jobs_option("Read files")
 @json_option
 @fmt_option
@@ -71,31 +103,36 @@ def list_cmd(
     statuses: tuple[str, ...],
     older_than: dt.timedelta | None,
     newer_than: dt.timedelta | None,
+    profile: str | None,
+    parent: str | None,
+    sort: str,
+    limit: int | None,
+    no_index: bool,
     jobs: int | None,
     as_json: bool,
     fmt: str,
 ) -> int:
     """List sessions in chronological order with status, profile, parent, depth, start and end,
     cost and event count."""
-    listing = sessions.Listing(
-        sessions.iter_sessions(
-            app.require_sessions_dir(),
-            statuses=statuses or None,
-            older=older_than,
-            newer=newer_than,
-            jobs=jobs or default_jobs(),
-        )
+    listed = queries.stream_sessions(
+        app.require_sessions_dir(),
+        queries.ListQuery(statuses, older_than, newer_than, profile, parent, sort, limit),
+        use_index=not no_index,
+        jobs=jobs or default_jobs(),
     )
+    for n in listed.notes:
+        output.note(n)
+    listing = sessions.Listing(iter(listed.rows))
     if as_json:
         output.emit_json_stream(
             {
                 "version": 1,
                 "sessions": iter(listing),
                 "summary": output.Later(lambda: listing.summary),
-                "interrupted": output.Later(lambda: listing.interrupted),
+                "interrupted": output.Later(lambda: listing.interrupted or listed.interrupted),
             }
         )
-        return finish(True, listing.interrupted, listing.count, "listed")
+        return finish(True, listing.interrupted or listed.interrupted, listing.count, "listed")
     unreadable = 0
 
     def rows() -> Iterator[tuple[object, ...]]:
@@ -123,7 +160,7 @@ def list_cmd(
         f"{listing.count} sessions"
         + (f", {unreadable} unreadable (see `agentdb check`)" if unreadable else "")
     )
-    return finish(True, listing.interrupted, listing.count, "listed")
+    return finish(True, listing.interrupted or listed.interrupted, listing.count, "listed")
 
 
 @sessions_cmd.command("show")
@@ -232,12 +269,17 @@ def _tree_json(n: sessions.TreeNode) -> dict[str, Any]:
 
 @sessions_cmd.command("tree")
 @click.argument("session_id", type=SESSION_ID, required=False)
+@no_index_option
 @json_option
 @click.pass_obj
-def tree_cmd(app: App, session_id: str | None, as_json: bool) -> int:
+def tree_cmd(app: App, session_id: str | None, no_index: bool, as_json: bool) -> int:
     """Draw the parent/child tree of every session, or of the session ID and its descendants,
-    found by scanning every file's parent_session_id."""
-    roots = sessions.session_tree(app.require_sessions_dir(), session_id)
+    from every file's parent_session_id (through the index; --no-index reads every file)."""
+    roots, notes = queries.session_tree(
+        app.require_sessions_dir(), session_id, use_index=not no_index, jobs=default_jobs()
+    )
+    for n in notes:
+        output.note(n)
     if as_json:
         output.emit_json({"version": 1, "roots": [_tree_json(n) for n in roots]})
     else:
@@ -247,3 +289,4 @@ def tree_cmd(app: App, session_id: str | None, as_json: bool) -> int:
 
 
 sessions_cmd.add_command(end_cmd)
+sessions_cmd.add_command(costs_cmd)

@@ -7,7 +7,7 @@ import click
 from agentdb import errors
 from agentdb import status as status_job
 from agentdb.cli import output
-from agentdb.cli.common import App, default_jobs, jobs_option, json_option
+from agentdb.cli.common import App, default_jobs, jobs_option, json_option, no_index_option
 from agentdb.cli.params import TABLE_FORMAT
 
 
@@ -87,6 +87,7 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
 
 
 @click.command("status")
+@no_index_option
 @jobs_option("Read files")
 @json_option
 @click.option(
@@ -98,12 +99,13 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
     help="tabulate table format for text output (plain, simple, github, grid, ...).",
 )
 @click.pass_obj
-def status_cmd(app: App, jobs: int | None, as_json: bool, fmt: str) -> int:
+def status_cmd(app: App, no_index: bool, jobs: int | None, as_json: bool, fmt: str) -> int:
     """One screen: sessions by status and by verdict, interrupted sessions, sessions needing
     migration, damaged ones, total size, recoveries logged, cached plugin versions sessions
     pin, and the next commands to run.
 
-    Status and revision are read from the files; verdicts come from the last recorded `agentdb
+    Status and revision come from the session index (files whose identity changed since are
+    read again; --no-index reads every file); verdicts come from the last recorded `agentdb
     check` of each file (kept in $XDG_CACHE_HOME/agentdb/), shown only while the file is the
     one that was checked — a file changed since, or never checked, is counted as such. Read-only.
     Destructive commands are suggested only in their --dry-run form.
@@ -115,7 +117,10 @@ def status_cmd(app: App, jobs: int | None, as_json: bool, fmt: str) -> int:
         app.plugin_cache,
         recovery_log=app.recovery_log,
         jobs=jobs or default_jobs(),
+        use_index=not no_index,
     )
+    for n in report.notes:
+        output.note(n)
     if as_json:
         output.emit_json(document(report))
     else:

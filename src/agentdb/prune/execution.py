@@ -2,6 +2,11 @@
 
 Per session, under ``locks.hold`` (no SQLite connection can open the file meanwhile):
 
+0. before any removal, walk the directory again (the session index, validated by stat): a
+   session new or changed since the plan that names a removal as its parent keeps it
+   (``has_children``); and, just before each removal, ``quick_check`` the file as it is now —
+   a file damaged since the plan stays (``unreadable``) unless its id was named with
+   ``--include-damaged``;
 1. re-check that the main file and its WAL are the very files the plan judged (inode, size,
    mtime) and that nobody has it open; otherwise it stays (``changed`` / ``live``);
 2. write ``<id>.sqlite.agentdb-prune-intent`` (fsync, fsync the directory);
@@ -25,10 +30,10 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, faults, fsutil, locks, paths, recoverylog
+from agentdb import errors, faults, fsutil, index, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
-from agentdb.prune.scan import INTENT, Stamp, intent_bytes, stat_key
+from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key
 from agentdb.results import PruneReasonCode
 
 
@@ -146,9 +151,53 @@ def execute(plan: PrunePlan) -> PruneResult:
     return result
 
 
+def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
+    """Removals that a session staying now names as its parent: a stat walk, and the parent
+    link read again from every file new or changed since the plan began (a session's parent
+    is written when it is created; only a new file, or one replaced — recover, restore,
+    migrate — can name another)."""
+    removing = {d.session_id for d in plan.candidates if d.remove}
+    if not removing:
+        return {}
+    named: dict[str, list[str]] = {}
+    for s in index.stat.seen_all(plan.sessions_dir):
+        sid = s.entry.session_id
+        if sid in removing:
+            continue
+        if s.key is not None and plan.seen.get(sid) == s.key and sid in plan.parents:
+            parent = plan.parents[sid]
+        else:
+            rec = index.record.read(s.entry)
+            parent = rec.info.parent_session_id if rec.info is not None else None
+        if parent in removing:
+            named.setdefault(str(parent), []).append(sid)
+    return named
+
+
 def _execute(plan: PrunePlan, result: PruneResult) -> None:
     sessions_dir = plan.sessions_dir
+    named = _named_as_parent(plan)
     for d in plan.candidates:
+        if d.remove and d.session_id in named:
+            kids = named[d.session_id]
+            shown = ", ".join(kids[:3]) + (f" and {len(kids) - 3} more" if len(kids) > 3 else "")
+            result.refused.append(
+                _refused(d, "has_children", f"named as parent by sessions that stay: {shown}")
+            )
+            continue
+        if d.remove and not d.damaged:
+            main = paths.session_path(sessions_dir, d.session_id)
+            problem = quick_problem(main) if _regular(main) else None
+            if problem is not None:
+                result.refused.append(
+                    _refused(
+                        d,
+                        "unreadable",
+                        f"damaged since the plan ({problem}); name it with --include-damaged "
+                        "to remove it",
+                    )
+                )
+                continue
         if not d.remove:
             result.refused.append(d)
             main = paths.session_path(sessions_dir, d.session_id)
@@ -174,6 +223,13 @@ def _execute(plan: PrunePlan, result: PruneResult) -> None:
         result.removed.append(d.session_id)
         result.freed_bytes += freed
         result.files += names
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _refused(d: PruneDecision, code: PruneReasonCode, message: str) -> PruneDecision:

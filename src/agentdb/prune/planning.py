@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agentdb import errors, locks, paths, plugins
 from agentdb.durations import parse_timestamp
+from agentdb.index import stat as index_stat
 from agentdb.prune.scan import (
     INTENT,
     Facts,
@@ -160,6 +161,10 @@ class PrunePlan:
         return [VersionUse(v, *counts[v]) for v in sorted(counts)]
 
     wait: float = 0.0  # --wait: seconds execute may wait for a session someone opened meanwhile
+    # every entry's identity when the plan began, and each session's parent link as planned:
+    # execute re-reads the parent links of entries new or changed since (agentdb.index.stat)
+    seen: dict[str, str | None] = field(default_factory=dict)
+    parents: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def removals(self) -> list[PruneDecision]:
@@ -298,6 +303,7 @@ def plan(
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
     result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
+    result.seen = {s.entry.session_id: s.key for s in index_stat.seen_all(sessions_dir)}
     groups = group_names(sessions_dir)
 
     @functools.cache
@@ -326,6 +332,7 @@ def plan(
     children: dict[str, list[str]] = {}
     for f in facts.values():
         parent = f.info.parent_session_id if f.info is not None else None
+        result.parents[f.session_id] = parent
         if parent:
             children.setdefault(parent, []).append(f.session_id)
 

@@ -317,3 +317,27 @@ def read_intent(sessions_dir: Path, session_id: str) -> Intent:
 def intent_bytes(session_id: str, stamp: Stamp, damaged: bool) -> bytes:
     doc = {"session_id": session_id, "stamp": stamp.to_json(), "damaged": damaged}
     return json.dumps(doc).encode() + b"\n"
+
+
+def quick_problem(main: Path) -> str | None:
+    """``PRAGMA quick_check`` of the file as it is now (read-only); one line when it fails or
+    the file cannot be opened as a session, None when it passes (or is merely busy: the lock
+    that follows decides)."""
+    from agentdb import db  # only here: the one extra open before a removal
+
+    try:
+        conn = db.open_readonly(main)
+    except errors.SessionUnusable as e:
+        return _short(e, main)
+    except errors.AgentdbError:
+        return None
+    try:
+        with db.translated(main):
+            problems = db.integrity_problems(conn, quick=True, limit=3)
+    except errors.SessionUnusable as e:
+        return _short(e, main)
+    except errors.AgentdbError:
+        return None
+    finally:
+        conn.close()
+    return f"quick_check: {problems[0][:200]}" if problems else None

@@ -105,6 +105,7 @@ class Report:
     pinned: list[status_job.PinnedVersion]  # cached plugin versions sessions reference
     recoveries: list[RecoveryLine]  # newest first
     next: list[status_job.NextCommand]
+    notes: list[str] = field(default_factory=list)  # for stderr: why the index was not used
 
 
 # ------------------------------------------------------------------------------ reading
@@ -154,6 +155,7 @@ def collect(
     cache_dir: Path | None = None,
     jobs: int = 1,
     now: dt.datetime | None = None,
+    use_index: bool = True,
 ) -> Report:
     """``status``'s view, with each session's cost per day and model read in the same pass."""
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
@@ -165,6 +167,7 @@ def collect(
         jobs=jobs,
         now=now,
         costs=True,
+        use_index=use_index,
     )
     recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
     costs = {one.row.session_id: one.costs for one in st.scanned}
@@ -248,6 +251,7 @@ def collect(
         st.pinned,
         _recoveries(log),
         st.next,
+        st.notes,
     )
 
 
