@@ -17,7 +17,7 @@ import pytest
 from agentdb import faults, fsutil, locks, paths, recoverylog, salvage
 from agentdb.salvage import RecoveryOutcome, replacement, scratch
 from agentdb.store import Event, SessionWriter
-from tests.rows import row_sets
+from tests.rows import page_size, row_sets, write_at
 from tests.salvage import corpus
 from tests.support import make_session
 
@@ -205,3 +205,29 @@ def test_the_scratch_database_is_owner_only(
         assert stat.S_IMODE((tmp_path / "scratch.sqlite").stat().st_mode) == 0o600
     finally:
         store.close()
+
+
+def test_rows_from_dot_recover_stream_too(
+    sessions_dir: Path, monkeypatch: pytest.MonkeyPatch, capable_shell: Path
+) -> None:
+    """When SQLite's .recover runs (a leaf whose header does not parse), its rows' long values
+    go to the scratch database as they are collected, like the other engines'."""
+    monkeypatch.setattr(scratch, "MEMORY_BUDGET", 0)
+    monkeypatch.setenv("AGENTDB_SQLITE3", str(capable_shell))
+    sid, path = big_events_session(sessions_dir, 300)
+    original = row_sets(path)
+    leaf = corpus.pages_of(path, "events", "leaf")[5]
+    ps = page_size(path)
+    write_at(path, (leaf - 1) * ps + 3, b"\xff\xff")  # cell count past the page: does not parse
+    tracemalloc.start()
+    try:
+        out = salvage.recover_session(sessions_dir, sid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.outcome == "recovered", out.notes
+    assert "sqlite-recover" in out.found_by, out.found_by
+    got = row_sets(path)
+    assert got["events"] <= original["events"]
+    assert out.tables["events"]["salvaged"] == len(got["events"]) >= 295
+    assert peak < 3 << 20, f"{peak} bytes traced at peak"

@@ -52,6 +52,7 @@ class ShellRows:
 
     rows: dict[str, list[tuple[Any, ...]]]  # table -> rows in revision-1 column order
     hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
+    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
 
 
 @dataclass
@@ -217,7 +218,9 @@ class _Merger:
             for raw in found_rows:
                 row = tables.normalise(table, raw)
                 why = tables.problem(table, row, self.session_id)
-                h = event_hash(*row) if why is None and table == "events" else None
+                h = None
+                if why is None and table == "events":
+                    h = shell.hashes.get(row[0]) or event_hash(*row)
                 if h is not None and row[0] in hashes and h not in hashes[row[0]]:
                     why = "content_hash does not match"
                 if why is not None:

@@ -102,7 +102,7 @@ def _salvage(
         if conn is not None:
             conn.close()
     with out.timed("merge"):
-        got = _merge(snap, diag, found, page, session_id, work)
+        got = _merge(snap, diag, found, page, session_id, work, store.keep)
     snap.release()
     return got
 
@@ -155,6 +155,7 @@ def _merge(
     page: pages_mod.PageSalvage,
     session_id: str,
     work: Path,
+    keep: Any = None,
 ) -> Salvage:
     """Merge the engines' rows; when rows are still known lost and the page engine did not
     understand every page, SQLite's own recovery extension may fill gaps."""
@@ -174,14 +175,14 @@ def _merge(
                 "cell decoded, so the rows still missing are on pages with nothing left"
             )
     elif merged.lost or not merged.rows["session_meta"]:
-        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work)
+        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, keep)
         if got.shell is not None and any(got.shell.rows.values()):
             got.merged = merge_mod.merge(session_id, page, found, got.shell)
     return got
 
 
 def _run_shell(
-    copy: Path, wal: Path | None, session_id: str, work: Path
+    copy: Path, wal: Path | None, session_id: str, work: Path, keep: Any
 ) -> tuple[merge_mod.ShellRows | None, list[str]]:
     """SQLite's ``.recover`` on the private copy, when a capable shell exists; optional: it
     never sinks the other engines."""
@@ -194,10 +195,11 @@ def _run_shell(
             return None, []
         shell_dir = work / "shell"
         fsutil.ensure_dir(shell_dir)
-        got = shell.shell_salvage(copy, wal, session_id, shell_dir)
+        got = shell.shell_salvage(copy, wal, session_id, shell_dir, keep=keep)
     except Exception as e:  # the optional engine must never sink the others
         return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
-    return merge_mod.ShellRows(dict(got.rows), set(got.hashed)), list(got.notes)
+    found = merge_mod.ShellRows(dict(got.rows), set(got.hashed), dict(got.hashes))
+    return found, list(got.notes)
 
 
 def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path, store: Scratch) -> None:

@@ -24,13 +24,14 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
 
 from agentdb import db, fsutil
+from agentdb.hashing import event_hash
 from agentdb.salvage import shell_load, shell_rows
 from agentdb.schema.revisions import TABLES
 
@@ -54,6 +55,7 @@ class ShellSalvage:
     notes: list[str] = field(default_factory=list)  # what happened, one line each
     seconds: float = 0.0  # wall time of the whole salvage
     hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
+    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
 
 
 # ---------------------------------------------------------------------------- detection
@@ -272,6 +274,7 @@ def shell_salvage(
     shell: Path | None = None,
     timeout: float = 600,
     output_cap: int | None = None,
+    keep: Keep | None = None,
 ) -> ShellSalvage:
     """Run SQLite's ``.recover`` on a copy of ``db_path`` (and its WAL) and validate its rows.
 
@@ -309,7 +312,7 @@ def shell_salvage(
             conn = shell_load.open_scratch(priv / "scratch.sqlite")
             try:
                 loaded = shell_load.load(conn, _pieces(fd, cap))
-                result = _collect(conn, loaded, header_version, session_id, notes)
+                result = _collect(conn, loaded, header_version, session_id, notes, keep)
             finally:
                 conn.close()
         finally:
@@ -320,7 +323,7 @@ def shell_salvage(
     return result
 
 
-def _pieces(fd: int, cap: int, size: int = 1 << 20) -> Iterator[str]:
+def _pieces(fd: int, cap: int, size: int = 1 << 18) -> Iterator[str]:
     """The first ``cap`` bytes of the output file as text, in pieces of about ``size`` bytes that
     each end at a line end (the last piece: wherever the output ends)."""
     decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
@@ -341,20 +344,47 @@ def _pieces(fd: int, cap: int, size: int = 1 << 20) -> Iterator[str]:
         yield rest
 
 
+Keep = Callable[[tuple[object, ...]], tuple[object, ...]]
+
+
+class _Taken:
+    """The validated rows of one ``.recover`` run, by primary key: for an event, the content
+    hash of its bytes is computed while they are in hand, then ``keep`` may move its long
+    values into the job's scratch database."""
+
+    def __init__(self, keep: Keep | None) -> None:
+        self.by_key = shell_rows.ByKey()
+        self.keep = keep
+        self.hashed: set[int] = set()  # events whose stored content_hash matched
+        self.hashes: dict[int, bytes] = {}  # content hash of each event's bytes
+
+    def add(self, table: str, row: tuple[object, ...], stored_hash: bool) -> bool:
+        h = event_hash(*row) if table == "events" else None  # type: ignore[arg-type]
+        kept = self.keep(row) if self.keep is not None else row
+        if not self.by_key.add(table, kept):
+            return False
+        if h is not None:
+            seq = int(row[0])  # type: ignore[call-overload]
+            self.hashes[seq] = h
+            if stored_hash:
+                self.hashed.add(seq)
+        return True
+
+
 def _collect(
     conn: apsw.Connection,
     loaded: shell_load.LoadResult,
     header_version: int | None,
     session_id: str,
     notes: list[str],
+    keep: Keep | None = None,
 ) -> ShellSalvage:
     """Validate the scratch tables' rows, map lost_and_found, merge by primary key."""
     revision = loaded.user_version if loaded.user_version in (1, 2) else header_version
     if revision not in (1, 2):
         revision = None
         notes.append("revision unknown (header unreadable): events accepted with or without hash")
-    merged = shell_rows.ByKey()
-    hashed: set[int] = set()
+    taken = _Taken(keep)
     rejected = loaded.failed + loaded.denied
     for table in TABLES:
         for rowid, *values in shell_load.read_scratch(conn, table):
@@ -366,8 +396,8 @@ def _collect(
                 row = shell_rows.validate(table, values, session_id=session_id)
             if row is None:
                 rejected += 1
-            elif merged.add(table, row) and table == "events" and _has_hash(values):
-                hashed.add(int(row[0]))  # type: ignore[call-overload]
+            else:
+                taken.add(table, row, _has_hash(values))
     mapped = 0
     reasons: dict[str, int] = {}
     for name in loaded.laf_tables:
@@ -378,13 +408,13 @@ def _collect(
             if m.table is None or m.row is None:
                 rejected += 1
                 reasons[m.reason] = reasons.get(m.reason, 0) + 1
-            elif merged.add(m.table, m.row):
+            elif taken.add(m.table, m.row, nfield == 10):
                 mapped += 1
-                if m.table == "events" and nfield == 10:
-                    hashed.add(int(m.row[0]))  # type: ignore[call-overload]
-    rows = merged.as_lists()
-    _describe(rows, loaded, mapped, reasons, merged.conflicts, notes)
-    return ShellSalvage(ENGINE, rows, mapped, rejected, notes, hashed=hashed)
+    rows = taken.by_key.as_lists()
+    _describe(rows, loaded, mapped, reasons, taken.by_key.conflicts, notes)
+    result = ShellSalvage(ENGINE, rows, mapped, rejected, notes, hashed=taken.hashed)
+    result.hashes = taken.hashes
+    return result
 
 
 def _has_hash(values: list[object]) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentdb.hashing import HASH_SIZE, event_hash
+from agentdb.salvage.scratch import Spilled
 from agentdb.schema import enums
 from agentdb.schema.revisions import COLUMNS
 from agentdb.schema.revisions import TABLES as TABLES  # the one list, re-exported
@@ -30,11 +31,11 @@ def key_of(table: str, row: Row) -> Any:
 
 
 def _text(v: Any) -> bool:
-    return isinstance(v, str)
+    return isinstance(v, str) or (isinstance(v, Spilled) and v.text)  # long text, kept apart
 
 
 def _nonempty(v: Any) -> bool:
-    return isinstance(v, str) and v != ""
+    return (isinstance(v, str) and v != "") or (isinstance(v, Spilled) and v.text)
 
 
 def _int(v: Any) -> bool:
@@ -50,7 +51,7 @@ def _seq(v: Any) -> bool:
 
 
 def _opt_text(v: Any) -> bool:
-    return v is None or isinstance(v, str)
+    return v is None or _text(v)
 
 
 def _check_events(row: Row) -> str | None:
@@ -65,7 +66,7 @@ def _check_events(row: Row) -> str | None:
         return f"producer_category {cat!r} is not in the enum"
     if not (_nonempty(name) and _nonempty(ver)):
         return "producer name or version is not text"
-    if not isinstance(payload, bytes | str):
+    if not isinstance(payload, bytes | str | Spilled):
         return "payload is NULL or not a BLOB"
     return None
 
