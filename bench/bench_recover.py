@@ -290,13 +290,13 @@ def run_shell_pipeline(path: Path, shell: Path, new_db: Path) -> tuple[float, in
     return time.perf_counter() - t0, (u1.ru_maxrss + u2.ru_maxrss) // 1024
 
 
-def cost_rows(root: Path, mb: int, shell_path: Path | None) -> list[list[str]]:
+def cost_rows(root: Path, mb: int, shell_path: Path | None, kinds: list[str]) -> list[list[str]]:
     base_dir = root / f"base-{mb}"
     base_dir.mkdir()
     sid, base = build_session(base_dir, mb)
     original = fingerprints(base)
     rows = []
-    for kind in KINDS:
+    for kind in kinds:
         case = root / f"{mb}-{kind.replace(' ', '-')}"
         a = install(base, case / "a")
         damage(a, kind)
@@ -360,6 +360,7 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=0, help="size of the corpus' large session")
     ap.add_argument("--sizes", default="1,25,100,500", help="MB of the cost table's sessions")
     ap.add_argument("--no-corpus", action="store_true", help="skip the per-class table")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="damage kinds of the cost table")
     args = ap.parse_args()
     text = ""
     with tempfile.TemporaryDirectory(prefix="bench-recover-") as t:
@@ -371,7 +372,7 @@ def main() -> None:
             shell_path = shell.find_capable_shell() if shell is not None else None
             cost: list[list[str]] = []
             for mb in sizes:
-                cost += cost_rows(root, mb, shell_path)
+                cost += cost_rows(root, mb, shell_path, args.kinds.split(","))
             text += "\n| " + " | ".join(COST_HEADERS) + " |\n|" + "---|" * len(COST_HEADERS)
             text += "\n" + "\n".join("| " + " | ".join(r) + " |" for r in cost) + "\n"
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -13,6 +13,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import ulid
 
 from agentdb import faults, fsutil, locks, paths, recoverylog, salvage
 from agentdb.salvage import RecoveryOutcome, replacement, scratch
@@ -231,3 +232,20 @@ def test_rows_from_dot_recover_stream_too(
     assert got["events"] <= original["events"]
     assert out.tables["events"]["salvaged"] == len(got["events"]) >= 295
     assert peak < 3 << 20, f"{peak} bytes traced at peak"
+
+
+def test_another_sessions_file_under_this_name_is_refused(sessions_dir: Path) -> None:
+    """A session's file copied (or renamed) under another id: its session_meta names a valid
+    session that is not this one. check calls it foreign; recover refuses it (dry run too) and
+    touches nothing."""
+    sid, path = make_session(sessions_dir, turns=3)
+    other = str(ulid.ULID())
+    copy = sessions_dir / f"{other}.sqlite"
+    copy.write_bytes(path.read_bytes())
+    os.chmod(copy, 0o600)
+    before = listing(sessions_dir)
+    for dry_run in (True, False):
+        out = salvage.recover_session(sessions_dir, other, dry_run=dry_run)
+        assert out.outcome == "refused", out.notes
+        assert sid in out.notes[-1]
+    assert listing(sessions_dir) == before

@@ -18,7 +18,7 @@ from typing import Any
 
 import apsw
 
-from agentdb import db, errors
+from agentdb import db, errors, paths
 from agentdb.hashing import as_bytes_sql, hash_sql, text_mask_sql
 from agentdb.salvage import tables
 from agentdb.salvage.tables import Row
@@ -61,8 +61,12 @@ def open_copy(path: Path) -> apsw.Connection:
     return db.open_readonly(path, private=True)
 
 
-def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> Diagnosis:
-    """Judge a file from a connection to its copy (or from the error opening it)."""
+def diagnose(
+    conn: apsw.Connection | None, open_error: BaseException | None, session_id: str | None = None
+) -> Diagnosis:
+    """Judge a file from a connection to its copy (or from the error opening it). A file whose
+    one ``session_meta`` row names another valid session id is that session's file copied or
+    renamed under this name: refused as ``foreign`` (``check``'s ``meta_id_mismatch``)."""
     if conn is None:
         if isinstance(open_error, errors.UnsafeSchema):
             return Diagnosis(False, [str(open_error)], refused="unsafe_schema")
@@ -86,9 +90,20 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
         if diffs:
             d.reasons.append(f"schema differs from revision {ident.revision}: {diffs[0]}")
         if not diffs:
-            ids = [r[0] for r in conn.execute("SELECT rowid FROM session_meta LIMIT 2")]
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED LIMIT 2"
+                )
+            ]
             if len(ids) != 1:
                 d.reasons.append(f"session_meta holds {len(ids)} rows, expected 1")
+            elif (other := _another_session(ids[0], session_id)) is not None:
+                why = (
+                    f"session_meta names another session ({other}): that session's file, "
+                    "copied or renamed under this name; move it back by hand"
+                )
+                return Diagnosis(False, [why], refused="foreign", revision=ident.revision)
             if not seen_by_integrity:  # else damaged already: the engines check every row
                 _row_problems(conn, ident.revision, d)
     except db.READ_ERRORS as e:
@@ -96,6 +111,17 @@ def diagnose(conn: apsw.Connection | None, open_error: BaseException | None) -> 
     d.integrity_only = seen_by_integrity > 0 and len(d.reasons) == seen_by_integrity
     d.damaged = bool(d.reasons)
     return d
+
+
+def _another_session(stored: Any, session_id: str | None) -> str | None:
+    """The valid session id ``stored`` names when it is not ``session_id``, else None."""
+    if session_id is None or not isinstance(stored, bytes):
+        return None
+    try:
+        text = stored.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text != session_id and paths.is_valid_id(text) else None
 
 
 def _row_problems(conn: apsw.Connection, revision: int, d: Diagnosis) -> None:

@@ -149,7 +149,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     """(connection to the copy or None, diagnosis). A WAL that is another database's is set
     aside (``snap.wal`` becomes None) and the file judged alone."""
     conn, open_error = sidecars.open_copy(snap.copy)
-    diag = rows.diagnose(conn, open_error)
+    diag = rows.diagnose(conn, open_error, session_id)
     if snap.wal_bytes:
         scan = scan_wal(snap.wal_bytes)
         foreign = foreign_evidence(snap.header, scan, (APPLICATION_ID,)) or sidecars.meta_elsewhere(
@@ -164,7 +164,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
                 sidecar(snap.copy, suffix).unlink(missing_ok=True)
             snap.wal, snap.wal_bytes = None, None
             conn, open_error = sidecars.open_copy(snap.copy)
-            diag = rows.diagnose(conn, open_error)
+            diag = rows.diagnose(conn, open_error, session_id)
             _damaged(diag, f"WAL is another database's ({foreign}); salvaged from the file alone")
         elif "wal_frames_after_break" in scan.codes:
             _damaged(diag, "WAL: intact commits after a checksum break")
