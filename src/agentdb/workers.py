@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -154,6 +155,7 @@ def forked_pool(jobs: int) -> Iterator[multiprocessing.pool.Pool]:
 # ------------------------------------------------------------------------- one item per task
 
 _INTERRUPT = signal.SIGUSR1  # the parent's "Ctrl-C" to a worker (the terminal's SIGINT is ignored)
+_PR_SET_PDEATHSIG = 1  # prctl(2): a signal for this process when its parent dies
 
 
 @dataclass
@@ -183,18 +185,41 @@ class _Interrupted:
 
 class _WorkerState:
     in_item = False
+    parent = 0
 
 
 def _interrupt_item(signum: int, frame: object) -> None:
     if _WorkerState.in_item:  # between items there is nothing to stop
         raise KeyboardInterrupt
+    if os.getppid() != _WorkerState.parent:  # orphaned between items: nothing to finish
+        os._exit(0)
 
 
-def _serve(conn: multiprocessing.connection.Connection, fn: Callable[[Any], Any]) -> None:
+def _on_parent_death(parent: int) -> None:
+    """Have the kernel send this worker the interrupt if its parent dies (``kill -9`` of the
+    command): the item in hand stops as at Ctrl-C, instead of running on as an orphan (a
+    ``--wait 3600`` for a lock would keep it for an hour). Linux only; elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(_INTERRUPT), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request was made
+        os.kill(os.getpid(), _INTERRUPT)
+
+
+def _serve(
+    conn: multiprocessing.connection.Connection, fn: Callable[[Any], Any], parent: int
+) -> None:
     ignore_sigint()
+    _WorkerState.parent = parent
     signal.signal(_INTERRUPT, _interrupt_item)
+    _on_parent_death(parent)
     while True:
         try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:  # the command was killed: no one will send more
+                    return
             msg = conn.recv()
         except (EOFError, OSError):
             return
@@ -211,6 +236,8 @@ def _serve(conn: multiprocessing.connection.Connection, fn: Callable[[Any], Any]
             reply = (index, _Interrupted())
         except Exception as e:
             reply = (index, _Failure(e))
+        if os.getppid() != parent:
+            return
         try:
             conn.send(reply)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -312,7 +339,7 @@ def _run_forked(
 
     def spawn() -> _Worker:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, fn), daemon=True)
+        proc = ctx.Process(target=_serve, args=(child, fn, os.getpid()), daemon=True)
         proc.start()
         child.close()
         return _Worker(proc, parent)

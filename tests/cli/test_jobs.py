@@ -413,3 +413,60 @@ def test_ctrl_c_while_workers_read(tmp_path: Path, command: str) -> None:
         assert doc["sessions_read"] < len(before)
     else:
         assert json.loads(err)["error"]["code"] == "interrupted"
+
+
+def test_workers_stop_when_the_command_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to ``migrate --wait 3600 -j2`` while a worker waits for a writer's lock: the
+    worker is told (parent-death signal) and stops at once instead of waiting out the hour as
+    an orphan; the session stays at its old revision."""
+    root = tmp_path / "t"
+    root.mkdir()
+    sessions, _ = build_tree(root, clones=0, revision_1=2)
+    old = sorted(
+        p for p in sessions.glob("*.sqlite") if _revision(p) == 1 and FOREIGN not in p.name
+    )
+    locked = old[0]
+    conn = apsw.Connection(str(locked))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    holder = subprocess.Popen([sys.executable, "-c", _LOCKER, str(locked)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        argv = ["--sessions-dir", str(sessions), "migrate", "--all", "--wait", "3600", "-j2"]
+        p = subprocess.Popen(
+            [*AGENTDB, *argv, "--json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env(),
+        )
+        kids: list[int] = []
+        try:
+            assert wait_for(lambda: _revision(old[1]) == 2, timeout=120)
+            time.sleep(1.0)  # the rest are current: only the waiting worker is busy now
+            kids = _children(p.pid)
+            assert kids
+            p.kill()
+            p.wait()
+            assert wait_for(lambda: not any(_running(k) for k in kids), 20), (
+                "a worker outlived its killed parent"
+            )
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            for k in kids:
+                if _running(k):
+                    os.kill(k, signal.SIGKILL)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _revision(locked) == 1
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan that exited stays a zombie until pid 1 reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
