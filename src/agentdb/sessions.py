@@ -5,6 +5,7 @@ views: list, show, tree, events, preflight. Read-only; an unreadable file is lis
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -96,12 +97,16 @@ def scan(sessions_dir: Path, *, count_events: bool = True, jobs: int = 1) -> Ite
     With ``jobs`` > 1 and many entries the files are read by that many forked processes, each
     taking chunks of entries; rows still come back in id order. Workers only read.
     """
-    entries = list(paths.iter_session_entries(sessions_dir))
-    if jobs <= 1 or len(entries) < POOL_THRESHOLD:
-        for entry in entries:
+    # Entries are made as they are needed (a list of 100,000 of them, each with its Path, held
+    # ~50 MB): only the sorted ids are kept.
+    entries = paths.iter_session_entries(sessions_dir)
+    head = list(itertools.islice(entries, POOL_THRESHOLD))
+    if jobs <= 1 or len(head) < POOL_THRESHOLD:
+        for entry in itertools.chain(head, entries):
             yield read_row(entry, count_events=count_events)
         return
-    chunks = [(entries[i : i + CHUNK], count_events) for i in range(0, len(entries), CHUNK)]
+    rest = itertools.chain(head, entries)
+    chunks = iter(lambda: (list(itertools.islice(rest, CHUNK)), count_events), ([], count_events))
     with workers.forked_pool(jobs) as pool:
         for part in pool.imap(_read_chunk, chunks):
             yield from part
