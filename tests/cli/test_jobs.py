@@ -383,7 +383,13 @@ def test_ctrl_c_while_workers_read(tmp_path: Path, command: str) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
     point = "prune_read_facts" if command == "prune" else "plugins_refs_read"
-    tail = ["prune", "--older-than", "0s", "--yes"] if command == "prune" else ["plugins", "refs"]
+    # plugins refs answers from the session index by default; --no-index makes it read every
+    # file in the workers, which is what this test interrupts.
+    tail = (
+        ["prune", "--older-than", "0s", "--yes"]
+        if command == "prune"
+        else ["plugins", "refs", "--no-index"]
+    )
     tail += ["-j2", "--json"]
     p = subprocess.Popen(
         [*AGENTDB, "--sessions-dir", str(sessions), "--plugin-cache", str(cache), *tail],
