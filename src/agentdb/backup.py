@@ -157,6 +157,30 @@ def _judge(path: Path, sid: str, recovered: bool) -> backupdir.VerifyResult:
     return backupdir.check_copy(path, sid, recovered)
 
 
+def refused_outcome(verdict: str, codes: set[str] | frozenset[str] = frozenset()) -> str:
+    """The outcome of a session whose snapshot (or file) is not a faithful backup, by check's
+    verdict: ``corrupt`` exactly when check calls it corrupt, ``foreign`` for another
+    application's file or another session's (its session_meta names another), else
+    ``failed`` (unreadable, too new, insecure, unsafe schema, no single session_meta row)."""
+    if verdict == "corrupt":
+        return "corrupt"
+    if verdict == "foreign" or "meta_id_mismatch" in codes:
+        return "foreign"
+    return "failed"
+
+
+def _source_refused(db_path: Path, sid: str, recovered: bool, e: errors.AgentdbError) -> _Placed:
+    """No snapshot could be taken: the outcome follows check's verdict on the session file."""
+    result = checks.judge(db_path, sid, recovered=recovered)
+    if result.verdict in checks.HEALTHY or result.verdict == "inconsistent":
+        return _Placed("failed", str(e))  # not damage (e.g. a writer kept it busy): say so
+    j = checks.judgement_of(result, "full")
+    return _Placed(
+        refused_outcome(j.verdict, {f.code for f in result.findings}),
+        f"{db_path}: not copied — {j.describe()}",
+    )
+
+
 def _usable(judged: backupdir.VerifyResult) -> bool:
     return judged.verdict in USABLE and not any(f.code in _IDENTITY for f in judged.findings)
 
@@ -323,7 +347,7 @@ def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
         )
     if not _usable(judged):
         raise _Placed(
-            "corrupt",
+            refused_outcome(judged.verdict, {f.code for f in judged.findings}),
             f"{db_path}: the snapshot fails verification ({judged.verdict}: "
             f"{_first_problem(judged)}); nothing in {tmp.parent} changed — run "
             f"`agentdb check {out.session_id}`, then `agentdb recover {out.session_id}`",
@@ -380,10 +404,9 @@ def backup_session(
     except _Placed as placed:
         message = "; ".join(m for m in (placed.message, note) if m)
         return done(placed.outcome, message, placed.written)
-    except errors.ForeignFile as e:
-        return done("foreign", str(e))
-    except (errors.Corrupt, errors.Unreadable) as e:
-        return done("corrupt", str(e))
+    except (errors.ForeignFile, errors.Corrupt, errors.Unreadable) as e:
+        refused = _source_refused(db_path, sid, recovered, e)
+        return done(refused.outcome, refused.message)
     except errors.AgentdbError as e:
         return done("failed", str(e))
     except OSError as e:  # no space, a size limit, permission, read-only, I/O error

@@ -1,4 +1,5 @@
-"""``check`` that leaves its verdicts in the verdict cache, for ``status`` to show later.
+"""``check`` that leaves its verdicts in the verdict cache, for ``status`` to show later, and
+the judge's answer about one session that takes a recorded verdict instead of checking again.
 
 Each file's identity is stamped *before* the run reads it (the check's own first ``lstat``); the
 verdict is recorded against that stamp, so a file that changed while it was being checked no
@@ -10,11 +11,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 from agentdb import paths, verdicts
+from agentdb.checks import check_file
+from agentdb.checks.judge import Judgement, Level, judgement_of
 from agentdb.checks.run import CheckStream
-from agentdb.results import CheckReport, SessionCheck
+from agentdb.results import CheckReport, SessionCheck, Verdict
 
 RECORD_CHUNK = 2000  # verdicts written per transaction while the results stream
 
@@ -125,3 +128,44 @@ def changed_ids(
         ):
             out.append(e.session_id)
     return out, total
+
+
+def cached_judgement(
+    sessions_dir: Path,
+    session_id: str,
+    level: Level,
+    *,
+    recorded: dict[str, verdicts.Recorded] | None = None,
+    cache_dir: Path | None = None,
+) -> Judgement | None:
+    """The verdict ``check`` recorded for the session file as it is now, when it was judged at
+    ``level`` or deeper (a ``--quick`` verdict does not stand in for a full one); None when the
+    cache has none, or the file changed since. ``recorded``: :func:`verdicts.lookup`'s answer,
+    when the caller asks about many files."""
+    name = paths.validate_id(session_id) + paths.SESSION_SUFFIX
+    if recorded is None:
+        recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
+    entry = recorded.get(name)
+    if entry is None or entry.verdict not in get_args(Verdict):
+        return None
+    if entry.quick and level == "full":
+        return None
+    if not entry.matches(verdicts.identity_of(sessions_dir / name)):
+        return None
+    verdict = cast(Verdict, entry.verdict)
+    problem = None if verdict == "ok" else f"run `agentdb check {session_id}` for the findings"
+    depth: Level = "quick" if entry.quick else "full"
+    return Judgement(session_id, verdict, depth, problem, checked_at=entry.checked_at)
+
+
+def judge_session(
+    sessions_dir: Path, session_id: str, level: Level, *, cache_dir: Path | None = None
+) -> Judgement:
+    """The judge's answer about one session at ``level``: the verdict cache's, when ``check``
+    recorded one for the file as it is now (at that level or deeper), else the check itself,
+    run now (read-only; nothing is recorded)."""
+    found = cached_judgement(sessions_dir, session_id, level, cache_dir=cache_dir)
+    if found is not None:
+        return found
+    result = check_file(sessions_dir, session_id, quick=level != "full")
+    return judgement_of(result, "full" if level == "full" else "quick")

@@ -130,3 +130,10 @@ def hash_sql(prefix: str = "") -> str:
     cols = tuple(prefix + c for c in HASHED_COLUMNS)
     args = ", ".join(as_bytes_sql(c) for c in cols)
     return f"{RAW_SQL_FUNCTION}({text_mask_sql(cols)}, {args})"
+
+
+def mismatch_sql(select: str = "sequence") -> str:
+    """The one query for events whose stored ``content_hash`` is not the hash of the row as
+    stored: ``SELECT <select> FROM events ... WHERE content_hash IS NOT <hash>`` (in rowid
+    order, no index: a damaged index must not hide a row). Every judge of hashes uses it."""
+    return f"SELECT {select} FROM events NOT INDEXED WHERE content_hash IS NOT {hash_sql()}"

@@ -158,17 +158,14 @@ def probe(session_id: str, path: Path) -> MigrationPlanItem:
 
 
 def _judge(item: MigrationPlanItem) -> None:
-    from agentdb.checks import check_path  # the one judge of damage (a job beside this one)
+    from agentdb import checks  # the one judge of damage (a job beside this one)
 
-    result = check_path(item.path, item.session_id)
-    if result.verdict in ("corrupt", "unreadable"):
-        bad = [f for f in result.findings if f.severity == "error"] or result.findings
+    j = checks.judgement_of(checks.judge(item.path, item.session_id), "full")
+    if j.damaged:
         item.action = NONE
         item.outcome = "corrupt"
-        why = bad[0].message if bad else result.verdict
         item.message = (
-            f"{item.path}: check says {result.verdict} ({why}); not migrated — run "
-            f"`agentdb recover {item.session_id}`"
+            f"{item.path}: {j.describe()}; not migrated — run `agentdb recover {item.session_id}`"
         )
 
 

@@ -1,5 +1,11 @@
 """Cross-session queries by scanning the files (the spec's "no separate index"), and one-session
 views: list, show, tree, events, preflight. Read-only; an unreadable file is listed as such.
+
+How deep each view judges a file (:mod:`agentdb.checks.judge`): ``list`` reads each file's
+``session_meta`` row and no more (level "open"), and shows the verdict ``check`` recorded for the
+file as it is now, if any; ``show`` judges its one file at the quick level; ``events`` prints
+what it can read, then judges the file fully. A recorded verdict of the same or a deeper level
+stands in for checking again.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Literal
 
 import ulid
 
-from agentdb import errors, paths, workers
+from agentdb import checked, errors, paths, verdicts, workers
+from agentdb.checks import Judgement
 from agentdb.durations import older_than, parse_timestamp
 from agentdb.interrupts import Guarded
 from agentdb.schema import enums
@@ -22,6 +29,8 @@ from agentdb.store import EventRow, ProducerRow, SessionInfo, SessionReader
 from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 UNREADABLE = "unreadable"  # the status shown for a file whose session_meta cannot be read
+INT64_MAX = 2**63 - 1
+_DAMAGE = (errors.Corrupt, errors.Unreadable, errors.DiskIOError)  # a row that does not read
 
 
 @dataclass
@@ -39,8 +48,12 @@ class SessionRow:
     cost_usd: float | None = None  # SUM(cost_ledger.cost_usd)
     events: int | None = None  # number of events
     revision: int | None = None  # schema revision (user_version)
-    error: str | None = None  # why the file could not be read, when status is "unreadable"
-    error_code: str | None = None  # that error's stable code
+    error: str | None = None  # why the file cannot be used: it could not be read (status
+    #   "unreadable"), or check's verdict is unreadable, corrupt or foreign
+    error_code: str | None = None  # that error's stable code (the verdict, for check's)
+    verdict: str | None = None  # check's verdict; list: the one recorded for the file as it is
+    #   now (None: never checked, or changed since)
+    checked_at: str | None = None  # when that verdict was recorded (None: judged just now)
 
     @property
     def reference_time(self) -> dt.datetime:
@@ -147,6 +160,25 @@ def list_sessions(
     return out
 
 
+def _with_verdict(
+    sessions_dir: Path, row: SessionRow, recorded: dict[str, verdicts.Recorded]
+) -> SessionRow:
+    """The row with the verdict ``check`` recorded for its file as it is now, if any."""
+    if not recorded:
+        return row
+    found = checked.cached_judgement(sessions_dir, row.session_id, "open", recorded=recorded)
+    if found is not None:
+        _judged(row, found)
+    return row
+
+
+def _judged(row: SessionRow, j: Judgement) -> None:
+    row.verdict, row.checked_at = j.verdict, j.checked_at
+    if j.read_error and row.error is None:
+        row.error = f"{row.path}: {j.describe()}"
+        row.error_code = j.verdict
+
+
 def iter_sessions(
     sessions_dir: Path,
     *,
@@ -156,10 +188,13 @@ def iter_sessions(
     now: dt.datetime | None = None,
     jobs: int = 1,
 ) -> Iterator[SessionRow]:
-    """:func:`list_sessions`' rows as they are read, in chronological order (flat memory)."""
+    """:func:`list_sessions`' rows as they are read, in chronological order (flat memory), each
+    with the verdict ``check`` recorded for its file as it is now, if any."""
     now = now or dt.datetime.now(dt.timezone.utc)
     wanted = set(statuses) if statuses else None
+    recorded = verdicts.lookup(sessions_dir)
     for row in scan(sessions_dir, jobs=jobs):
+        row = _with_verdict(sessions_dir, row, recorded)
         if wanted is not None and row.status not in wanted:
             continue
         t = row.reference_time
@@ -229,6 +264,15 @@ class SessionDetail:
 
 
 def show_session(sessions_dir: Path, session_id: str) -> SessionDetail:
+    """What one session holds, and the judge's verdict on its file at the quick level (or a
+    deeper one ``check`` recorded for the file as it is now): ``session.error`` is set when
+    that verdict is unreadable, corrupt or foreign. A file that cannot be read raises."""
+    detail = _read_detail(sessions_dir, session_id)
+    _judged(detail.session, checked.judge_session(sessions_dir, session_id, "quick"))
+    return detail
+
+
+def _read_detail(sessions_dir: Path, session_id: str) -> SessionDetail:
     path = paths.session_path(sessions_dir, session_id)
     entry = paths.Entry(session_id, path)
     with SessionReader(path, session_id=session_id) as r:
@@ -337,6 +381,115 @@ def iter_events(
     """The event log in sequence order, read a bounded page at a time."""
     with SessionReader.open(sessions_dir, session_id) as r:
         yield from r.iter_events(after=after, kinds=kinds, payload_cap=payload_cap)
+
+
+class EventLog:
+    """``events``: the readable part of a session's log in sequence order, then the judge.
+
+    Iterating yields every event SQLite can read, in order: past a row or page it cannot read,
+    reading resumes at the next event it can (:attr:`skipped` lists the ranges of sequence
+    numbers passed over, :attr:`error` the first failure; nothing is raised). A file whose
+    WAL, applied, names another session in ``session_meta`` while the file alone names this
+    one is read alone, as ``check`` judges it (``foreign_wal``). :meth:`judgement` is then the
+    full judge's verdict on the file (or the one ``check`` recorded for it as it is now).
+    """
+
+    def __init__(
+        self,
+        sessions_dir: Path,
+        session_id: str,
+        *,
+        kinds: Sequence[str] | None = None,
+        after: int = 0,
+        payload_cap: int = 4096,
+    ) -> None:
+        self.sessions_dir, self.session_id = sessions_dir, session_id
+        self.kinds, self.after, self.payload_cap = kinds, after, payload_cap
+        self.path = paths.session_path(sessions_dir, session_id)
+        self.error: errors.AgentdbError | None = None  # the first read that failed
+        self.skipped: list[tuple[int, int]] = []  # (first, last) sequences that could not be read
+        self.count = 0  # events yielded
+
+    def __iter__(self) -> Iterator[EventRow]:
+        after = self.after
+        try:
+            with self._open() as r:
+                while True:
+                    try:
+                        for e in r.iter_events(
+                            after=after, kinds=self.kinds, payload_cap=self.payload_cap
+                        ):
+                            self.count += 1
+                            after = e.sequence
+                            yield e
+                        return
+                    except _DAMAGE as e:
+                        self.error = self.error or e
+                        resume = self._past_damage(r, after)
+                        if resume is None:
+                            return
+                        self.skipped.append((after + 1, resume))
+                        after = resume
+        except errors.SessionNotFound:
+            raise  # no such session: a usage error, not damage
+        except errors.AgentdbError as e:
+            self.error = self.error or e
+
+    def _readable_after(self, r: SessionReader, after: int) -> bool:
+        try:
+            next(iter(r.iter_events(after=after, kinds=self.kinds, page_rows=1, payload_cap=1)))
+        except StopIteration:
+            return True
+        except _DAMAGE:
+            return False
+        return True
+
+    def _past_damage(self, r: SessionReader, after: int) -> int | None:
+        """The smallest ``p`` > ``after`` from which reading works again (the events in
+        ``after + 1 .. p`` cannot be read), found in O(log) seeks: SQLite finds the first event
+        after ``p`` by its key, past a damaged page. None when nothing after works."""
+        step, good = 1, None
+        while after + step <= INT64_MAX:
+            if self._readable_after(r, after + step):
+                good = after + step
+                break
+            step *= 2
+        if good is None:
+            return None
+        bad = after + step // 2 if step > 1 else after
+        while good - bad > 1:  # reading after ``bad`` fails, after ``good`` works
+            mid = (bad + good) // 2
+            if self._readable_after(r, mid):
+                good = mid
+            else:
+                bad = mid
+        return good
+
+    def _open(self) -> SessionReader:
+        r = SessionReader(self.path, session_id=self.session_id)
+        try:
+            r.info()  # session_meta names this session
+            return r
+        except errors.Corrupt as first:
+            r.close()
+            if not os.path.lexists(paths.sidecar(self.path, "-wal")):
+                raise
+            try:
+                alone = SessionReader(self.path, session_id=self.session_id, alone=True)
+            except errors.AgentdbError:
+                raise first from None
+            try:
+                alone.info()
+            except errors.AgentdbError:
+                alone.close()
+                raise first from None
+            return alone
+        except BaseException:
+            r.close()
+            raise
+
+    def judgement(self) -> Judgement:
+        return checked.judge_session(self.sessions_dir, self.session_id, "full")
 
 
 # ------------------------------------------------------------------------------ preflight

@@ -19,7 +19,7 @@ from agentdb import db, errors, fsutil, locks
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
-from agentdb.hashing import hash_sql
+from agentdb.hashing import mismatch_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
@@ -462,13 +462,7 @@ class _Run:
                 self.add("missing_event", f"{text}; run `{self.fix_recover}`", self.fix_recover)
 
     def hashes(self, conn: apsw.Connection) -> None:
-        bad = [
-            int(r[0])
-            for r in conn.execute(
-                f"SELECT sequence FROM events WHERE content_hash IS NOT {hash_sql()} "
-                "ORDER BY sequence"
-            )
-        ]
+        bad = [int(r[0]) for r in conn.execute(mismatch_sql("sequence") + " ORDER BY sequence")]
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
             self.add(

@@ -104,14 +104,20 @@ def events_cmd(
 
     With --json, one JSON object per line: the envelope, payload_length, truncated, and the
     payload as UTF-8 text or, when it is not UTF-8, base64 (payload_encoding says which).
+
+    Every event that can be read is printed (past a damaged row or page, reading resumes at
+    the next event that reads); then the file is judged as `agentdb check` judges it (or by
+    the verdict check recorded for it as it is now): exit status 1 when it is corrupt or
+    unreadable, with one line on stderr saying which events could not be read.
     """
-    it = sessions.iter_events(
+    log = sessions.EventLog(
         app.require_sessions_dir(),
         session_id,
         kinds=kinds or None,
         after=after,
         payload_cap=max_payload,
     )
+    it = iter(log)
     read = _Reading()
     if as_json:
         for e in read.events(it):
@@ -124,6 +130,35 @@ def events_cmd(
     if read.interrupted:
         output.warn(f"interrupted: the {read.count} event(s) read before Ctrl-C are printed")
         return EXIT_INTERRUPTED
+    if output.stdout_closed():
+        return 0  # the reader stopped reading: it has what it wanted, nothing is judged
+    return _judged(log)
+
+
+def _judged(log: sessions.EventLog) -> int:
+    """Exit 1, with one line on stderr, when the judge calls the file corrupt or unreadable."""
+    try:
+        j = log.judgement()
+    except KeyboardInterrupt:
+        output.warn(f"interrupted: the {log.count} event(s) read are printed, the file not judged")
+        return EXIT_INTERRUPTED
+    stopped = ""
+    if log.error is not None:
+        why = str(log.error).split(": ", 1)[-1].split("; run ")[0]
+        ranges = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in log.skipped[:5])
+        more = f" (+{len(log.skipped) - 5} more)" if len(log.skipped) > 5 else ""
+        passed = f"; sequences {ranges}{more} could not be read" if ranges else ""
+        stopped = f"printed {log.count} readable event(s) ({why}{passed}); "
+    if j.damaged or log.error is not None:
+        fix = f"agentdb recover {log.session_id}"
+        hint = "" if fix in (j.problem or "") else f"; run `{fix}`"
+        output.error(
+            f"{log.path}: {stopped}{j.describe()}{hint}",
+            code=j.verdict if j.damaged else "read_error",
+            exit_code=1,
+            path=str(log.path),
+        )
+        return 1
     return 0
 
 

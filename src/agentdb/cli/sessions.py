@@ -169,11 +169,24 @@ def list_cmd(
 @fmt_option
 @click.pass_obj
 def show_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
-    """Show one session: its row, cost by model, plan decisions by rule, and producers."""
+    """Show one session: its row, cost by model, plan decisions by rule, and producers.
+
+    The file is judged as `agentdb check --quick` judges it (or by a verdict check recorded
+    for it as it is now); exit status 1 when that is unreadable, corrupt or foreign.
+    """
     d = sessions.show_session(app.require_sessions_dir(), session_id)
     if as_json:
         output.emit_json({"version": 1, **output.jsonable(d)})
-        return 0
+    else:
+        _show_table(d, fmt)
+    r = d.session
+    if r.error is not None:
+        output.error(r.error, code=r.error_code or "corrupt", exit_code=1, path=str(r.path))
+        return 1
+    return 0
+
+
+def _show_table(d: sessions.SessionDetail, fmt: str) -> None:
     r = d.session
     output.emit_table(
         [
@@ -187,6 +200,7 @@ def show_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
             ("cost", _cost(r.cost_usd)),
             ("events", r.events),
             ("revision", r.revision),
+            ("verdict", r.verdict or "-"),
         ],
         ["field", "value"],
         fmt,
@@ -223,7 +237,6 @@ def show_cmd(app: App, session_id: str, as_json: bool, fmt: str) -> int:
             ["category", "name", "version", "first seen"],
             fmt,
         )
-    return 0
 
 
 def _label(n: sessions.TreeNode) -> str:

@@ -24,7 +24,7 @@ MAX_INTENT_BYTES = 64 * 1024
 JUDGE_THRESHOLD = 50  # fewer files than this are judged in this process (as check does)
 _T = TypeVar("_T")
 
-# Every name prune may ever touch: "<id>.sqlite" and what SQLite and agentdb keep beside it.
+# Every name prune may ever touch: the session file and what SQLite and agentdb keep beside it.
 _NAME_RE = re.compile(rf"(?P<id>{ULID_RE.pattern})\.sqlite(?P<rest>.*)", re.DOTALL)
 _SIDECAR_RE = re.compile(r"-(?:wal|shm|journal)")
 _CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
@@ -34,7 +34,7 @@ _CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
 class Files:
     """The agentdb-known names for one session id, as found in the directory."""
 
-    main: bool = False  # "<id>.sqlite" exists (whatever it is)
+    main: bool = False  # the session file <id>.sqlite exists (whatever it is)
     sidecars: list[str] = field(default_factory=list)  # "<id>.sqlite-wal", "-shm", "-journal"
     corrupt: list[str] = field(default_factory=list)  # ".corrupt[.N]" copies and their WAL/shm
     intent: bool = False  # an interrupted prune left "<id>.sqlite.agentdb-prune-intent"
@@ -68,7 +68,7 @@ def group_names(sessions_dir: Path) -> dict[str, Files]:
 class Stamp:
     """Who the main file and its WAL are: if either changed since the plan, nothing is removed."""
 
-    main: tuple[int, int, int] | None  # (inode, size, mtime_ns) of "<id>.sqlite", None if absent
+    main: tuple[int, int, int] | None  # (inode, size, mtime_ns) of the session file, or None
     wal: tuple[int, int, int] | None  # the same for "<id>.sqlite-wal"
 
     def to_json(self) -> dict[str, list[int] | None]:
@@ -276,14 +276,10 @@ def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> st
     from agentdb import checks  # only here: the one extra open for selected sessions
 
     main = paths.session_path(sessions_dir, session_id)
-    s = checks.check_path(main, session_id, recovered=recovered)
-    if s.verdict in ("ok", "needs_migration"):
+    j = checks.judgement_of(checks.judge(main, session_id, recovered=recovered), "full")
+    if j.healthy:
         return None
-    first = next((f for f in s.findings if f.severity == "error"), None)
-    text = " ".join((first.message if first else s.verdict).split())
-    prefix = f"{main.name}: "
-    text = text[len(prefix) :] if text.startswith(prefix) else text
-    return f"check says {s.verdict}: {text[:200]}"
+    return f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}"
 
 
 def _short(e: errors.AgentdbError, main: Path) -> str:

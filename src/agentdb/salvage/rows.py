@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 
 from agentdb import db, errors, paths
-from agentdb.hashing import as_bytes_sql, hash_sql, text_mask_sql
+from agentdb.hashing import as_bytes_sql, mismatch_sql, text_mask_sql
 from agentdb.salvage import tables
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
@@ -127,9 +127,7 @@ def _another_session(stored: Any, session_id: str | None) -> str | None:
 def _row_problems(conn: apsw.Connection, revision: int, d: Diagnosis) -> None:
     """Content hashes (revision 2) and TEXT that is not valid UTF-8, read in full."""
     if revision >= 2:
-        bad = conn.execute(
-            f"SELECT count(*) FROM events NOT INDEXED WHERE content_hash IS NOT {hash_sql()}"
-        ).fetchall()[0][0]
+        bad = conn.execute(mismatch_sql("count(*)")).fetchall()[0][0]
         if bad:
             d.reasons.append(f"{bad} events do not match their content_hash")
     skip = ("events",) if revision >= 2 else ()  # the hash covers events

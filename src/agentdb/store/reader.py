@@ -84,11 +84,19 @@ def _read_info_count(
 class SessionReader:
     """Read-only, bounded access to one session file (never creates, migrates or writes)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, session_id: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        session_id: str | None = None,
+        alone: bool = False,
+    ):
+        """``alone``: read the database file by itself, its ``-wal`` ignored (a WAL that
+        belongs to another database, as ``check`` judges it)."""
         path = Path(os.fspath(path))
         self.path = path
         self.session_id = session_id if session_id is not None else _id_from_path(path)
-        self.conn = db.open_readonly(path)
+        self.conn = db.open_readonly_alone(path) if alone else db.open_readonly(path)
         try:
             with db.translated(path):
                 self.identity = identify(self.conn)
@@ -136,6 +144,14 @@ class SessionReader:
         payload_cap: int = DEFAULT_PAYLOAD_CAP,
     ) -> Page:
         """Events with sequence > ``after``, in sequence order, at most ``limit`` of them."""
+        rows = list(self._event_rows(after, kinds, limit + 1, payload_cap))
+        return Page(rows[:limit], len(rows) > limit)
+
+    def _event_rows(
+        self, after: int, kinds: Sequence[str] | None, limit: int, payload_cap: int
+    ) -> Iterator[EventRow]:
+        """One statement's rows, each yielded as soon as SQLite returns it: a damaged page
+        raises only after every row before it was yielded."""
         where = "sequence > ?"
         args: list[Any] = [int(after)]
         if kinds:
@@ -152,24 +168,10 @@ class SessionReader:
             "ELSE length(payload) END, typeof(payload) = 'text' "
             f"FROM events WHERE {where} ORDER BY sequence LIMIT ?"
         )
-        args.append(int(limit) + 1)
+        args.append(int(limit))
         with db.translated(self.path):
-            raw = db.rows(self.conn, sql, args)
-        rows = []
-        for r in raw[:limit]:
-            payload = r[8] if r[8] is not None else b""
-            if r[10] and isinstance(payload, bytes):
-                try:  # stored as TEXT: str, unless it is not UTF-8 (then the bytes, as BLOB)
-                    payload = payload.decode("utf-8")
-                except UnicodeDecodeError:
-                    pass
-            shown = len(payload.encode() if isinstance(payload, str) else payload)
-            seq, eid, ts, kind, cat, name, ver, sv = _texts(r[:8], range(1, 8))
-            length = int(r[9]) if r[9] is not None else 0  # NULL: another writer's (or damage)
-            rows.append(
-                EventRow(seq, eid, ts, kind, cat, name, ver, sv, payload, length, shown < length)
-            )
-        return Page(rows, len(raw) > limit)
+            for r in self.conn.execute(sql, args):
+                yield _event_row(r)
 
     def iter_events(
         self,
@@ -179,13 +181,17 @@ class SessionReader:
         page_rows: int = DEFAULT_PAGE_ROWS,
         payload_cap: int = DEFAULT_PAYLOAD_CAP,
     ) -> Iterator[EventRow]:
-        """Every event after ``after`` in sequence order, read a bounded page at a time."""
+        """Every event after ``after`` in sequence order, read a bounded page at a time (one
+        statement per page, so no read transaction outlives a page). A row SQLite cannot read
+        raises, after every row before it was yielded."""
         while True:
-            page = self.events(after=after, kinds=kinds, limit=page_rows, payload_cap=payload_cap)
-            yield from page.rows
-            if not page.more or not page.rows:
+            n = 0
+            for e in self._event_rows(after, kinds, page_rows, payload_cap):
+                n += 1
+                after = e.sequence
+                yield e
+            if n < page_rows:
                 return
-            after = page.rows[-1].sequence
 
     def producers(self, *, limit: int = DEFAULT_PAGE_ROWS) -> Page:
         with db.translated(self.path):
@@ -251,6 +257,19 @@ class SessionReader:
                     "FROM plan_items GROUP BY decided_by, decision ORDER BY 3 DESC LIMIT 1000"
                 )
             ]
+
+
+def _event_row(r: Sequence[Any]) -> EventRow:
+    payload = r[8] if r[8] is not None else b""
+    if r[10] and isinstance(payload, bytes):
+        try:  # stored as TEXT: str, unless it is not UTF-8 (then the bytes, as BLOB)
+            payload = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    shown = len(payload.encode() if isinstance(payload, str) else payload)
+    seq, eid, ts, kind, cat, name, ver, sv = _texts(r[:8], range(1, 8))
+    length = int(r[9]) if r[9] is not None else 0  # NULL: another writer's (or damage)
+    return EventRow(seq, eid, ts, kind, cat, name, ver, sv, payload, length, shown < length)
 
 
 def _id_from_path(path: Path) -> str | None:
