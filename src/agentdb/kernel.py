@@ -1,7 +1,10 @@
 """How the kernel opens a session: the spec's open sequence with the automatic recovery attempt.
 
-:func:`open_session` opens through :meth:`SessionWriter.open`; when ``PRAGMA integrity_check``
-fails, the writer has closed its connection and calls :func:`recover_hook`, which runs the same
+:func:`open_session` opens through :meth:`SessionWriter.open` with two hooks. :func:`judge_hook`
+is ``agentdb check``'s judge (:func:`agentdb.checks.judge`, full level: integrity, content
+hashes, invalid text, the WAL and a hot journal), asked before the writer opens the file, so the
+kernel calls a file damaged exactly when ``check`` calls it ``corrupt`` or ``unreadable``. On
+damage the writer calls :func:`recover_hook`, which runs the same
 routine as ``agentdb recover`` (:func:`agentdb.salvage.recover_session`): the original is kept as
 ``<id>.sqlite.corrupt``, the replacement takes its name, the recovery log gets its lines, and a
 warning is logged (never silent). If nothing could be salvaged the file is flagged ``unreadable``
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from agentdb import errors, paths
+from agentdb import checks, errors, paths
 from agentdb.salvage import recover_session
 from agentdb.store import SessionWriter
 
@@ -32,7 +35,15 @@ def open_session(sessions_dir: Path, session_id: str) -> SessionWriter:
     def hook(path: Path, sid: str) -> None:
         recover_hook(sessions_dir, sid)
 
-    return SessionWriter.open(sessions_dir, session_id, recover=hook)
+    return SessionWriter.open(sessions_dir, session_id, recover=hook, judge=judge_hook)
+
+
+def judge_hook(path: Path, session_id: str) -> str | None:
+    """None unless ``check`` calls the file ``corrupt`` or ``unreadable``; then one line why.
+    Other verdicts are the writer's to refuse (foreign, too new, insecure) or to open
+    (inconsistent, needs_migration)."""
+    j = checks.judgement_of(checks.judge(path, session_id), "full")
+    return j.describe() if j.damaged else None
 
 
 def recover_hook(sessions_dir: Path, session_id: str) -> None:

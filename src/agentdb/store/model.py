@@ -75,6 +75,10 @@ class Event:
 
 # The kernel's automatic recovery attempt: called with the session's path and id.
 RecoverHook = Callable[[Path, str], None]
+# The kernel's judge of damage, asked before the writer opens the file: called with the
+# session's path and id, returns None when the file is not damaged, else one line saying how
+# (then the recovery hook runs). Never called while this process has the file open.
+JudgeHook = Callable[[Path, str], str | None]
 
 # ------------------------------------------------------------------------------ read models
 

@@ -3,87 +3,169 @@ and the checks ``create`` makes of a child's lineage."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
 
 from agentdb import db, errors, locks
+from agentdb.hashing import mismatch_sql
 from agentdb.paths import sidecar
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION
-from agentdb.store.model import RecoverHook, require_session
+from agentdb.store.model import JudgeHook, RecoverHook, require_session
 from agentdb.store.reader import SessionReader
 
 log = logging.getLogger("agentdb.store")
+
+
+# Files swapped under the open by a job (recover, restore) before the connection could keep
+# its lock: each swap costs one more pass; a recovery is attempted at most once.
+_PASSES = 6
+
+
+class _Damaged(Exception):
+    """The file is damaged: ``problem`` says how, in one line (the recovery hook's cue)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+class _Swapped(Exception):
+    """The path names another file than the one judged or opened: start the open again."""
 
 
 def open_checked(
     path: Path,
     session_id: str,
     recover: RecoverHook | None,
+    judge: JudgeHook | None,
     migrate: bool,
     lease: locks.Lease,
-    moves: int = 0,
 ) -> tuple[apsw.Connection, int]:
     """:meth:`SessionWriter.open`'s sequence; returns the connection and the revision it writes,
-    holding ``lease``. The lease is taken only after the integrity check and any recovery."""
-    for attempt in (1, 2):
+    holding ``lease``. Per pass: judge the file (:func:`_judge`), open it (:func:`_open_sound`);
+    damage runs ``recover`` once and starts again; a file swapped meanwhile starts again."""
+    recovered = False
+    for _ in range(_PASSES):
         try:
-            conn = db.open_writer(path)
-        except (errors.Corrupt, errors.Unreadable):
-            # A smashed header or schema page fails before integrity_check can run.
-            if recover is None or attempt == 2:
-                raise
-            recover(path, session_id)
+            inode = _judge(path, session_id, judge)
+            return _open_sound(path, session_id, judge is None, inode, migrate, lease)
+        except _Swapped:
             continue
-        try:
-            try:
-                ident = identify(conn)
-                require_session(ident, path)
-                problems = db.integrity_problems(conn)
-                if not problems:
-                    # A rollback-journal file is not locked between statements: a job
-                    # may have swapped another file in. Once in WAL mode the connection
-                    # keeps its read lock, so no job can act on the file any more.
-                    moved = db.has_moved(conn)
-                    if not moved:
-                        db.configure_writer(conn, path)
-                        moved = db.has_moved(conn)
-                    if moved and moves < 5:
-                        conn.close()
-                        return open_checked(path, session_id, recover, migrate, lease, moves + 1)
-                    revision = ident.revision
-                    if migrate and revision < CURRENT_REVISION:
-                        _, revision = apply_steps(conn, path)
-                    _require_shape(conn, path, revision, session_id)
-                    # Last: after recovery (whose job must not meet this lease) and while the
-                    # connection holds SQLite's shared lock, so no job holds the file now.
-                    lease.acquire()
-                    tighten_modes(path, lease.fd)
-                    return conn, revision
-            except db.READ_ERRORS as e:  # invalid UTF-8 (the migration hashes TEXT): Corrupt
-                err = db.translate(e, path)
-                if not isinstance(err, errors.Corrupt):
-                    raise err from e
-                problems = [str(err if isinstance(e, UnicodeDecodeError) else e).split("\n")[0]]
-            except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
-                problems = [str(e)]
-        except BaseException:
-            conn.close()
-            raise
+        except _Damaged as d:
+            if recover is None or recovered:
+                raise errors.Corrupt(
+                    f"{path}: {d.problem}; run `agentdb recover {session_id}`", path=path
+                ) from None
+            recover(path, session_id)
+            recovered = True
+    raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)
+
+
+def _judge(path: Path, session_id: str, judge: JudgeHook | None) -> tuple[int, int]:
+    """Ask ``judge`` about the file, before this process opens any connection to it (a judge
+    opens and closes the file, which would drop this process's POSIX locks on it). Returns the
+    judged file's (device, inode); raises :class:`_Damaged`."""
+    st = db.require_regular(path)  # no such file, a link, a FIFO: the error, never a recovery
+    if judge is not None:
+        problem = judge(path, session_id)
+        if problem is not None:
+            raise _Damaged(problem)
+        st = db.require_regular(path)
+    return st.st_dev, st.st_ino
+
+
+def _open_sound(
+    path: Path,
+    session_id: str,
+    check_integrity: bool,
+    inode: tuple[int, int],
+    migrate: bool,
+    lease: locks.Lease,
+) -> tuple[apsw.Connection, int]:
+    """Open the judged file for writing: identity, the writer's own integrity check when no
+    judge ran, WAL mode (after which no job can swap the file), migration, shape, then the
+    lease. Raises :class:`_Damaged` or :class:`_Swapped`, with the connection closed."""
+    try:
+        conn = db.open_writer(path)
+    except (errors.Corrupt, errors.Unreadable) as e:
+        # A smashed header or schema page fails before integrity_check can run.
+        raise _Damaged(_one_line(e, path)) from None
+    try:
+        with _damage_as_raised(path):
+            ident = identify(conn)
+            require_session(ident, path)
+            if check_integrity:
+                _require_intact(conn, ident.revision)
+            _settle(conn, path, inode)
+            revision = ident.revision
+            if migrate and revision < CURRENT_REVISION:
+                _, revision = apply_steps(conn, path)
+            _require_shape(conn, path, revision, session_id)
+        # Last: after recovery (whose job must not meet this lease) and while the connection
+        # holds SQLite's shared lock, so no job holds the file now.
+        lease.acquire()
+        tighten_modes(path, lease.fd)
+    except BaseException:
         conn.close()
-        if recover is None or attempt == 2:
-            raise errors.Corrupt(
-                f"{path}: integrity_check failed ({problems[0]}); run `agentdb recover "
-                f"{session_id}`",
-                path=path,
-            )
-        recover(path, session_id)
-    raise AssertionError("unreachable")
+        raise
+    return conn, revision
+
+
+@contextlib.contextmanager
+def _damage_as_raised(path: Path) -> Iterator[None]:
+    """SQLite's corruption errors, and ours, as :class:`_Damaged`; any other error as ours."""
+    try:
+        yield
+    except db.READ_ERRORS as e:  # invalid UTF-8 too (a migration hashes TEXT): Corrupt
+        err = db.translate(e, path)
+        if isinstance(err, errors.Corrupt):
+            raise _Damaged(
+                _one_line(err if isinstance(e, UnicodeDecodeError) else e, path)
+            ) from None
+        raise err from e
+    except errors.Corrupt as e:  # from db.translated, or session_meta not the file's
+        raise _Damaged(_one_line(e, path)) from None
+
+
+def _require_intact(conn: apsw.Connection, revision: int) -> None:
+    """The writer's own judge, when the caller passed none: ``integrity_check`` (the spec's
+    MUST) and, from revision 2, every event's content hash."""
+    problems = db.integrity_problems(conn)
+    if problems:
+        raise _Damaged(f"integrity_check failed ({problems[0]})")
+    if revision >= 2:
+        bad = int(db.scalar(conn, mismatch_sql("count(*)")))
+        if bad:
+            raise _Damaged(f"{bad} events do not match their content hash")
+
+
+def _settle(conn: apsw.Connection, path: Path, inode: tuple[int, int]) -> None:
+    """Switch to WAL mode, after which the connection keeps its read lock and no job can act on
+    the file. A rollback-journal file is not locked between statements: a job may have swapped
+    another file in, before or after the judge looked — then :class:`_Swapped`."""
+    moved = db.has_moved(conn)
+    if not moved:
+        db.configure_writer(conn, path)
+        moved = db.has_moved(conn)
+    if not moved:
+        st = os.stat(path)
+        moved = (st.st_dev, st.st_ino) != inode
+    if moved:
+        raise _Swapped
+
+
+def _one_line(e: BaseException, path: Path) -> str:
+    text = str(e).split("\n")[0]
+    prefix = f"{path}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def tighten_modes(path: Path, fd: int | None) -> None:

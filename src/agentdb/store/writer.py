@@ -26,6 +26,7 @@ from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from agentdb.store import opening
 from agentdb.store.model import (
     Event,
+    JudgeHook,
     RecoverHook,
     SessionInfo,
     new_session_id,
@@ -177,15 +178,19 @@ class SessionWriter:
         session_id: str,
         *,
         recover: RecoverHook | None = None,
+        judge: JudgeHook | None = None,
         migrate: bool = True,
     ) -> SessionWriter:
         """Open an existing session the way the spec says the kernel must.
 
-        Identity first (a foreign or too-new file is refused), then ``PRAGMA integrity_check``:
-        on failure ``recover(path, session_id)`` is called once (the kernel's automatic salvage
-        attempt, which renames the original and puts a replacement in its place) and the open
-        is retried; without a hook :class:`~agentdb.errors.Corrupt` is raised. Then the
-        migration ladder brings an older file to the current revision before anything else.
+        First the file is judged: by ``judge(path, session_id)`` when given (the kernel passes
+        ``agentdb check``'s judge: integrity, content hashes, text, WAL, journal), else by the
+        writer's own ``PRAGMA integrity_check`` and content hashes. Damage calls
+        ``recover(path, session_id)`` once (the kernel's automatic salvage attempt, which
+        renames the original and puts a replacement in its place) and the open is retried;
+        without a hook :class:`~agentdb.errors.Corrupt` is raised. A foreign or too-new file is
+        refused, never recovered. Then the migration ladder brings an older file to the
+        current revision before anything else — never a file the judge calls damaged.
         Another writer's lease is refused at once (:class:`~agentdb.errors.SessionBusy`, naming
         its pid); this writer takes the lease last, once the file it will write is settled.
         """
@@ -193,7 +198,7 @@ class SessionWriter:
         lease = locks.Lease(path)
         try:
             lease.check()
-            conn, revision = opening.open_checked(path, session_id, recover, migrate, lease)
+            conn, revision = opening.open_checked(path, session_id, recover, judge, migrate, lease)
         except BaseException:
             lease.release()
             raise
