@@ -86,6 +86,12 @@ def _hot_journal(p: Path) -> None:
     assert sidecar(p, "-journal").stat().st_size > 0
 
 
+# Built from a session copied while its writer had commits only in its WAL (revision 2 only).
+WAL_CASES: dict[str, Callable[[Path], None] | None] = {
+    "wal_healthy": None,
+    "wal_torn_tail": corpus.d_torn_wal,
+    "wal_flipped_frame": corpus.d_flipped_wal_frame,
+}
 CASES: dict[str, Callable[[Path], None] | None] = {
     "healthy": None,
     "zeroed_page": corpus.d_zeroed_page,
@@ -171,10 +177,14 @@ def _answers(
     path = sessions / src.name
     shutil.copyfile(src, path)
     os.chmod(path, 0o600)
-    damage = CASES[case]
+    if sidecar(src, "-wal").exists():
+        shutil.copyfile(sidecar(src, "-wal"), sidecar(path, "-wal"))
+        os.chmod(sidecar(path, "-wal"), 0o600)
+    damage = CASES[case] if case in CASES else WAL_CASES[case]
     if damage is not None:
         damage(path)
-    readable = _readable_events(path) if case not in ("foreign_wal", "hot_journal") else 0
+    plain = case not in ("foreign_wal", "hot_journal") and case not in WAL_CASES
+    readable = _readable_events(path) if plain else 0
     time.sleep(0.1)  # the verdict cache trusts a file only once its timestamps have settled
     before = sorted(os.listdir(sessions))
     cache = root / "xdg-cache"
@@ -224,11 +234,14 @@ def answers(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Callable[[str, int, pytest.CaptureFixture[str]], Answers]:
     root = tmp_path_factory.mktemp("agreement")
-    bases = {}
+    bases: dict[int | str, tuple[str, Path]] = {}
     for rev in (1, 2):
         d = root / f"base{rev}"
         d.mkdir(mode=0o700)
         bases[rev] = corpus.build_base(d, revision=rev)
+    (root / "wal-w").mkdir(mode=0o700)
+    (root / "wal-c").mkdir(mode=0o700)
+    bases["wal"] = corpus.build_wal(root / "wal-w", root / "wal-c")
     xdg = os.environ.get("XDG_CACHE_HOME")
 
     done: dict[tuple[str, int], Answers] = {}
@@ -238,7 +251,8 @@ def answers(
             work = root / f"{case}-{revision}"
             work.mkdir()
             try:
-                done[case, revision] = _answers(case, revision, bases[revision], work, capsys)
+                base = bases["wal" if case in WAL_CASES else revision]
+                done[case, revision] = _answers(case, revision, base, work, capsys)
             finally:
                 if xdg is not None:
                     os.environ["XDG_CACHE_HOME"] = xdg
@@ -300,14 +314,14 @@ def _holds(relation: str, a: Answers) -> tuple[bool, object]:
 
 def _cells() -> list[Any]:
     out = []
-    for case in CASES:
-        for rev in (1, 2):
-            for rel in RELATIONS:
-                marks = []
-                why = XFAIL.get((case, rev, rel))
-                if why is not None:
-                    marks.append(pytest.mark.xfail(reason=why, strict=True))
-                out.append(pytest.param(case, rev, rel, marks=marks, id=f"{case}-rev{rev}-{rel}"))
+    runs = [(case, rev) for case in CASES for rev in (1, 2)] + [(c, 2) for c in WAL_CASES]
+    for case, rev in runs:
+        for rel in RELATIONS:
+            marks = []
+            why = XFAIL.get((case, rev, rel))
+            if why is not None:
+                marks.append(pytest.mark.xfail(reason=why, strict=True))
+            out.append(pytest.param(case, rev, rel, marks=marks, id=f"{case}-rev{rev}-{rel}"))
     return out
 
 

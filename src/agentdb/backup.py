@@ -13,9 +13,11 @@ Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
    transaction-consistent snapshot that cannot restart under a busy writer) into a temp file
    ``DIR/<id>.sqlite.agentdb-backup-tmp-<pid>``, 0600, in rollback-journal mode (one
    self-contained file that opens without ``-wal``/``-shm``), fsynced.
-2. **Verify** the snapshot with ``agentdb check``'s own judge (:func:`agentdb.checks.check_path`:
-   integrity, identity, schema, content hashes...). A damaged one is ``corrupt`` and nothing
-   in ``DIR`` changes; a foreign file is ``foreign``.
+2. **Verify** the snapshot with ``agentdb check``'s own judge (:func:`agentdb.checks.judge`:
+   integrity, identity, schema, content hashes...). The outcome follows check's verdict
+   (:func:`refused_outcome`): ``corrupt`` exactly when check calls the session corrupt, and
+   nothing in ``DIR`` changes; ``foreign`` for a foreign file; ``failed`` for an unreadable
+   one.
 3. **Place** it, holding the session's lock in ``DIR`` (so concurrent runs take turns):
 
    * no ``DIR/<id>.sqlite`` yet: ``link(2)`` it there (never replaces a file) — ``copied``;
@@ -326,14 +328,14 @@ def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
     _discard(tmp)
     source = checks.check_path(db_path, out.session_id, recovered=recovered)
     if source.verdict in ("corrupt", "unreadable"):
-        # step 0 (module doc): the snapshot alone could pass
+        # step 0 (module doc): the snapshot alone could pass (a WAL's frames after a checksum
+        # break, another database's WAL or journal are not in it)
         out.verdict = source.verdict
-        errs = [f for f in source.findings if _is_error(str(f.code))] or source.findings
-        problem = str(errs[0].message).split(": ", 1)[-1] if errs else str(source.verdict)
+        j = checks.judgement_of(source, "full")
         raise _Placed(
-            "corrupt",
-            f"{db_path}: {problem}; nothing in {tmp.parent} changed — run "
-            f"`agentdb check {out.session_id}`, then `agentdb recover {out.session_id}`",
+            refused_outcome(source.verdict, {f.code for f in source.findings}),
+            f"{db_path}: {j.describe()}; nothing in {tmp.parent} changed — run "
+            f"`agentdb recover {out.session_id}`",
         )
     out.revision = _snapshot(db_path, tmp)
     faults.point("backup_after_copy")  # a complete, fsynced snapshot; nothing placed yet

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from agentdb import sessions
+from agentdb import eventlog
 from agentdb.cli import output
 from agentdb.cli.common import EXIT_INTERRUPTED, SESSION_ID, App, fmt_option, json_option
 from agentdb.cli.params import INT64_MAX
@@ -110,7 +110,7 @@ def events_cmd(
     the verdict check recorded for it as it is now): exit status 1 when it is corrupt or
     unreadable, with one line on stderr saying which events could not be read.
     """
-    log = sessions.EventLog(
+    log = eventlog.EventLog(
         app.require_sessions_dir(),
         session_id,
         kinds=kinds or None,
@@ -135,7 +135,7 @@ def events_cmd(
     return _judged(log)
 
 
-def _judged(log: sessions.EventLog) -> int:
+def _judged(log: eventlog.EventLog) -> int:
     """Exit 1, with one line on stderr, when the judge calls the file corrupt or unreadable."""
     try:
         j = log.judgement()
