@@ -25,7 +25,8 @@ cache. So the relations are asserted at the matching level:
 * events: exits 1 exactly when check (full) is corrupt or unreadable, after printing at least
   every event SQLite itself reads in order before its first error;
 * backup: outcome ``corrupt`` exactly when check (full) is corrupt;
-* migrate: ``migrate --dry-run`` would migrate only a file check calls needs_migration.
+* migrate: ``migrate --dry-run`` says ``corrupt`` exactly when check (full) is corrupt or
+  unreadable, whatever the revision, and would migrate only a file check calls needs_migration.
 """
 
 from __future__ import annotations
@@ -308,7 +309,8 @@ def _holds(relation: str, a: Answers) -> tuple[bool, object]:
     if relation == "backup":
         return (a.backup == "corrupt") == (v == "corrupt"), (v, a.backup)
     if relation == "migrate":
-        return a.migrate != "migrated" or v == "needs_migration", (v, a.migrate)
+        refused = (a.migrate == "corrupt") == (v in EVENTS_FAIL)
+        return refused and (a.migrate != "migrated" or v == "needs_migration"), (v, a.migrate)
     raise AssertionError(relation)
 
 

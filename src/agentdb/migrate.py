@@ -4,9 +4,9 @@ The kernel migrates a file when it opens it; this job does the same for the whol
 once. Plan, then execute:
 
 * :func:`plan` is read-only. Per file it checks liveness (:func:`agentdb.locks.probe`, takes
-  nothing), then opens the file read-only: identity, revision, ``integrity_check``. A corrupt
-  file is not migrated (``agentdb recover`` is the way for it), a newer or foreign one is left
-  untouched.
+  nothing), then opens the file read-only: identity, revision; then ``agentdb check``'s judge
+  (:func:`agentdb.checks.judge`). A file check calls corrupt or unreadable is not migrated
+  (``agentdb recover`` is the way for it), a newer or foreign one is left untouched.
 * :func:`execute` migrates what the plan says needs it. Per file: an online backup through the
   SQLite backup API beside the file (``<id>.sqlite.agentdb-migrate-backup``, 0600, fsynced),
   then every step in one ``BEGIN IMMEDIATE`` transaction (:func:`~agentdb.schema.migrations.
@@ -147,13 +147,14 @@ def _targets(sessions_dir: Path, ids: Sequence[str] | None) -> list[tuple[str, P
 def probe(session_id: str, path: Path) -> MigrationPlanItem:
     """Look at one file read-only and say what migrating it means. Changes nothing.
 
-    A file that would be migrated is judged by ``agentdb check``'s own rules too: one that check
-    calls corrupt or unreadable (a content hash or a TEXT value that fails, a row SQLite cannot
-    read) is refused, as ``corrupt``: a migration would bless damaged rows with fresh hashes.
+    A session file is judged by ``agentdb check``'s own judge (full level): one that check calls
+    corrupt or unreadable (integrity, a content hash or a TEXT value that fails, a row SQLite
+    cannot read, its WAL) is ``corrupt``, whatever its revision, and never migrated: a migration
+    would bless damaged rows with fresh hashes.
     """
     item = _probe(session_id, path)
-    if item.action == MIGRATE:
-        _judge(item)
+    if item.action == MIGRATE or item.outcome == "current":
+        _judge(item)  # once the probe's connection is closed
     return item
 
 
@@ -200,14 +201,6 @@ def _probe(session_id: str, path: Path) -> MigrationPlanItem:
             if ident.kind == "too_new":
                 item.outcome = "too_new"
                 item.message = f"{path}: {ident.problem}; left untouched — upgrade agentdb"
-                return item
-            problems = db.integrity_problems(conn, limit=3)
-            if problems:
-                item.outcome = "corrupt"
-                item.message = (
-                    f"{path}: integrity_check failed ({one_line(problems[0])}); not migrated — "
-                    f"run `agentdb recover {session_id}`"
-                )
                 return item
             if ident.user_version >= CURRENT_REVISION:
                 item.outcome = "current"
