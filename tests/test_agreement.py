@@ -45,8 +45,8 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb.cli.main import main
 from agentdb.paths import sidecar
+from tests.runner import global_options, invoke
 from tests.salvage import corpus
 
 HEALTHY = {"ok", "needs_migration"}
@@ -142,12 +142,6 @@ class Answers:
     unchanged: bool  # no command changed the sessions directory
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    code = main(list(args))
-    out, _ = capsys.readouterr()
-    return code, out
-
-
 def _readable_events(path: Path) -> int:
     """Events SQLite reads from the file alone, in sequence order, before it raises (a file
     with a -wal or -journal is judged by the commands with it; this is only a lower bound)."""
@@ -169,9 +163,7 @@ def _readable_events(path: Path) -> int:
     return n
 
 
-def _answers(
-    case: str, revision: int, base: tuple[str, Path], root: Path, capsys: pytest.CaptureFixture[str]
-) -> Answers:
+def _answers(case: str, base: tuple[str, Path], root: Path) -> Answers:
     sid, src = base
     sessions = root / "sessions"
     sessions.mkdir(mode=0o700)
@@ -188,30 +180,34 @@ def _answers(
     readable = _readable_events(path) if plain else 0
     time.sleep(0.1)  # the verdict cache trusts a file only once its timestamps have settled
     before = sorted(os.listdir(sessions))
-    cache = root / "xdg-cache"
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    g = ["--sessions-dir", str(sessions), "--plugin-cache", str(root / "plugins")]
+    cache = root / "xdg-cache"  # this file's own verdict cache
 
-    _, out = _run(capsys, *g, "sessions", "list", "--json")
+    def _run(*args: str) -> tuple[int, str]:
+        code, out, _ = invoke([*g, *args], env={"XDG_CACHE_HOME": str(cache)})
+        return code, out
+
+    g = global_options(sessions, root / "plugins")
+
+    _, out = _run("sessions", "list", "--json")
     list_open = json.loads(out)["sessions"][0]
-    show_open = _run(capsys, *g, "sessions", "show", sid, "--json")
-    _, out = _run(capsys, *g, "check", sid, "--quick", "--json")
+    show_open = _run("sessions", "show", sid, "--json")
+    _, out = _run("check", sid, "--quick", "--json")
     quick = json.loads(out)["sessions"][0]["verdict"]
     shutil.rmtree(cache, ignore_errors=True)  # only a full check's verdict from here on
-    _, out = _run(capsys, *g, "check", sid, "--json")
+    _, out = _run("check", sid, "--json")
     verdict = json.loads(out)["sessions"][0]["verdict"]
-    _, out = _run(capsys, *g, "sessions", "list", "--json")
+    _, out = _run("sessions", "list", "--json")
     list_cached = json.loads(out)["sessions"][0]
-    show_cached = _run(capsys, *g, "sessions", "show", sid, "--json")
-    _, out = _run(capsys, *g, "recover", sid, "--dry-run", "--json")
+    show_cached = _run("sessions", "show", sid, "--json")
+    _, out = _run("recover", sid, "--dry-run", "--json")
     recover = json.loads(out)["sessions"][0]["outcome"]
-    _, out = _run(capsys, *g, "prune", sid, "--dry-run", "--json")
+    _, out = _run("prune", sid, "--dry-run", "--json")
     prune = json.loads(out)
-    code, out = _run(capsys, *g, "events", sid, "--json")
+    code, out = _run("events", sid, "--json")
     events = (code, [json.loads(line) for line in out.splitlines() if line.strip()])
-    _, out = _run(capsys, *g, "backup", sid, "--to", str(root / "backup"), "--json")
+    _, out = _run("backup", sid, "--to", str(root / "backup"), "--json")
     backup = json.loads(out)["sessions"][0]["outcome"]
-    _, out = _run(capsys, *g, "migrate", sid, "--dry-run", "--json")
+    _, out = _run("migrate", sid, "--dry-run", "--json")
     migrate = json.loads(out)["sessions"][0]["outcome"]
     return Answers(
         verdict,
@@ -231,9 +227,7 @@ def _answers(
 
 
 @pytest.fixture(scope="module")
-def answers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Callable[[str, int, pytest.CaptureFixture[str]], Answers]:
+def answers(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int], Answers]:
     root = tmp_path_factory.mktemp("agreement")
     bases: dict[int | str, tuple[str, Path]] = {}
     for rev in (1, 2):
@@ -243,20 +237,14 @@ def answers(
     (root / "wal-w").mkdir(mode=0o700)
     (root / "wal-c").mkdir(mode=0o700)
     bases["wal"] = corpus.build_wal(root / "wal-w", root / "wal-c")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-
     done: dict[tuple[str, int], Answers] = {}
 
-    def get(case: str, revision: int, capsys: pytest.CaptureFixture[str]) -> Answers:
+    def get(case: str, revision: int) -> Answers:
         if (case, revision) not in done:
             work = root / f"{case}-{revision}"
             work.mkdir()
-            try:
-                base = bases["wal" if case in WAL_CASES else revision]
-                done[case, revision] = _answers(case, revision, base, work, capsys)
-            finally:
-                if xdg is not None:
-                    os.environ["XDG_CACHE_HOME"] = xdg
+            base = bases["wal" if case in WAL_CASES else revision]
+            done[case, revision] = _answers(case, base, work)
         return done[case, revision]
 
     return get
@@ -332,10 +320,9 @@ def test_commands_agree(
     case: str,
     revision: int,
     relation: str,
-    answers: Callable[[str, int, pytest.CaptureFixture[str]], Answers],
-    capsys: pytest.CaptureFixture[str],
+    answers: Callable[[str, int], Answers],
 ) -> None:
-    a = answers(case, revision, capsys)
+    a = answers(case, revision)
     ok, detail = _holds(relation, a)
     assert ok, detail
     assert a.unchanged, "a read-only command or a --dry-run changed the sessions directory"

@@ -12,7 +12,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import backup, checks, migrate
-from agentdb.cli.main import main
+from tests.runner import Agentdb
 from tests.support import make_session
 
 
@@ -62,26 +62,28 @@ def test_backup_keeps_a_good_copy_when_the_session_later_fails_its_hashes(
     assert sorted(p.name for p in dest.iterdir()) == [path.name]
 
 
-def test_backup_cli_exits_1_on_a_hash_failure(sessions_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_backup_cli_exits_1_on_a_hash_failure(
+    sessions_dir: Path, tmp_path: Path, agentdb: Agentdb
+) -> None:
     sid, path = make_session(sessions_dir, turns=3)
     _alter_payload(path)
-    code = main(
-        ["--sessions-dir", str(sessions_dir), "backup", sid, "--to", str(tmp_path / "b"), "--json"]
-    )
-    doc = json.loads(capsys.readouterr().out)
+    code, out, _ = agentdb.at(sessions_dir)("backup", sid, "--to", str(tmp_path / "b"), "--json")
+    doc = json.loads(out)
     assert code == 1
     assert doc["sessions"][0]["outcome"] == "corrupt"
 
 
-def test_migrate_refuses_a_revision_1_file_whose_text_fails(sessions_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_migrate_refuses_a_revision_1_file_whose_text_fails(
+    sessions_dir: Path, agentdb: Agentdb
+) -> None:
     sid, path = make_session(sessions_dir, turns=3, revision=1)
     _bad_text(path)
     assert checks.judge(path, sid).verdict == "corrupt"
     before = _digest(path)
     (item,) = migrate.plan(sessions_dir, [sid])
     assert (item.action, item.outcome) == (migrate.NONE, "corrupt")
-    code = main(["--sessions-dir", str(sessions_dir), "migrate", sid, "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    code, out, _ = agentdb.at(sessions_dir)("migrate", sid, "--json")
+    doc = json.loads(out)
     assert code == 1
     assert doc["sessions"][0]["outcome"] == "corrupt"
     assert f"agentdb recover {sid}" in doc["sessions"][0]["message"]

@@ -15,7 +15,8 @@ from agentdb import checks, errors, kernel, paths
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import SessionReader, SessionWriter
 from agentdb.store import opening as opening_module
-from tests.support import all_rows, make_session
+from tests.rows import all_rows
+from tests.support import make_session
 
 
 def _flip_payload(path: Path, sequence: int = 3) -> None:
