@@ -23,7 +23,9 @@ cache. So the relations are asserted at the matching level:
 * show_quick: no cache: ``sessions show`` fails exactly when ``check --quick`` says error;
 * show: after ``check``: ``sessions show`` fails exactly when check (full) says error;
 * events: exits 1 exactly when check (full) is corrupt or unreadable, after printing at least
-  every event SQLite itself reads in order before its first error;
+  every event SQLite itself reads in order before its first error — except a file it cannot
+  read as this session at all (check: foreign, too_new, insecure, unsafe_schema), which it
+  refuses with exit 1 and prints nothing (the issue's table leaves those out);
 * backup: outcome ``corrupt`` exactly when check (full) is corrupt;
 * migrate: ``migrate --dry-run`` says ``corrupt`` exactly when check (full) is corrupt or
   unreadable, whatever the revision, and would migrate only a file check calls needs_migration.
@@ -44,7 +46,9 @@ from typing import Any
 
 import apsw
 import pytest
+import ulid
 
+from agentdb import paths
 from agentdb.paths import sidecar
 from tests.runner import global_options, invoke
 from tests.salvage import corpus
@@ -52,6 +56,8 @@ from tests.salvage import corpus
 HEALTHY = {"ok", "needs_migration"}
 SHOWS_ERROR = {"unreadable", "corrupt", "foreign"}
 EVENTS_FAIL = {"corrupt", "unreadable"}
+# files events cannot read as this session at all: refused (exit 1) before any event is printed
+REFUSED = {"foreign", "too_new", "insecure", "unsafe_schema"}
 
 
 def _invalid_utf8(p: Path) -> None:
@@ -105,6 +111,7 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "foreign_wal": _foreign_wal,
     "hot_journal": _hot_journal,
     "invalid_utf8": _invalid_utf8,
+    "misnamed": None,  # a healthy session copied under another id (renamed in _answers)
 }
 RELATIONS = (
     "recover",
@@ -120,7 +127,14 @@ RELATIONS = (
 
 # Cells known to disagree, each naming the finding (/work/wt/FINDINGS.md) that owns the fix.
 # Strict: once fixed, the cell fails until its entry is removed here.
-XFAIL: dict[tuple[str, int, str], str] = {}
+_MISNAMED = (
+    "FINDINGS.md 2026-11-30 judge -> recover: recover --dry-run says healthy on another "
+    "session's file under this name; check says foreign (meta_id_mismatch), recover must refuse"
+)
+XFAIL: dict[tuple[str, int, str], str] = {
+    ("misnamed", 1, "recover"): _MISNAMED,
+    ("misnamed", 2, "recover"): _MISNAMED,
+}
 
 
 @dataclass
@@ -176,6 +190,9 @@ def _answers(case: str, base: tuple[str, Path], root: Path) -> Answers:
     damage = CASES[case] if case in CASES else WAL_CASES[case]
     if damage is not None:
         damage(path)
+    if case == "misnamed":  # the same bytes under another session's name
+        sid = str(ulid.ULID())
+        path = path.rename(paths.session_path(sessions, sid))
     plain = case not in ("foreign_wal", "hot_journal") and case not in WAL_CASES
     readable = _readable_events(path) if plain else 0
     time.sleep(0.1)  # the verdict cache trusts a file only once its timestamps have settled
@@ -288,6 +305,8 @@ def _holds(relation: str, a: Answers) -> tuple[bool, object]:
         seqs = [e["sequence"] for e in lines]
         in_order = seqs == sorted(set(seqs))
         printed = len(lines) >= a.readable_events  # at least what SQLite itself reads
+        if v in REFUSED:
+            return code == 1 and not lines, (v, code, len(lines))
         return (code == 1) == (v in EVENTS_FAIL) and in_order and printed, (
             v,
             code,

@@ -159,8 +159,14 @@ def test_schema_and_meta_inconsistencies(sessions_dir: Path) -> None:
     raw(pe, "UPDATE events SET kind = 'bogus' WHERE sequence = 1")
     assert {"bad_status", "bad_kind", "needs_migration"} <= set(codes(check(sessions_dir, e)))
     assert check(sessions_dir, e).verdict == "inconsistent"
-    for sid in (a, b, c, d):
+    for sid in (a, c, d):
         assert check(sessions_dir, sid).verdict == "inconsistent"
+    # another valid session id: that session's file under this name, not damage
+    assert check(sessions_dir, b).verdict == "foreign"
+    f, pf = make_session(sessions_dir)
+    raw(pf, "UPDATE session_meta SET session_id = 'not-a-session-id'")
+    assert "meta_id_invalid" in codes(check(sessions_dir, f))
+    assert check(sessions_dir, f).verdict == "inconsistent"
 
 
 def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path) -> None:
@@ -176,8 +182,14 @@ def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path) -> None
     d, pd = make_session(sessions_dir)
     raw(pd, "DELETE FROM producers WHERE category = 'context'")
     assert "producer_unlisted" in codes(check(sessions_dir, d))
-    for sid in (a, b, c, d):
+    for sid in (a, c, d):
         assert check(sessions_dir, sid).verdict == "inconsistent"
+    # another valid session id: that session's file under this name, not damage
+    assert check(sessions_dir, b).verdict == "foreign"
+    f, pf = make_session(sessions_dir)
+    raw(pf, "UPDATE session_meta SET session_id = 'not-a-session-id'")
+    assert "meta_id_invalid" in codes(check(sessions_dir, f))
+    assert check(sessions_dir, f).verdict == "inconsistent"
 
 
 def test_missing_event_unless_recovered(sessions_dir: Path) -> None:

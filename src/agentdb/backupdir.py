@@ -34,7 +34,7 @@ from typing import Any
 
 from agentdb import checks, errors, fsutil, paths
 from agentdb.checks.run import read_recovery_index, was_recovered
-from agentdb.results import Verdict
+from agentdb.results import Finding, Verdict
 
 _ID = r"(?P<id>[0-7][0-9A-HJKMNP-TV-Z]{25})"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -215,19 +215,13 @@ def locked_copy(final: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[os.stat_
 
 
 @dataclass
-class VerifyFinding:
-    code: str  # stable code, as agentdb check uses
-    message: str  # one line
-
-
-@dataclass
 class VerifyResult:
     """One backup file checked with the rules of ``agentdb check``."""
 
     session_id: str
     path: Path
-    verdict: Verdict  # "ok", or the first problem (insecure, foreign, too_new, corrupt, ...)
-    findings: list[VerifyFinding] = field(default_factory=list)
+    verdict: Verdict  # check's verdict: "ok", or the first problem (foreign, corrupt, ...)
+    findings: list[Finding] = field(default_factory=list)  # check's findings
 
     @property
     def timestamped(self) -> bool:
@@ -267,13 +261,8 @@ class VerifyReport:
 
 def check_copy(path: Path, session_id: str, recovered: bool = False) -> VerifyResult:
     """``check``'s own rules, applied to a backup copy."""
-    found = checks.check_path(path, session_id, recovered=recovered)
-    return VerifyResult(
-        session_id,
-        path,
-        found.verdict,
-        [VerifyFinding(str(f.code), str(f.message)) for f in found.findings],
-    )
+    found = checks.judge(path, session_id, recovered=recovered)
+    return VerifyResult(session_id, path, found.verdict, found.findings)
 
 
 def _entries(directory: Path) -> list[tuple[str, Path]]:

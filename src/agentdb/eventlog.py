@@ -102,7 +102,7 @@ class EventLog:
         try:
             r.info()  # session_meta names this session
             return r
-        except errors.Corrupt as first:
+        except (errors.Corrupt, errors.ForeignFile) as first:
             r.close()
             if not os.path.lexists(paths.sidecar(self.path, "-wal")):
                 raise

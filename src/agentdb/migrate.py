@@ -162,7 +162,10 @@ def _judge(item: MigrationPlanItem) -> None:
     from agentdb import checks  # the one judge of damage (a job beside this one)
 
     j = checks.judgement_of(checks.judge(item.path, item.session_id), "full")
-    if j.damaged:
+    if j.verdict == "foreign":  # e.g. another session's file under this name
+        item.action, item.outcome = NONE, "foreign"
+        item.message = f"{item.path}: {j.describe()}; left untouched"
+    elif j.damaged:
         item.action = NONE
         item.outcome = "corrupt"
         item.message = (

@@ -47,7 +47,9 @@ CODES: dict[str, tuple[Severity, Problem | None]] = {
     "schema_mismatch": ("error", "inconsistent"),
     "meta_missing": ("error", "inconsistent"),
     "meta_multiple": ("error", "inconsistent"),
-    "meta_id_mismatch": ("error", "inconsistent"),
+    "meta_id_mismatch": ("error", "foreign"),  # session_meta names another session: its file
+    #                                           under this name (copied or renamed), not damage
+    "meta_id_invalid": ("error", "inconsistent"),  # session_meta.session_id is no session id
     "bad_status": ("error", "inconsistent"),
     "ended_at_inconsistent": ("error", "inconsistent"),
     "bad_parent_id": ("error", "inconsistent"),

@@ -343,11 +343,15 @@ class _Run:
         sid, parent, status, depth, depth_type, no_end, count = row
         if int(count) > 1:
             self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
-        if sid != self.session_id:
+        if sid != self.session_id and isinstance(sid, str) and is_valid_id(sid):
             self.add(
                 "meta_id_mismatch",
-                f"session_meta.session_id is {sid!r}, not the file name's id",
+                f"session_meta names session {sid}, not the file name's id: another session's "
+                f"file under this name (copied or renamed); move it back to {sid}{SESSION_SUFFIX} "
+                "by hand",
             )
+        elif sid != self.session_id:
+            self.add("meta_id_invalid", f"session_meta.session_id is {sid!r}, not a session id")
         self.status = status if isinstance(status, str) else None
         if status not in enums.STATUSES:
             self.add("bad_status", f"status {status!r} is not one of the spec's seven")

@@ -61,9 +61,9 @@ def open_checked(
             continue
         except _Damaged as d:
             if recover is None or recovered:
-                raise errors.Corrupt(
-                    f"{path}: {d.problem}; run `agentdb recover {session_id}`", path=path
-                ) from None
+                fix = f"agentdb recover {session_id}"
+                hint = "" if fix in d.problem else f"; run `{fix}`"
+                raise errors.Corrupt(f"{path}: {d.problem}{hint}", path=path) from None
             recover(path, session_id)
             recovered = True
     raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)

@@ -11,7 +11,7 @@ from typing import Any
 import apsw
 
 from agentdb import db, errors
-from agentdb.paths import session_path
+from agentdb.paths import is_valid_id, session_path
 from agentdb.schema.identity import identify
 from agentdb.store.model import (
     EventRow,
@@ -72,6 +72,12 @@ def _read_info_count(
             path=path,
         )
     r = _texts(rows[0], range(7))
+    if session_id is not None and r[0] != session_id and is_valid_id(str(r[0])):
+        raise errors.ForeignFile(
+            f"{path}: session_meta names session {r[0]}, not {session_id}: another session's "
+            "file under this name; move it back to its own name (see `agentdb check` on it)",
+            path=path,
+        )
     if session_id is not None and r[0] != session_id:
         raise errors.Corrupt(
             f"{path}: session_meta names {r[0]!r}, not {session_id}; run `agentdb check` on it",
