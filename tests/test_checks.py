@@ -182,14 +182,8 @@ def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path) -> None
     d, pd = make_session(sessions_dir)
     raw(pd, "DELETE FROM producers WHERE category = 'context'")
     assert "producer_unlisted" in codes(check(sessions_dir, d))
-    for sid in (a, c, d):
+    for sid in (a, b, c, d):
         assert check(sessions_dir, sid).verdict == "inconsistent"
-    # another valid session id: that session's file under this name, not damage
-    assert check(sessions_dir, b).verdict == "foreign"
-    f, pf = make_session(sessions_dir)
-    raw(pf, "UPDATE session_meta SET session_id = 'not-a-session-id'")
-    assert "meta_id_invalid" in codes(check(sessions_dir, f))
-    assert check(sessions_dir, f).verdict == "inconsistent"
 
 
 def test_missing_event_unless_recovered(sessions_dir: Path) -> None:
