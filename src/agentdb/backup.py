@@ -159,7 +159,9 @@ def _judge(path: Path, sid: str, recovered: bool) -> backupdir.VerifyResult:
     return backupdir.check_copy(path, sid, recovered)
 
 
-def refused_outcome(verdict: str, codes: set[str] | frozenset[str] = frozenset()) -> str:
+def refused_outcome(
+    verdict: str, codes: set[str] | frozenset[str] = frozenset()
+) -> BackupOutcomeName:
     """The outcome of a session whose snapshot (or file) is not a faithful backup, by check's
     verdict: ``corrupt`` exactly when check calls it corrupt, ``foreign`` for another
     application's file or another session's (its session_meta names another), else

@@ -144,7 +144,7 @@ def _judged(log: eventlog.EventLog) -> int:
         return EXIT_INTERRUPTED
     stopped = ""
     if log.error is not None:
-        why = str(log.error).split(": ", 1)[-1].split("; run ")[0]
+        why = log.error.problem or str(log.error)
         ranges = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in log.skipped[:5])
         more = f" (+{len(log.skipped) - 5} more)" if len(log.skipped) > 5 else ""
         passed = f"; sequences {ranges}{more} could not be read" if ranges else ""

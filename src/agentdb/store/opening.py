@@ -163,6 +163,8 @@ def _settle(conn: apsw.Connection, path: Path, inode: tuple[int, int]) -> None:
 
 
 def _one_line(e: BaseException, path: Path) -> str:
+    if isinstance(e, errors.AgentdbError) and e.problem:
+        return e.problem
     text = str(e).split("\n")[0]
     prefix = f"{path}: "
     return text[len(prefix) :] if text.startswith(prefix) else text
