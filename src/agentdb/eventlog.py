@@ -13,6 +13,7 @@ from agentdb.store import EventRow, SessionReader
 
 INT64_MAX = 2**63 - 1
 _DAMAGE = (errors.Corrupt, errors.Unreadable, errors.DiskIOError)  # a row that does not read
+MAX_SKIPS = 256  # damaged regions read past before the rest is left to `agentdb recover`
 
 
 class EventLog:
@@ -57,7 +58,9 @@ class EventLog:
                         return
                     except _DAMAGE as e:
                         self.error = self.error or e
-                        resume = self._past_damage(r, after)
+                        resume = None
+                        if len(self.skipped) < MAX_SKIPS:
+                            resume = self._past_damage(r, after)
                         if resume is None:
                             return
                         self.skipped.append((after + 1, resume))

@@ -188,11 +188,19 @@ class SessionReader:
         payload_cap: int = DEFAULT_PAYLOAD_CAP,
     ) -> Iterator[EventRow]:
         """Every event after ``after`` in sequence order, read a bounded page at a time (one
-        statement per page, so no read transaction outlives a page). A row SQLite cannot read
-        raises, after every row before it was yielded."""
+        statement per page, so no read transaction outlives a page). A row SQLite cannot read,
+        or one whose sequence does not grow (garbage in a damaged page), raises, after every row
+        before it was yielded."""
         while True:
             n = 0
             for e in self._event_rows(after, kinds, page_rows, payload_cap):
+                if e.sequence <= after:  # a garbage cell: never read the same rows again
+                    raise errors.Corrupt(
+                        problem=f"event sequence {e.sequence} read after {after}: the events "
+                        "table is damaged",
+                        fix=f"run `agentdb check {self.session_id}`",
+                        path=self.path,
+                    )
                 n += 1
                 after = e.sequence
                 yield e
