@@ -11,13 +11,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import Any
 
 from agentdb import paths, verdicts
 from agentdb.checks import check_file
 from agentdb.checks.judge import Judgement, Level, judgement_of
 from agentdb.checks.run import CheckStream
-from agentdb.results import CheckReport, SessionCheck, Verdict
+from agentdb.results import CheckReport, SessionCheck
 
 RECORD_CHUNK = 2000  # verdicts written per transaction while the results stream
 
@@ -146,13 +146,13 @@ def cached_judgement(
     if recorded is None:
         recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
     entry = recorded.get(name)
-    if entry is None or entry.verdict not in get_args(Verdict):
+    if entry is None:
         return None
     if entry.quick and level == "full":
         return None
     if not entry.matches(verdicts.identity_of(sessions_dir / name)):
         return None
-    verdict = cast(Verdict, entry.verdict)
+    verdict = entry.verdict
     problem = None if verdict == "ok" else f"run `agentdb check {session_id}` for the findings"
     depth: Level = "quick" if entry.quick else "full"
     return Judgement(session_id, verdict, depth, problem, checked_at=entry.checked_at)
