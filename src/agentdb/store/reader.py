@@ -188,22 +188,24 @@ class SessionReader:
         payload_cap: int = DEFAULT_PAYLOAD_CAP,
     ) -> Iterator[EventRow]:
         """Every event after ``after`` in sequence order, read a bounded page at a time (one
-        statement per page, so no read transaction outlives a page). A row SQLite cannot read,
-        or one whose sequence does not grow (garbage in a damaged page), raises, after every row
-        before it was yielded."""
+        statement per page, so no read transaction outlives a page). A row SQLite cannot read
+        raises, after every row before it was yielded. A row out of order (garbage in a damaged
+        page) is yielded as read, but the next page starts after the highest sequence seen, so
+        reading never goes back."""
         while True:
-            n = 0
+            n, advanced = 0, False
             for e in self._event_rows(after, kinds, page_rows, payload_cap):
-                if e.sequence <= after:  # a garbage cell: never read the same rows again
-                    raise errors.Corrupt(
-                        problem=f"event sequence {e.sequence} read after {after}: the events "
-                        "table is damaged",
-                        fix=f"run `agentdb check {self.session_id}`",
-                        path=self.path,
-                    )
                 n += 1
-                after = e.sequence
+                if e.sequence > after:  # never backwards: no page is read twice
+                    after, advanced = e.sequence, True
                 yield e
+            if n >= page_rows and not advanced:
+                raise errors.Corrupt(
+                    problem=f"a page of events after sequence {after} holds none after it: the "
+                    "events table is damaged",
+                    fix=f"run `agentdb check {self.session_id}`",
+                    path=self.path,
+                )
             if n < page_rows:
                 return
 
