@@ -127,14 +127,7 @@ RELATIONS = (
 
 # Cells known to disagree, each naming the finding (/work/wt/FINDINGS.md) that owns the fix.
 # Strict: once fixed, the cell fails until its entry is removed here.
-_MISNAMED = (
-    "FINDINGS.md 2026-11-30 judge -> recover: recover --dry-run says healthy on another "
-    "session's file under this name; check says foreign (meta_id_mismatch), recover must refuse"
-)
-XFAIL: dict[tuple[str, int, str], str] = {
-    ("misnamed", 1, "recover"): _MISNAMED,
-    ("misnamed", 2, "recover"): _MISNAMED,
-}
+XFAIL: dict[tuple[str, int, str], str] = {}
 
 
 @dataclass
