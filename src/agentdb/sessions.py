@@ -171,6 +171,14 @@ def _with_verdict(
     return row
 
 
+def with_verdicts(sessions_dir: Path, rows: Iterable[SessionRow]) -> Iterator[SessionRow]:
+    """``rows`` (from the index or a scan), each with the verdict ``check`` recorded for its
+    file as it is now, if any (``sessions list`` checks nothing itself)."""
+    recorded = verdicts.lookup(sessions_dir)
+    for row in rows:
+        yield _with_verdict(sessions_dir, row, recorded)
+
+
 def _judged(row: SessionRow, j: Judgement) -> None:
     row.verdict, row.checked_at = j.verdict, j.checked_at
     if j.read_error and row.error is None:

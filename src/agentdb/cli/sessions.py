@@ -114,15 +114,16 @@ def list_cmd(
 ) -> int:
     """List sessions in chronological order with status, profile, parent, depth, start and end,
     cost and event count."""
+    sessions_dir = app.require_sessions_dir()
     listed = queries.stream_sessions(
-        app.require_sessions_dir(),
+        sessions_dir,
         queries.ListQuery(statuses, older_than, newer_than, profile, parent, sort, limit),
         use_index=not no_index,
         jobs=jobs or default_jobs(),
     )
     for n in listed.notes:
         output.note(n)
-    listing = sessions.Listing(iter(listed.rows))
+    listing = sessions.Listing(sessions.with_verdicts(sessions_dir, listed.rows))
     if as_json:
         output.emit_json_stream(
             {
