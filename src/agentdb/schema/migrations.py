@@ -246,5 +246,5 @@ def create_schema(conn: apsw.Connection, revision: int) -> None:
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)  # an interrupted COMMIT may have rolled back already
         raise
