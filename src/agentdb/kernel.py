@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from agentdb import checks, errors, paths
+from agentdb import checks, errors, locks, paths
 from agentdb.salvage import recover_session
 from agentdb.store import SessionWriter
 
@@ -46,10 +46,25 @@ def judge_hook(path: Path, session_id: str) -> str | None:
     return j.describe() if j.damaged else None
 
 
+# How long the kernel's automatic recovery waits for another agentdb job that has the damaged
+# file in hand (seconds); a writer holding the lease is refused at once.
+JOB_WAIT = 15.0
+
+
 def recover_hook(sessions_dir: Path, session_id: str) -> None:
     """The kernel's automatic attempt; raises when the session could not be recovered."""
     out = recover_session(sessions_dir, session_id)
     path = paths.session_path(sessions_dir, session_id)
+    if out.outcome == "skipped_live":
+        holder = locks.probe(path)
+        if holder is not None and not holder.lease:
+            # A job (``recover --all``, migrate, backup) has the file in hand, not a writer:
+            # wait for it, then try once more. When that job recovered the file meanwhile,
+            # nothing is left to salvage: the open judges the new file again.
+            locks.wait_free(path, JOB_WAIT)
+            out = recover_session(sessions_dir, session_id)
+            if out.outcome == "healthy":
+                return
     if out.outcome == "recovered":
         log.warning(
             "%s: was damaged and has been recovered; the original is kept as %s; "
