@@ -1,4 +1,4 @@
-"""agentdb check through the CLI: exit codes, JSON shape, tables, Ctrl-C."""
+"""agentdb check through the CLI: exit codes, JSON shape, tables, Ctrl-C, ``--changed``."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import json
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 from agentdb import demo
 from agentdb.results import VERDICTS
+from agentdb.store import SessionWriter
 from tests.runner import Agentdb, Terminal, run_cli, state_options
+from tests.salvage.corpus import d_flipped_bytes
 from tests.support import GOOD_ID, hostile_extras, make_session
 
 
@@ -125,3 +128,59 @@ def test_verdict_is_the_first_that_applies(tmp_path: Path, sessions_dir: Path) -
     r = run_cli("--sessions-dir", str(sessions_dir), "check", sid, "--json")
     assert json.loads(r.stdout)["sessions"][0]["verdict"] == "insecure"
     assert r.returncode == 1
+
+
+# check --changed: only sessions without a recorded ok (of a full check, unless --quick), or
+# whose identity changed since it.
+
+
+def _settle() -> None:
+    time.sleep(0.12)
+
+
+def checked(agentdb: Agentdb, d: Path, *extra: str) -> list[str]:
+    code, out, err = agentdb("--sessions-dir", str(d), "check", "--changed", "--json", *extra)
+    assert code in (0, 1), err
+    assert "have no recorded ok or changed since" in err
+    return [s["session_id"] for s in json.loads(out)["sessions"]]
+
+
+def test_check_changed(agentdb: Agentdb, sessions_dir: Path) -> None:
+    a, _ = make_session(sessions_dir, turns=1)
+    b, _ = make_session(sessions_dir, turns=1, status="running")
+    c, path_c = make_session(sessions_dir, turns=12)
+    _settle()
+    assert checked(agentdb, sessions_dir) == [a, b, c]  # never checked
+    _settle()
+    assert checked(agentdb, sessions_dir) == []  # every one ok and unchanged
+    w = SessionWriter.open(sessions_dir, b)
+    w.set_status("completed")
+    w.close()
+    _settle()
+    assert checked(agentdb, sessions_dir) == [b]  # its identity changed
+    _settle()
+    assert checked(agentdb, sessions_dir) == []
+    st = os.stat(path_c)
+    d_flipped_bytes(path_c)
+    os.utime(path_c, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: ctime moved
+    _settle()
+    assert checked(agentdb, sessions_dir) == [c]
+    _settle()
+    assert checked(agentdb, sessions_dir) == [c]  # no recorded ok: checked until it is fixed
+
+
+def test_a_quick_ok_is_not_a_full_ok(agentdb: Agentdb, sessions_dir: Path) -> None:
+    a, _ = make_session(sessions_dir, turns=1)
+    _settle()
+    assert checked(agentdb, sessions_dir, "--quick") == [a]
+    _settle()
+    assert checked(agentdb, sessions_dir, "--quick") == []
+    assert checked(agentdb, sessions_dir) == [a]  # a full --changed wants a full ok
+    _settle()
+    assert checked(agentdb, sessions_dir) == []
+
+
+def test_changed_with_ids_is_a_usage_error(agentdb: Agentdb, sessions_dir: Path) -> None:
+    a, _ = make_session(sessions_dir, turns=1)
+    assert agentdb("--sessions-dir", str(sessions_dir), "check", "--changed", a).code == 2
+    assert agentdb("--sessions-dir", str(sessions_dir), "check", "--changed", "--all").code == 2

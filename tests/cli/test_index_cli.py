@@ -16,7 +16,7 @@ import apsw
 import pytest
 
 from agentdb import demo, schemas, verdicts
-from agentdb.cli.main import main
+from tests.runner import Agentdb, run_cli
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -28,15 +28,14 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> demo.DemoState:
     return s
 
 
-def run(capsys: Any, state: demo.DemoState, *args: str) -> tuple[int, str, str]:
-    g = ["--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache)]
-    code = main([*g, *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def run(
+    agentdb: Agentdb, state: demo.DemoState, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    return agentdb.at(state.sessions_dir, state.plugin_cache)(*args, env=env)
 
 
-def doc(capsys: Any, state: demo.DemoState, *args: str) -> dict[str, Any]:
-    code, out, err = run(capsys, state, *args, "--json")
+def doc(agentdb: Agentdb, state: demo.DemoState, *args: str) -> dict[str, Any]:
+    code, out, err = run(agentdb, state, *args, "--json")
     assert code in (0, 1), err
     d: dict[str, Any] = json.loads(out)
     return d
@@ -65,51 +64,53 @@ def _stable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
-def test_no_index_gives_the_same_document(capsys: Any, state: demo.DemoState, args: Any) -> None:
-    cold = doc(capsys, state, *args)
-    warm = doc(capsys, state, *args)
-    scanned = doc(capsys, state, *args, "--no-index")
+def test_no_index_gives_the_same_document(
+    agentdb: Agentdb, state: demo.DemoState, args: Any
+) -> None:
+    cold = doc(agentdb, state, *args)
+    warm = doc(agentdb, state, *args)
+    scanned = doc(agentdb, state, *args, "--no-index")
     assert _stable(cold) == _stable(scanned) == _stable(warm)
 
 
-def test_list_queries(capsys: Any, state: demo.DemoState) -> None:
+def test_list_queries(agentdb: Agentdb, state: demo.DemoState) -> None:
     parent = state.by_role("parent").session_id
-    rows = doc(capsys, state, "sessions", "list", "--parent", parent)["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--parent", parent)["sessions"]
     assert rows and all(r["parent_session_id"] == parent for r in rows)
-    rows = doc(capsys, state, "sessions", "list", "--sort", "events")["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--sort", "events")["sessions"]
     events = [r["events"] or 0 for r in rows]
     assert events == sorted(events, reverse=True)
-    rows = doc(capsys, state, "sessions", "list", "--sort", "cost", "--limit", "1")["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--sort", "cost", "--limit", "1")["sessions"]
     assert len(rows) == 1
-    every = doc(capsys, state, "sessions", "list")["sessions"]
+    every = doc(agentdb, state, "sessions", "list")["sessions"]
     assert rows[0]["cost_usd"] == max(r["cost_usd"] or 0 for r in every)
-    rows = doc(capsys, state, "sessions", "list", "--profile", "researcher")["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--profile", "researcher")["sessions"]
     assert rows and all(r["profile"] == "researcher" for r in rows)
-    rows = doc(capsys, state, "sessions", "list", "--until", "2000-01-01")["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--until", "2000-01-01")["sessions"]
     assert rows == []
-    rows = doc(capsys, state, "sessions", "list", "--since", "2000-01-01")["sessions"]
+    rows = doc(agentdb, state, "sessions", "list", "--since", "2000-01-01")["sessions"]
     assert len(rows) == len(every)
-    assert run(capsys, state, "sessions", "list", "--since", "yesterday")[0] == 2
-    assert run(capsys, state, "sessions", "list", "--sort", "size")[0] == 2
+    assert run(agentdb, state, "sessions", "list", "--since", "yesterday")[0] == 2
+    assert run(agentdb, state, "sessions", "list", "--sort", "size")[0] == 2
 
 
-def test_costs_and_users_validate(capsys: Any, state: demo.DemoState) -> None:
-    costs = doc(capsys, state, "sessions", "costs")
+def test_costs_and_users_validate(agentdb: Agentdb, state: demo.DemoState) -> None:
+    costs = doc(agentdb, state, "sessions", "costs")
     jsonschema.validate(costs, schemas.load("sessions-costs"))
     assert costs["total_usd"] == pytest.approx(sum(d["cost_usd"] for d in costs["by_day"]))
     assert costs["total_usd"] == pytest.approx(sum(m["cost_usd"] for m in costs["by_model"]))
-    every = doc(capsys, state, "sessions", "list")["sessions"]
+    every = doc(agentdb, state, "sessions", "list")["sessions"]
     unknown = set(costs["unreadable"])  # the demo's damaged session: its costs cannot be read
     assert unknown == {state.by_role("damaged").session_id}
     readable = sum(r["cost_usd"] or 0 for r in every if r["session_id"] not in unknown)
     assert costs["total_usd"] == pytest.approx(readable)
-    users = doc(capsys, state, "plugins", "users", "model/anthropic", "--version", "1.4.0")
+    users = doc(agentdb, state, "plugins", "users", "model/anthropic", "--version", "1.4.0")
     jsonschema.validate(users, schemas.load("plugins-users"))
     assert set(users["by_version"]) <= {"model/anthropic/1.4.0"}
     assert users["sessions"]
-    none = doc(capsys, state, "plugins", "users", "nosuchplugin")
+    none = doc(agentdb, state, "plugins", "users", "nosuchplugin")
     assert none["sessions"] == []
-    assert run(capsys, state, "plugins", "users", "a/b/c")[0] == 2
+    assert run(agentdb, state, "plugins", "users", "a/b/c")[0] == 2
 
 
 def _index() -> Path:
@@ -117,9 +118,11 @@ def _index() -> Path:
 
 
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "foreign", "zeroed_page"])
-def test_a_damaged_index_changes_no_answer(capsys: Any, state: demo.DemoState, damage: str) -> None:
-    want = doc(capsys, state, "sessions", "list", "--no-index")
-    doc(capsys, state, "sessions", "list")  # the index exists and is warm
+def test_a_damaged_index_changes_no_answer(
+    agentdb: Agentdb, state: demo.DemoState, damage: str
+) -> None:
+    want = doc(agentdb, state, "sessions", "list", "--no-index")
+    doc(agentdb, state, "sessions", "list")  # the index exists and is warm
     path = _index()
     if damage == "deleted":
         path.unlink()
@@ -136,32 +139,28 @@ def test_a_damaged_index_changes_no_answer(capsys: Any, state: demo.DemoState, d
         with open(path, "r+b") as f:
             f.seek(4096 * 2)
             f.write(bytes(4096))
-    assert doc(capsys, state, "sessions", "list") == want
-    assert doc(capsys, state, "sessions", "list") == want  # and rebuilt
+    assert doc(agentdb, state, "sessions", "list") == want
+    assert doc(agentdb, state, "sessions", "list") == want  # and rebuilt
 
 
 def test_an_unwritable_cache_answers_with_a_note(
-    capsys: Any, state: demo.DemoState, tmp_path: Path
+    agentdb: Agentdb, state: demo.DemoState, tmp_path: Path
 ) -> None:
-    want = doc(capsys, state, "sessions", "list", "--no-index")
+    want = doc(agentdb, state, "sessions", "list", "--no-index")
     home = tmp_path / "home"
     (home / "agentdb").mkdir(parents=True)
     (home / "agentdb" / "index.sqlite").mkdir()  # a directory where the index goes
-    old = os.environ["XDG_CACHE_HOME"]
-    os.environ["XDG_CACHE_HOME"] = str(home)
-    try:
-        code, out, err = run(capsys, state, "sessions", "list", "--json")
-    finally:
-        os.environ["XDG_CACHE_HOME"] = old
+    env = {"XDG_CACHE_HOME": str(home)}
+    code, out, err = run(agentdb, state, "sessions", "list", "--json", env=env)
     assert code == 0 and json.loads(out) == want
     assert "index" in err and "reading every file" in err
 
 
 def test_a_busy_index_answers_by_scan_with_a_note(
-    capsys: Any, state: demo.DemoState, tmp_path: Path
+    agentdb: Agentdb, state: demo.DemoState, tmp_path: Path
 ) -> None:
     """Another process holds the index's write lock: this one answers from the files."""
-    want = doc(capsys, state, "sessions", "list", "--no-index")
+    want = doc(agentdb, state, "sessions", "list", "--no-index")
     home = tmp_path / "busyhome"
     env = {**os.environ, "XDG_CACHE_HOME": str(home)}
     holder = subprocess.Popen(
@@ -177,9 +176,8 @@ def test_a_busy_index_answers_by_scan_with_a_note(
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        cli = [sys.executable, "-m", "agentdb.cli.main"]
         args = ["--sessions-dir", str(state.sessions_dir), "sessions", "list", "--json"]
-        p = subprocess.run([*cli, *args], env=env, capture_output=True, text=True, timeout=60)
+        p = run_cli(*args, env={"XDG_CACHE_HOME": str(home)}, timeout=60)
     finally:
         holder.kill()
         holder.wait()
@@ -201,7 +199,7 @@ def test_two_processes_building_at_once_agree(state: demo.DemoState, tmp_path: P
         "list",
         "--json",
     ]
-    procs = [
+    procs = [  # two at once: run_cli waits for its process, so these start here
         subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
@@ -209,5 +207,5 @@ def test_two_processes_building_at_once_agree(state: demo.DemoState, tmp_path: P
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
     docs = [json.loads(o) for o, _ in outs]
     assert docs[0] == docs[1]
-    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    again = run_cli(*argv[3:], env={"XDG_CACHE_HOME": env["XDG_CACHE_HOME"]}, timeout=120)
     assert json.loads(again.stdout) == docs[0] and again.stderr.strip() == ""

@@ -108,6 +108,8 @@ def test_xdg_variables_and_overrides(tmp_path: Path) -> None:
     assert [s["session_id"] for s in json.loads(r.stdout)["sessions"]] == [sid]
 
 
+# Runs main() itself, in a child interpreter, because the audit hook must be installed before
+# agentdb is imported; run_cli (``python -m agentdb.cli.main``) has no place to install it.
 AUDIT_RUNNER = textwrap.dedent(
     """
     import json, os, sys

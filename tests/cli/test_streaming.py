@@ -19,8 +19,8 @@ import pytest
 from agentdb import checks, sessions
 from agentdb.checks.run import CheckStream
 from agentdb.cli import output
-from agentdb.cli.main import main
 from agentdb.results import Finding
+from tests.runner import Agentdb
 from tests.support import make_session
 
 
@@ -88,7 +88,10 @@ def test_later_is_computed_after_the_rows_before_it(capsys: pytest.CaptureFixtur
 
 
 def test_check_json_streamed_equals_one_document(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    sessions_dir: Path,
+    agentdb: Agentdb,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ids = _copies(sessions_dir, 5)
     (sessions_dir / f"{ids[1]}.sqlite-wal").write_bytes(b"not a wal")  # a finding to render
@@ -96,8 +99,7 @@ def test_check_json_streamed_equals_one_document(
     (sessions_dir / "01ARZ3NDEKTSV4RRFFQ69G5FAV.sqlite-shm").write_bytes(b"")  # orphan sidecar
     g = ["--sessions-dir", str(sessions_dir)]
     monkeypatch.setattr(output, "CHUNK_ROWS", 2)
-    code = main([*g, "check", "--json", "--jobs", "1"])
-    streamed = capsys.readouterr().out
+    code, streamed, _ = agentdb(*g, "check", "--json", "--jobs", "1")
     report = checks.check_sessions(sessions_dir, jobs=1)
     output.emit_json(
         {
@@ -119,15 +121,13 @@ def test_check_json_streamed_equals_one_document(
 
 
 def test_check_table_is_the_same_in_any_chunk_size(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    sessions_dir: Path, agentdb: Agentdb, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _copies(sessions_dir, 5)
     g = ["--sessions-dir", str(sessions_dir)]
-    main([*g, "check", "--jobs", "1"])
-    whole = capsys.readouterr().out
+    whole = agentdb(*g, "check", "--jobs", "1").out
     monkeypatch.setattr(output, "CHUNK_ROWS", 2)
-    main([*g, "check", "--jobs", "1"])
-    assert capsys.readouterr().out == whole
+    assert agentdb(*g, "check", "--jobs", "1").out == whole
     assert len(whole.splitlines()) == 2 + 5  # header, rule, five rows
 
 
@@ -147,15 +147,18 @@ def test_check_results_are_produced_while_iterated(sessions_dir: Path) -> None:
 
 
 def test_sessions_list_json_streamed_equals_one_document(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    sessions_dir: Path,
+    agentdb: Agentdb,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _copies(sessions_dir, 5)
     shutil.copyfile(__file__, sessions_dir / "01ARZ3NDEKTSV4RRFFQ69G5FAV.sqlite")  # unreadable
     os.chmod(sessions_dir / "01ARZ3NDEKTSV4RRFFQ69G5FAV.sqlite", 0o600)
     g = ["--sessions-dir", str(sessions_dir)]
     monkeypatch.setattr(output, "CHUNK_ROWS", 2)
-    assert main([*g, "sessions", "list", "--json", "--jobs", "1"]) == 0
-    streamed = capsys.readouterr().out
+    code, streamed, _ = agentdb(*g, "sessions", "list", "--json", "--jobs", "1")
+    assert code == 0
     rows = sessions.list_sessions(sessions_dir)
     output.emit_json(
         {
@@ -169,11 +172,9 @@ def test_sessions_list_json_streamed_equals_one_document(
     assert json.loads(streamed)["summary"]["sessions"] == 6
 
 
-def test_empty_listing_summary_keeps_its_integer_zero(
-    sessions_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["--sessions-dir", str(sessions_dir), "sessions", "list", "--json"]) == 0
-    out = capsys.readouterr().out
+def test_empty_listing_summary_keeps_its_integer_zero(sessions_dir: Path, agentdb: Agentdb) -> None:
+    code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "sessions", "list", "--json")
+    assert code == 0
     assert '"cost_usd": 0,' in out and json.loads(out)["sessions"] == []
 
 

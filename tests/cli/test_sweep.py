@@ -26,7 +26,7 @@ import pytest
 
 from agentdb.cli import params
 from agentdb.cli.common import SessionIdType
-from agentdb.cli.main import cli, main
+from agentdb.cli.main import cli
 from tests.runner import invoke
 from tests.support import make_session
 
@@ -97,7 +97,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         make(sessions / f"{sid}.sqlite")
         ids[role] = sid
     backups = root / "backups"
-    assert main(["--sessions-dir", str(sessions), "backup", "--all", "--to", str(backups)]) == 1
+    assert (
+        invoke(["--sessions-dir", str(sessions), "backup", "--all", "--to", str(backups)])[0] == 1
+    )
     # odd paths
     (root / "file").write_text("a file\n")
     os.mkfifo(root / "fifo", 0o600)
