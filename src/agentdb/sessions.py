@@ -81,7 +81,7 @@ def read_row(entry: paths.Entry, *, count_events: bool = True) -> SessionRow:
     return row_of(entry, info, n, rev)
 
 
-def row_of(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int) -> SessionRow:
+def row_of(entry: paths.Entry, info: SessionInfo, n: int | None, rev: int | None) -> SessionRow:
     """The list row of a session whose ``session_meta`` was read (``n``: its event count)."""
     return SessionRow(
         entry.session_id,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentdb import errors, paths, plugins
-from agentdb.sessions import UNREADABLE, SessionRow
+from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionInfo, SessionReader
 
 # Errors that the file's bytes and modes decide (the identity covers both): a record holding
@@ -172,19 +172,7 @@ def _row(
     entry: paths.Entry, info: SessionInfo | None, n: int | None, rev: int | None
 ) -> SessionRow:
     assert info is not None
-    return SessionRow(
-        entry.session_id,
-        entry.path,
-        info.status,
-        info.profile,
-        info.parent_session_id,
-        info.depth,
-        info.started_at,
-        info.ended_at,
-        info.cost_usd,
-        n,
-        rev,
-    )
+    return row_of(entry, info, n, rev)  # the one list-row builder, as for a scan
 
 
 def _unreadable(entry: paths.Entry, e: tuple[str, str]) -> SessionRow:
