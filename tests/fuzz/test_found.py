@@ -76,10 +76,22 @@ HOT_JOURNAL_DAMAGED = (
 )
 
 
-def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path) -> None:
+# A -journal that is not hot (its header zeroed, as after a commit in PERSIST mode) rolls nothing
+# back, yet the swap moved it with the original: recover --json said corrupt_journal=None, so the
+# report did not name a file it had moved.
+COLD_JOURNAL = [
+    "rev=2 wal=0 size=short layout=plain damages=invalid_utf8/351338171+hot_journal/403962999",
+    "rev=2 wal=0 size=short layout=plain "
+    "damages=hot_journal/1045806930+byte_flip/462457799+header_garbage/421523258",
+]
+
+
+@pytest.mark.parametrize("case", [HOT_JOURNAL_DAMAGED, *COLD_JOURNAL])
+def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path, case: str) -> None:
     sessions = tmp_path / "sessions"
-    a = apply(Case.parse(HOT_JOURNAL_DAMAGED), bases, sessions)
-    assert a.regions == 2, a.done
+    c = Case.parse(case)
+    a = apply(c, bases, sessions)
+    assert a.regions == len(c.damages), a.done
     journal = a.path.with_name(a.path.name + "-journal").read_bytes()
     p = run_cli("--sessions-dir", str(sessions), "recover", a.session_id, "--json")
     assert p.returncode == 0, p.stderr

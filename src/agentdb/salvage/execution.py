@@ -55,9 +55,11 @@ def execute(plan: RecoveryPlan, log: Path) -> RecoveryOutcome:
     faults.point("after_salvage")
     corrupt = snap.interrupted or swap.next_corrupt_name(path)
     out.corrupt_path = str(corrupt)
-    if snap.had_wal:
+    # Whatever sidecar is beside the file goes with the original (swap.swap moves it), hot or not,
+    # empty or not: the report names each one kept, so nothing leaves without being named.
+    if snap.had_wal or _goes_with(path, corrupt, "-wal"):
         out.corrupt_wal = str(sidecar(corrupt, "-wal"))
-    if snap.had_journal:
+    if snap.had_journal or _goes_with(path, corrupt, "-journal"):
         out.corrupt_journal = str(sidecar(corrupt, "-journal"))
     recoverylog.append(log, out.to_log("intent"))
     out.swap_started = True
@@ -67,6 +69,11 @@ def execute(plan: RecoveryPlan, log: Path) -> RecoveryOutcome:
     out.swap_started = False
     log_outcome(log, out)
     return out
+
+
+def _goes_with(path: Path, corrupt: Path, suffix: str) -> bool:
+    """The swap keeps ``path``'s sidecar as ``corrupt``'s (or an interrupted swap already did)."""
+    return sidecar(path, suffix).exists() or sidecar(corrupt, suffix).exists()
 
 
 def _place(replacement: Path, target: Path) -> None:
