@@ -18,10 +18,13 @@ cache. So the relations are asserted at the matching level:
   healthy;
 * prune: ``prune --dry-run`` never refuses such a file as unreadable, and removes no other;
 * list_open: no verdict cache: a ``sessions list`` row carries an error only when check (full)
-  says error (the open level sees less, never more);
-* list: after ``check`` recorded its verdict, a row carries an error exactly when it says error;
-* show_quick: no cache: ``sessions show`` fails exactly when ``check --quick`` says error;
-* show: after ``check``: ``sessions show`` fails exactly when check (full) says error;
+  says error (the open level sees less, never more) or the file cannot be read as this session;
+* list: after ``check`` recorded its verdict, a row carries an error exactly when it says error
+  (a row of a file it cannot read as this session at all, e.g. too new, may carry one too);
+* show_quick: no cache: ``sessions show`` fails exactly when ``check --quick`` says error, and
+  refuses (exit 1) a file it cannot read as this session at all (as events below);
+* show: after ``check``: ``sessions show`` fails exactly when check (full) says error (or
+  refuses, as above);
 * events: exits 1 exactly when check (full) is corrupt or unreadable, after printing at least
   every event SQLite itself reads in order before its first error — except a file it cannot
   read as this session at all (check: foreign, too_new, insecure, unsafe_schema), which it
@@ -76,6 +79,13 @@ def _foreign_wal(p: Path) -> None:
     os.chmod(sidecar(p, "-wal"), 0o600)
 
 
+def _too_new(p: Path) -> None:
+    """A user_version beyond the revisions this build knows (the contract: refused, naming both)."""
+    with open(p, "r+b") as f:
+        f.seek(60)
+        f.write((99).to_bytes(4, "big"))
+
+
 def _hot_journal(p: Path) -> None:
     """A writer in rollback-journal mode killed mid-transaction: a hot -journal beside it."""
     conn = apsw.Connection(str(p))
@@ -111,6 +121,7 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "foreign_wal": _foreign_wal,
     "hot_journal": _hot_journal,
     "invalid_utf8": _invalid_utf8,
+    "too_new": _too_new,
     "misnamed": None,  # a healthy session copied under another id (renamed in _answers)
 }
 RELATIONS = (
@@ -278,16 +289,21 @@ def _holds(relation: str, a: Answers) -> tuple[bool, object]:
             return "unreadable" not in reasons, (v, a.prune)
         return not removed, (v, a.prune)
     if relation == "list_open":
-        return not a.list_open.get("error") or v in SHOWS_ERROR, (v, a.list_open)
+        return not a.list_open.get("error") or v in SHOWS_ERROR | REFUSED, (v, a.list_open)
     if relation == "list":
-        return bool(a.list_cached.get("error")) == (v in SHOWS_ERROR), (v, a.list_cached)
+        error = bool(a.list_cached.get("error"))
+        return error == (v in SHOWS_ERROR) or (error and v in REFUSED), (v, a.list_cached)
     if relation == "show_quick":
+        if a.quick_verdict in REFUSED:  # refused like events: exit 1, one line
+            return a.show_open[0] == 1, (a.quick_verdict, a.show_open)
         return _show_error(a.show_open) == (a.quick_verdict in SHOWS_ERROR), (
             a.quick_verdict,
             a.show_open[0],
             a.show_open[1][:300],
         )
     if relation == "show":
+        if v in REFUSED:
+            return a.show_cached[0] == 1, (v, a.show_cached)
         return _show_error(a.show_cached) == (v in SHOWS_ERROR), (
             v,
             a.show_cached[0],
