@@ -42,14 +42,6 @@ ISSUE_CASES = {
     "hot_journal": "rev=2 wal=0 size=long layout=plain damages=hot_journal/1018022223",
 }
 
-# Disagreements the one-judge work (issue 9, owner: judge) has not closed yet: `events` and
-# `sessions show` do not run check's judge, so on a file check calls corrupt they print what
-# they can read with exit 0 / no error. Any other failure fails the test.
-KNOWN_OPEN = (
-    ("disagree", "but events exit 0"),
-    ("disagree", "but sessions show error=False"),
-)
-
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> Bases:
@@ -140,13 +132,8 @@ def test_dot_recover_is_compared() -> None:
 
 def _holds(case: Case, bases: Bases, work: Path) -> None:
     r = run_case(case, bases, work)
-    unexpected = [
-        (inv, detail)
-        for inv, detail in r.failures
-        if not any(inv == k and frag in detail for k, frag in KNOWN_OPEN)
-    ]
     replay = f"python -m tests.fuzz.generator --case '{case}'"
-    assert not unexpected, f"{case} ({r.applied.done}): {unexpected}\nreplay: {replay}"
+    assert not r.failures, f"{case} ({r.applied.done}): {r.failures}\nreplay: {replay}"
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS)

@@ -44,3 +44,64 @@ def test_no_row_differs_unless_unverified(tmp_path: Path, text: str) -> None:
     wrong = sorted(s for s in seqs if not any(a <= s <= b for a, b in ranges))
     assert wrong == [], (text, out.notes)
     assert out.tables["events"]["salvaged"] == len(events)
+
+
+def _events_leaves(path: Path) -> list[tuple[int, bytes]]:
+    """The events table's leaf pages (page number, bytes) in key order, from the file alone."""
+    import apsw
+
+    from agentdb.fileformat.btree import PageKind, parse_page
+
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='events'").fetchone()[0]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = path.read_bytes()
+    out: list[tuple[int, bytes]] = []
+    stack = [root]
+    while stack:
+        pgno = stack.pop()
+        page = parse_page(data[(pgno - 1) * size : pgno * size], pgno, size)
+        if page.kind is PageKind.LEAF_TABLE:
+            out.append((pgno, page.data))
+        else:
+            stack.extend(reversed(page.children()))
+    return out
+
+
+def test_a_garbage_key_rejects_itself_not_the_cells_after_it(tmp_path: Path) -> None:
+    """Seeds random_sector/563054641 and freelist_trunk/458210018+random_sector/291022477: a
+    sector of random bytes gave one cell of an events leaf a key larger than every other; the
+    page engine then rejected every later cell of that page as out of order (recover kept 480
+    events where .recover kept 482). One wrong key now costs that one cell."""
+    from agentdb.fileformat.btree import parse_page
+    from tests.salvage import corpus
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    sid, path = corpus.build_base(d, revision=2, turns=120)
+    conn = __import__("apsw").Connection(str(path))
+    total = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    # a leaf in the middle of the tree whose cells have two-byte rowid varints (128..16383)
+    pgno, data = next(
+        (p, b)
+        for p, b in _events_leaves(path)[1:-1]
+        if (pg := parse_page(b, p, size)).cell_count >= 6
+        and all(128 <= c.rowid < 16383 for c in pg.table_leaf_cells())
+    )
+    page = parse_page(data, pgno, size)
+    victim = page.table_leaf_cells()[1]
+    at = page.cell_pointers[1]
+    while data[at] & 0x80:  # skip the payload-size varint
+        at += 1
+    at += 1
+    assert data[at] & 0x80 and not data[at + 1] & 0x80  # a two-byte rowid varint
+    with open(path, "r+b") as f:
+        f.seek((pgno - 1) * size + at)
+        f.write(b"\xff\x7f")  # rowid 16383: larger than any key of this session
+    out = salvage.recover_session(path.parent, sid)
+    assert out.outcome == "recovered", out.notes
+    assert out.tables["events"]["salvaged"] == total - 1, (out.lost, out.notes)
+    assert out.lost["event_sequences"] == [[victim.rowid, victim.rowid]], out.lost

@@ -20,6 +20,7 @@ not match.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -207,8 +208,12 @@ class _PageReader:
 
     # -- pages
 
-    def leaf_cells(self, data: bytes, pgno: int) -> list[TableLeafCell] | None:
-        """The parseable cells of a table-leaf page in key order, or None if it is not one."""
+    def leaf_cells(
+        self, data: bytes, pgno: int, lo: int = _MIN_KEY, hi: int = tables.MAX_ROWID
+    ) -> list[TableLeafCell] | None:
+        """The parseable cells of a table-leaf page whose keys lie in (lo, hi] and form the
+        longest run in increasing key order (a garbage key rejects itself, not the valid cells
+        after it), or None if it is not a table-leaf page."""
         try:
             page = parse_page(data, pgno, self.src.usable)
         except FormatError:
@@ -216,7 +221,6 @@ class _PageReader:
         if page.kind is not PageKind.LEAF_TABLE:
             return None
         cells: list[TableLeafCell] = []
-        prev = _MIN_KEY
         for i in range(page.cell_count):
             try:
                 cell = page.cell(i)
@@ -226,13 +230,16 @@ class _PageReader:
                 continue
             if not isinstance(cell, TableLeafCell):
                 continue
-            if cell.rowid <= prev:
-                self.out.rejected["key out of order for its page"] += 1
+            if not lo < cell.rowid <= hi:
+                self.out.rejected["key outside its parent's bounds"] += 1
                 self.anomalous.add(self.image)
                 continue
-            prev = cell.rowid
             cells.append(cell)
-        return cells
+        keep = _increasing([c.rowid for c in cells])
+        if len(keep) < len(cells):
+            self.out.rejected["key out of order for its page"] += len(cells) - len(keep)
+            self.anomalous.add(self.image)
+        return [c for i, c in enumerate(cells) if i in keep]
 
     def walk(self, root: int, get_page: GetPage) -> Iterator[tuple[int, TableLeafCell]]:
         """Leniently walk a table b-tree: damaged subtrees are skipped (and left to the scan)."""
@@ -255,12 +262,8 @@ class _PageReader:
             if page.kind is PageKind.LEAF_TABLE:
                 self.live_btree_pages.add(pgno)
                 self.image = f"page {pgno}"
-                for cell in self.leaf_cells(data, pgno) or []:
-                    if lo < cell.rowid <= hi:
-                        yield pgno, cell
-                    else:
-                        self.out.rejected["key outside its parent's bounds"] += 1
-                        self.anomalous.add(f"page {pgno}")
+                for cell in self.leaf_cells(data, pgno, lo, hi) or []:
+                    yield pgno, cell
             elif page.kind is PageKind.INTERIOR_TABLE:
                 self.live_btree_pages.add(pgno)
                 kids: list[tuple[int, int, int, int]] = []
@@ -277,6 +280,28 @@ class _PageReader:
                 if page.right_child is not None:
                     kids.append((page.right_child, prev, hi, depth + 1))
                 stack.extend(reversed(kids))
+
+
+def _increasing(keys: list[int]) -> set[int]:
+    """The positions of one longest strictly increasing subsequence of ``keys`` (patience
+    sorting, O(n log n)): the cells of a leaf that still agree with each other on key order."""
+    tails: list[int] = []  # smallest last key of an increasing run of each length
+    at: list[int] = []  # the position of that last key
+    back = [-1] * len(keys)
+    for i, k in enumerate(keys):
+        j = bisect.bisect_left(tails, k)
+        if j == len(tails):
+            tails.append(k)
+            at.append(i)
+        else:
+            tails[j], at[j] = k, i
+        back[i] = at[j - 1] if j else -1
+    out: set[int] = set()
+    i = at[-1] if at else -1
+    while i >= 0:
+        out.add(i)
+        i = back[i]
+    return out
 
 
 def salvage_pages(
