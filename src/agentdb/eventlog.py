@@ -53,7 +53,7 @@ class EventLog:
                             after=after, kinds=self.kinds, payload_cap=self.payload_cap
                         ):
                             self.count += 1
-                            after = e.sequence
+                            after = max(after, e.sequence)  # never backwards
                             yield e
                         return
                     except _DAMAGE as e:

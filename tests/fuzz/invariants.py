@@ -24,6 +24,7 @@ returns every invariant that failed, by name:
 - ``leftovers``: a read-only command or dry run changed the directory; recover left files
   other than the replacement and the ``.corrupt`` set (or a sidecar beside the replacement);
   migrate (run on its own copy) left a ``.agentdb-`` file;
+- ``events_order``: ``events`` printed an event twice or out of sequence order;
 - ``disagree``: the commands disagree as the one-judge table (issue 9) defines;
 - ``replacement_not_ok``: ``check`` does not pass the replacement.
 """
@@ -135,6 +136,17 @@ def _events_seqs(step: dict[str, Any]) -> set[int] | None:
             out.add(int(json.loads(line)["sequence"]))
         except (ValueError, KeyError, TypeError):
             return None
+    return out
+
+
+def _events_printed(step: dict[str, Any]) -> list[int]:
+    """The sequences ``events --json`` printed, in the order printed."""
+    out: list[int] = []
+    for line in step["stdout"].splitlines():
+        try:
+            out.append(int(json.loads(line)["sequence"]))
+        except (ValueError, KeyError, TypeError):
+            continue
     return out
 
 
@@ -305,6 +317,14 @@ def run_case(
             why.append(f"events shows {len(seqs)} events, SQLite {len(j.sequences)}")
         if why:
             r.fail("check_ok_on_damage", f"check says {verdict}: {'; '.join(why)}")
+
+    printed = _events_printed(res[3])
+    if printed != sorted(set(printed)):
+        r.fail(
+            "events_order",
+            f"events printed {len(printed)} events, {len(set(printed))} distinct sequences, "
+            "not in strictly increasing order",
+        )
 
     dry = _json(res[2]) or {}
     dry_outcome = (dry.get("sessions") or [{}])[0].get("outcome", "")

@@ -36,7 +36,11 @@ def test_events_on_a_null_payload_is_no_traceback(bases: Bases, tmp_path: Path) 
     assert p.returncode in (0, 1), p.stderr
     events = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(events) > 100  # the readable part is printed
-    assert any(e["payload_length"] == 0 for e in events)
+    # the swapped leaf's rows come round a second time (NULL payloads) after sequence 446: each
+    # event is printed once, in order (events used to print those garbage copies as well)
+    seqs = [e["sequence"] for e in events]
+    assert seqs == sorted(set(seqs))
+    assert all(e["payload_length"] > 0 for e in events if 69 <= e["sequence"] <= 80)
 
 
 # A broken checksum in a commit frame of the -wal: check calls the session corrupt (frames after
@@ -132,6 +136,10 @@ CAMPAIGN = [
     "rev=2 wal=0 size=long layout=plain damages=random_sector/563054641",
     "rev=2 wal=0 size=long layout=plain damages=freelist_trunk/458210018+random_sector/291022477",
     HOT_JOURNAL_DAMAGED,
+    # cell-pointer garbage that makes the events b-tree loop: `events` printed 61,312 lines for
+    # a 486-event session (the reader yielded rows out of order and resumed from them)
+    "rev=2 wal=0 size=long layout=plain "
+    "damages=overflow_out/460684564+cell_pointers/476089067+zero_sector/619597210",
 ]
 
 

@@ -189,15 +189,17 @@ class SessionReader:
     ) -> Iterator[EventRow]:
         """Every event after ``after`` in sequence order, read a bounded page at a time (one
         statement per page, so no read transaction outlives a page). A row SQLite cannot read
-        raises, after every row before it was yielded. A row out of order (garbage in a damaged
-        page) is yielded as read, but the next page starts after the highest sequence seen, so
-        reading never goes back."""
+        raises, after every row before it was yielded. Sequences come out strictly increasing:
+        a row at or below the last one yielded (a damaged page that loops, or garbage read out of
+        order) is not yielded again, and the next page starts after the highest sequence seen,
+        so reading never goes back and no event is shown twice."""
         while True:
             n, advanced = 0, False
             for e in self._event_rows(after, kinds, page_rows, payload_cap):
                 n += 1
-                if e.sequence > after:  # never backwards: no page is read twice
-                    after, advanced = e.sequence, True
+                if e.sequence <= after:  # never backwards: no row or page is read twice
+                    continue
+                after, advanced = e.sequence, True
                 yield e
             if n >= page_rows and not advanced:
                 raise errors.Corrupt(
