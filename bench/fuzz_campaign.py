@@ -1,7 +1,10 @@
 """Bench: the damage generator's campaign (issue 10) — `bench/fuzz --minutes N --revision R`.
 
-Draws cases from consecutive seeds (``--seed S``, S+1, …) of one schema revision, runs every
-invariant of :mod:`tests.fuzz.invariants` on each (each command killed after the guard), and
+Draws cases from consecutive seeds (``--seed S``, S+1, …) of one schema revision, each one
+including the damage kind of the (kind × WAL/no-WAL) cell with the fewest cases so far, runs
+``--jobs`` of them at once (default: the usable cores), checks every invariant of
+:mod:`tests.fuzz.invariants` on each (each command killed after max(``--guard``, 30 × the
+case's ``.recover | sqlite3``) seconds), and
 recovers the same damaged file with agentdb at ``--old`` (default dd60f0c, run from a temporary
 ``git worktree`` that is removed at the end). Prints, and writes to
 ``bench/results/fuzz-rev<R>.md``:
@@ -22,14 +25,16 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fuzz import oracle  # noqa: E402
 from tests.fuzz.bases import Bases  # noqa: E402
-from tests.fuzz.generator import Case  # noqa: E402
+from tests.fuzz.generator import Case, kinds_for  # noqa: E402
 from tests.fuzz.invariants import old_recover, run_case  # noqa: E402
 
 
@@ -77,10 +82,21 @@ class Tally:
             row[3] += sum(r.applied.base.rows.count(t) for t in oracle.TABLES)
 
 
-def report(t: Tally, args: argparse.Namespace, n: int, secs: float, shell: Path | None) -> str:
+def report(
+    t: Tally,
+    args: argparse.Namespace,
+    n: int,
+    secs: float,
+    shell: Path | None,
+    jobs: int,
+    last_seed: int,
+) -> str:
+    filled = [c for c in t.cases if not c[0].startswith("(")]
+    least = min((t.cases[c] for c in filled), default=0)
     lines = [
-        f"Damage campaign, revision {args.revision}: {n} cases in {secs / 60:.1f} min "
-        f"(seeds {args.seed}..{args.seed + n - 1}); {_load()} at the end. "
+        f"Damage campaign, revision {args.revision}: {n} cases in {secs / 60:.1f} min, "
+        f"{jobs} at once (seeds {args.seed}..{last_seed}; each case includes the damage kind of "
+        f"the least-covered cell, the fewest cases in a cell: {least}); {_load()} at the end. "
         f"`.recover`: {shell if shell else 'no capable shell: not compared'}. "
         f"Old agentdb: {args.old if args.old != 'none' else 'not run'}."
         + (f" Invariants checked on agentdb at {args.agentdb}." if args.agentdb else ""),
@@ -110,15 +126,79 @@ def report(t: Tally, args: argparse.Namespace, n: int, secs: float, shell: Path 
     return "\n".join(lines) + "\n"
 
 
+def _cells(revision: int, wal: bool | None, kind: str | None) -> list[tuple[str, bool]]:
+    """The (damage kind, WAL) cells the campaign fills, least-covered first."""
+    out = []
+    for w in (False, True) if wal is None else (wal,):
+        for k in kinds_for(w):
+            if kind is None or k == kind:
+                out.append((k, w))
+    return out
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(root: str, under_test: str | None, old_src: str | None, shell: str | None) -> None:
+    """Each worker process builds its own undamaged bases and works in its own directory."""
+    work = Path(tempfile.mkdtemp(prefix="worker-", dir=root))
+    _WORKER.update(
+        work=work,
+        bases=Bases(work / "bases"),
+        under_test=Path(under_test) if under_test else None,
+        old_src=Path(old_src) if old_src else None,
+        shell=Path(shell) if shell else None,
+    )
+
+
+def _run_one(case: Case, guard: float) -> tuple[Case, Any, dict[str, int] | None]:
+    w = _WORKER
+    r = run_case(
+        case,
+        w["bases"],
+        w["work"] / "case",
+        agentdb_src=w["under_test"],
+        shell=w["shell"],
+        guard=guard,
+        guard_per_dot=30.0,
+    )
+    old = None
+    if w["old_src"] is not None:
+        old = old_recover(case, w["bases"], w["work"] / "oldcase", w["old_src"])
+    return case, r, old
+
+
+def _next_case(args: argparse.Namespace, seed: int, drawn: Counter[tuple[str, bool]]) -> Case:
+    """A case that includes the damage kind of the least-covered cell (cases drawn so far,
+    a combination counting under each of its kinds), so every cell fills at the same pace."""
+    wal = None if args.wal is None else args.wal == "1"
+    cells = _cells(args.revision, wal, args.kind)
+    kind, w = min(cells, key=lambda c: (drawn[c], cells.index(c)))
+    if args.kind is not None:
+        case = Case.from_seed(seed, revision=args.revision, wal=w, kind=kind)
+    else:
+        case = Case.from_seed(seed, revision=args.revision, wal=w, include=kind)
+    for k in {k for k, _ in case.damages}:
+        drawn[(k, case.wal)] += 1
+    return case
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--revision", type=int, choices=(1, 2), required=True)
     ap.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock)")
     ap.add_argument("--old", default="dd60f0c", help="agentdb commit to compare, or 'none'")
-    ap.add_argument("--guard", type=float, default=60.0, help="seconds per command")
+    ap.add_argument(
+        "--guard",
+        type=float,
+        default=60.0,
+        help="seconds per command at least (a case whose .recover | sqlite3 takes longer gets "
+        "30 times that)",
+    )
     ap.add_argument("--kind", default=None, help="only cases of this one damage kind")
     ap.add_argument("--wal", choices=("0", "1"), default=None, help="only without/with a WAL")
+    ap.add_argument("--jobs", type=int, default=None, help="cases at once (default: usable cores)")
     ap.add_argument(
         "--agentdb",
         default=None,
@@ -129,6 +209,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.seed is None:
         args.seed = int(time.time()) % 1_000_000 * 1000
+    from agentdb.workers import usable_cores
+
+    jobs = args.jobs or usable_cores()
     out = args.out or REPO / "bench" / "results" / f"fuzz-rev{args.revision}.md"
     shell = oracle.capable_shell()
     if shell is None:
@@ -147,27 +230,28 @@ def main() -> int:
             else:
                 old_src = root / "old" / "src"
         try:
-            bases = Bases(root / "bases")
             t, n, t0 = Tally(), 0, time.monotonic()
-            while time.monotonic() - t0 < args.minutes * 60:
-                wal = None if args.wal is None else args.wal == "1"
-                case = Case.from_seed(
-                    args.seed + n, revision=args.revision, wal=wal, kind=args.kind
-                )
-                r = run_case(
-                    case,
-                    bases,
-                    root / "case",
-                    agentdb_src=under_test,
-                    shell=shell,
-                    guard=args.guard,
-                )
-                old = old_recover(case, bases, root / "oldcase", old_src) if old_src else None
-                t.add(case, r, old, old_src is not None)
-                status = "ok" if not r.failures else "; ".join(f"{i}: {d}" for i, d in r.failures)
-                print(f"{args.seed + n} {case} [{r.verdict}/{r.outcome}] {status}", flush=True)
-                n += 1
-            text = report(t, args, n, time.monotonic() - t0, shell)
+            drawn: Counter[tuple[str, bool]] = Counter()
+            seed = args.seed
+            init = (str(root), str(under_test or ""), str(old_src or ""), str(shell or ""))
+            with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=init) as pool:
+                running: set[Future[Any]] = set()
+                while True:
+                    while time.monotonic() - t0 < args.minutes * 60 and len(running) < 2 * jobs:
+                        case = _next_case(args, seed, drawn)
+                        seed += 1
+                        running.add(pool.submit(_run_one, case, args.guard))
+                    if not running:
+                        break
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        case, r, old = f.result()
+                        t.add(case, r, old, old_src is not None)
+                        failures = "; ".join(f"{i}: {d}" for i, d in r.failures)
+                        status = failures or "ok"
+                        print(f"{case.seed} {case} [{r.verdict}/{r.outcome}] {status}", flush=True)
+                        n += 1
+            text = report(t, args, n, time.monotonic() - t0, shell, jobs, seed - 1)
         finally:
             if commit:
                 subprocess.run([*wt, "remove", "--force", str(root / "old")], check=False)

@@ -434,19 +434,24 @@ class Case:
         revision: int | None = None,
         wal: bool | None = None,
         kind: str | None = None,
+        include: str | None = None,
     ) -> Case:
-        """The case seed ``seed`` draws; ``kind`` draws a case of that one kind alone."""
+        """The case seed ``seed`` draws; ``kind`` draws a case of that one kind alone,
+        ``include`` a case whose damages include that kind (alone or with one or two others)."""
         rng = random.Random(seed)
         rev = revision if revision is not None else rng.choice((1, 2))
         w = wal if wal is not None else rng.random() < 0.5
-        if kind in WAL_ONLY or kind in NO_WAL_ONLY:
-            w = kind in WAL_ONLY
+        forced = kind or include
+        if forced in WAL_ONLY or forced in NO_WAL_ONLY:
+            w = forced in WAL_ONLY
         size = "long" if rng.random() < 0.35 else "short"
         n = rng.choices((1, 2, 3), weights=(6, 3, 1))[0]
         pool = kinds_for(w)
         kinds = [rng.choice(pool) for _ in range(n)]
         if kind is not None:
             kinds = [kind]
+        elif include is not None:
+            kinds[0] = include
         if "ptrmap" in kinds:
             kinds = [k for k in kinds if k != "stale_page"] or ["ptrmap"]
         layout = "plain"

@@ -36,6 +36,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,8 +240,11 @@ def run_case(
     agentdb_src: Path | None = None,
     shell: Path | None = None,
     guard: float = GUARD_S,
+    guard_per_dot: float | None = None,
 ) -> CaseResult:
-    """Damage, judge with SQLite, run every command, check every invariant."""
+    """Damage, judge with SQLite, run every command, check every invariant. Each command is
+    killed (a hang) after ``guard`` seconds, or ``guard_per_dot`` × the time SQLite's
+    ``.recover | sqlite3`` took on the same file when that is longer (bench/fuzz: 30)."""
     if work.exists():
         shutil.rmtree(work)
     sessions = work / "state" / "agent" / "sessions"
@@ -250,7 +254,10 @@ def run_case(
     inputs = {p.name: p.read_bytes() for p in sessions.iterdir()}
     j = oracle.judge(a.path, sid)
     shell = shell if shell is not None else oracle.capable_shell()
+    t_dot = time.monotonic()
     dot = oracle.dot_recover(a.path, shell, a.base.rows.columns)
+    if dot is not None and guard_per_dot is not None:
+        guard = max(guard, guard_per_dot * (time.monotonic() - t_dot))
     if dot is not None:
         r.dot_recover = {t: len(dot.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}
     plugins = work / "plugins"
