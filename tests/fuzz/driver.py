@@ -1,13 +1,15 @@
 """Run agentdb command lines on one case, each in a forked child of one process.
 
-``python -m tests.fuzz.driver PLAN.json`` imports agentdb once (whichever ``agentdb`` is first on
-``PYTHONPATH``: this tree's or an old commit's), then for each step forks a child that runs the
-console entry point ``agentdb.cli.main.main(argv)`` with stdout and stderr sent to files, exactly
-as the installed script would (an exception that escapes it prints its traceback and exits 1,
-like Python does). A child still running after ``guard`` seconds is killed (a hang). Between
-steps the driver can record a listing of the sessions directory (name, size, mode, SHA-1).
-A step ``["kernel-open", DIR, ID]`` runs the kernel's open (:func:`kernel_open`) instead. The
-result is one JSON document on stdout. This module imports nothing from agentdb at top level.
+``python -m tests.fuzz.driver PLAN.json`` imports every agentdb module once (whichever
+``agentdb`` is first on ``PYTHONPATH``: this tree's or an old commit's), then for each step
+forks a child that runs the console entry point ``agentdb.cli.main.main(argv)`` with stdout
+and stderr sent to files, exactly as the installed script would (an exception that escapes it
+prints its traceback and exits 1, like Python does). A child still running after ``guard``
+seconds is killed (a hang). Between steps the driver can record a listing of the sessions
+directory (name, size, mode, SHA-1). A step ``["kernel-open", DIR, ID]`` runs the kernel's
+open (:func:`kernel_open`) instead. The result is one JSON document on stdout. This module
+imports nothing from agentdb at top level (the agentdb under test is the one on
+``PYTHONPATH`` when :func:`main` runs).
 """
 
 from __future__ import annotations
@@ -102,8 +104,25 @@ def run_step(argv: list[str], work: Path, n: int, guard: float) -> dict[str, Any
     return res
 
 
+def _preload() -> None:
+    """Import every agentdb module once, here, so each forked step starts with them loaded
+    (a child that imported the CLI itself paid most of a step's CPU time for it). The parent
+    runs no agentdb code: each child still starts from a state no other step touched."""
+    import importlib
+    import pkgutil
+
+    import agentdb
+
+    for m in pkgutil.walk_packages(agentdb.__path__, "agentdb."):
+        try:
+            importlib.import_module(m.name)
+        except Exception:  # an optional module (a missing extra): the child imports what it needs
+            continue
+
+
 def main() -> int:
     plan = json.loads(Path(sys.argv[1]).read_text())
+    _preload()
     work = Path(plan["work"])
     work.mkdir(parents=True, exist_ok=True)
     sessions = Path(plan["sessions_dir"])
