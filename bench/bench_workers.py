@@ -33,7 +33,7 @@ from typing import Any
 import apsw
 import ulid
 
-from agentdb import demo, fsutil, workers
+from agentdb import cores, demo, fsutil
 from agentdb.store import SessionWriter
 
 HERE = Path(__file__).parent
@@ -87,7 +87,7 @@ def run(argv: list[str], root: Path) -> tuple[float, float, float, Any]:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    default = workers.usable_cores()
+    default = cores.usable_cores()
     jobs = [("1", "-j 1"), ("2", "-j 2"), (str(default), f"default ({default})")]
     rows: list[tuple[str, str, float, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:

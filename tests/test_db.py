@@ -202,3 +202,28 @@ def test_caller_stats_of_a_symlink_or_missing_file_are_refused(sessions_dir: Pat
     gone = sessions_dir / f"{ulid.ULID()}.sqlite"
     with pytest.raises(errors.SessionNotFound):
         db.open_readonly(gone, stats=db.file_stats(gone))
+
+
+@pytest.mark.parametrize("name", ["plain-dir_1.x~", "a b?c#d%25e&f=g", "ünï"])
+def test_readonly_open_of_a_directory_with_uri_characters(tmp_path: Path, name: str) -> None:
+    """A sessions directory whose name holds characters a SQLite URI gives a meaning to (`?`,
+    `#`, `%`, `&`, `=`, spaces, non-ASCII) is quoted; a plain one is used as it is. Either way
+    the file named is the one opened, relative path or not."""
+    d = tmp_path / name
+    d.mkdir(mode=0o700)
+    sid, path = make_session(d)
+    conn = db.open_readonly(path)
+    try:
+        assert db.row(conn, "SELECT session_id FROM session_meta") == (sid,)
+    finally:
+        conn.close()
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        conn = db.open_readonly(Path(name) / path.name)
+        try:
+            assert db.row(conn, "SELECT session_id FROM session_meta") == (sid,)
+        finally:
+            conn.close()
+    finally:
+        os.chdir(old)

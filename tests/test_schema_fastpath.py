@@ -25,7 +25,7 @@ def _both(path: Path, revision: int) -> tuple[list[str], list[str], bool]:
         fast = identity.schema_differences(conn, revision, rows=rows)
         assert identity.schema_differences(conn, revision) == fast  # rows read by itself
         slow = identity._fingerprint_differences(conn, revision)
-        return fast, slow, rows in identity.known_schemas(revision)
+        return fast, slow, rows == identity.fresh_schema(revision)
     finally:
         conn.close()
 
@@ -48,27 +48,22 @@ def _alter(path: Path, sql: str) -> None:
     c.close()
 
 
-def test_known_schemas_are_fresh_and_migrated() -> None:
-    assert len(identity.known_schemas(1)) == 1
-    assert len(identity.known_schemas(2)) == 2  # created at 2; created at 1 and migrated
-    texts = {r[3] for rows in identity.known_schemas(2) for r in rows if r[1] == "events"}
-    assert any(t and t.startswith('CREATE TABLE "events"') for t in texts)  # after RENAME
-
-
 @pytest.mark.parametrize("revision", [1, 2])
 def test_fresh_file_takes_the_fast_path(sessions_dir: Path, revision: int) -> None:
     _, path = make_session(sessions_dir, revision=revision)
     assert _both(path, revision) == ([], [], True)
 
 
-def test_migrated_file_takes_the_fast_path(sessions_dir: Path) -> None:
+def test_migrated_file_is_decided_by_its_fingerprint_once(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, revision=1)
     SessionWriter.open(sessions_dir, sid).close()  # migrates to the current revision
     conn = db.open_readonly(path)
     assert db.pragma(conn, "user_version") == 2
     assert any(str(r[3]).startswith('CREATE TABLE "events"') for r in identity.schema_rows(conn))
     conn.close()
-    assert _both(path, 2) == ([], [], True)
+    identity._DECIDED.clear()
+    assert _both(path, 2) == ([], [], False)  # not the text agentdb creates at revision 2
+    assert len(identity._DECIDED) == 1  # decided once; every file sharing the text reuses it
 
 
 @pytest.mark.parametrize("revision", [1, 2])

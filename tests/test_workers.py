@@ -1,6 +1,6 @@
-"""``agentdb.workers``: the usable cores (cgroup quotas read from real files), and ``run_each``
-with real forked processes: order, a worker killed mid-item, an item that kills every worker,
-an exception in a worker, Ctrl-C."""
+"""``agentdb.cores`` and ``agentdb.workers``: the usable cores (cgroup quotas read from real
+files), and ``run_each`` with real forked processes: order, a worker killed mid-item, an item
+that kills every worker, an exception in a worker, Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import workers
+from agentdb import cores, workers
 
 
 def write(path: Path, text: str) -> Path:
@@ -24,7 +24,7 @@ def write(path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("text", "cores"),
+    ("text", "want"),
     [
         ("max 100000\n", None),
         ("150000 100000\n", 2),  # 1.5 CPUs: two workers share them
@@ -41,14 +41,14 @@ def write(path: Path, text: str) -> Path:
         ("\x00\xff\xfe 1\n", None),
     ],
 )
-def test_cpu_max_from_a_real_file(tmp_path: Path, text: str, cores: int | None) -> None:
-    assert workers.read_cpu_max(write(tmp_path / "cpu.max", text)) == cores
+def test_cpu_max_from_a_real_file(tmp_path: Path, text: str, want: int | None) -> None:
+    assert cores.read_cpu_max(write(tmp_path / "cpu.max", text)) == want
 
 
 def test_cpu_max_missing_or_a_directory(tmp_path: Path) -> None:
-    assert workers.read_cpu_max(tmp_path / "absent") is None
+    assert cores.read_cpu_max(tmp_path / "absent") is None
     (tmp_path / "dir").mkdir()
-    assert workers.read_cpu_max(tmp_path / "dir") is None
+    assert cores.read_cpu_max(tmp_path / "dir") is None
 
 
 def test_v2_the_tightest_quota_on_the_way_up(tmp_path: Path) -> None:
@@ -57,17 +57,17 @@ def test_v2_the_tightest_quota_on_the_way_up(tmp_path: Path) -> None:
     root = tmp_path / "cgroup"
     write(root / "machine" / "app" / "cpu.max", "max 100000\n")
     write(root / "machine" / "cpu.max", "150000 100000\n")
-    assert workers.cgroup_cpu_limit(proc, root) == 2
+    assert cores.cgroup_cpu_limit(proc, root) == 2
     write(root / "machine" / "app" / "cpu.max", "50000 100000\n")
-    assert workers.cgroup_cpu_limit(proc, root) == 1
+    assert cores.cgroup_cpu_limit(proc, root) == 1
     affinity = len(os.sched_getaffinity(0))
-    assert workers.usable_cores(proc, root) == 1
+    assert cores.usable_cores(proc, root) == 1
     write(root / "machine" / "app" / "cpu.max", "max 100000\n")
     write(root / "machine" / "cpu.max", "max 100000\n")
-    assert workers.cgroup_cpu_limit(proc, root) is None
-    assert workers.usable_cores(proc, root) == affinity
+    assert cores.cgroup_cpu_limit(proc, root) is None
+    assert cores.usable_cores(proc, root) == affinity
     write(root / "machine" / "cpu.max", "not a quota\n")  # malformed: limits nothing
-    assert workers.usable_cores(proc, root) == affinity
+    assert cores.usable_cores(proc, root) == affinity
 
 
 def test_v2_in_a_namespaced_container(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_v2_in_a_namespaced_container(tmp_path: Path) -> None:
     proc = write(tmp_path / "proc-cgroup", "0::/\n")
     root = tmp_path / "cgroup"
     write(root / "cpu.max", "100000 100000\n")
-    assert workers.usable_cores(proc, root) == 1
+    assert cores.usable_cores(proc, root) == 1
 
 
 def test_v2_path_never_leaves_the_root(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_v2_path_never_leaves_the_root(tmp_path: Path) -> None:
     root = tmp_path / "cgroup"
     write(tmp_path / "outside" / "cpu.max", "100000 100000\n")
     root.mkdir()
-    assert workers.cgroup_cpu_limit(proc, root) is None
+    assert cores.cgroup_cpu_limit(proc, root) is None
 
 
 def test_v1_cfs_quota(tmp_path: Path) -> None:
@@ -94,23 +94,23 @@ def test_v1_cfs_quota(tmp_path: Path) -> None:
     d = root / "cpu,cpuacct" / "docker" / "abc"
     write(d / "cpu.cfs_quota_us", "250000\n")
     write(d / "cpu.cfs_period_us", "100000\n")
-    assert workers.cgroup_cpu_limit(proc, root) == 3
+    assert cores.cgroup_cpu_limit(proc, root) == 3
     write(d / "cpu.cfs_quota_us", "-1\n")  # unlimited
-    assert workers.cgroup_cpu_limit(proc, root) is None
+    assert cores.cgroup_cpu_limit(proc, root) is None
     write(root / "cpu,cpuacct" / "cpu.cfs_quota_us", "50000\n")  # the mount root caps it
     write(root / "cpu,cpuacct" / "cpu.cfs_period_us", "100000\n")
-    assert workers.cgroup_cpu_limit(proc, root) == 1
+    assert cores.cgroup_cpu_limit(proc, root) == 1
     write(root / "cpu,cpuacct" / "cpu.cfs_period_us", "zero\n")  # malformed: ignored
-    assert workers.cgroup_cpu_limit(proc, root) is None
+    assert cores.cgroup_cpu_limit(proc, root) is None
 
 
 def test_no_cgroup_file_means_the_affinity(tmp_path: Path) -> None:
-    assert workers.cgroup_cpu_limit(tmp_path / "absent", tmp_path) is None
-    assert workers.usable_cores(tmp_path / "absent", tmp_path) == len(os.sched_getaffinity(0))
+    assert cores.cgroup_cpu_limit(tmp_path / "absent", tmp_path) is None
+    assert cores.usable_cores(tmp_path / "absent", tmp_path) == len(os.sched_getaffinity(0))
 
 
 def test_this_machine() -> None:
-    assert 1 <= workers.usable_cores() <= len(os.sched_getaffinity(0))
+    assert 1 <= cores.usable_cores() <= len(os.sched_getaffinity(0))
 
 
 # ------------------------------------------------------------------------- run_each

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import errors, paths, plugins, workers
+from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionReader
-from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 Costs = list[tuple[str, str, str, int, float]]  # (day, provider, model, turns, cost_usd)
 

@@ -23,11 +23,11 @@ import ulid
 
 from agentdb import checked, errors, paths, verdicts, workers
 from agentdb.checks import Judgement
+from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.durations import older_than, parse_timestamp
 from agentdb.interrupts import Guarded
 from agentdb.schema import enums
 from agentdb.store import ProducerRow, SessionInfo, SessionReader
-from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 UNREADABLE = "unreadable"  # the status shown for a file whose session_meta cannot be read
 

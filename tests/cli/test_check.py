@@ -184,3 +184,25 @@ def test_changed_with_ids_is_a_usage_error(agentdb: Agentdb, sessions_dir: Path)
     a, _ = make_session(sessions_dir, turns=1)
     assert agentdb("--sessions-dir", str(sessions_dir), "check", "--changed", a).code == 2
     assert agentdb("--sessions-dir", str(sessions_dir), "check", "--changed", "--all").code == 2
+
+
+def test_one_file_check_loads_only_what_it_uses(sessions_dir: Path, tmp_path: Path) -> None:
+    """Start-up of `agentdb check ID` (issue 12): no worker pool machinery, no migration
+    ladder (a migrated file is decided by its fingerprint).
+    Python's own import log of a real process says what was loaded."""
+    sid, _ = make_session(sessions_dir, revision=1)
+    SessionWriter.open(sessions_dir, sid).close()  # migrated: not the text agentdb creates
+    r = run_cli(
+        "--sessions-dir",
+        str(sessions_dir),
+        "check",
+        sid,
+        env={"PYTHONPROFILEIMPORTTIME": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert r.returncode == 0, r.stderr
+    loaded = {
+        line.split("|")[-1].strip() for line in r.stderr.splitlines() if "import time:" in line
+    }
+    assert "agentdb.checks.file" in loaded  # the log is there
+    for heavy in ("multiprocessing", "agentdb.workers", "agentdb.schema.migrations"):
+        assert heavy not in loaded, heavy

@@ -158,9 +158,9 @@ def fmt_option(f: F) -> F:
 
 def default_jobs() -> int:
     """The CPUs this process may use: its affinity, capped by its cgroup's CPU quota."""
-    from agentdb import workers  # only here: commands without workers never import it
+    from agentdb import cores  # not workers: multiprocessing only when a pool starts
 
-    return workers.usable_cores()
+    return cores.usable_cores()
 
 
 def jobs_option(what: str) -> Callable[[F], F]:

@@ -22,9 +22,9 @@ from pathlib import Path
 import apsw
 
 from agentdb import verdicts, workers
+from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.index import stat, store
 from agentdb.index.record import Record, read, read_many
-from agentdb.workers import CHUNK, POOL_THRESHOLD
 
 __all__ = ["Record", "Snapshot", "snapshot"]
 

@@ -5,11 +5,11 @@ the normalised CREATE text with its CHECK constraints) is compared with the fing
 fresh in-memory database built from the revision's DDL, so a revision-1 file written by another
 conforming writer with other whitespace or comments still matches.
 
-Fast path: a file whose ``sqlite_schema`` rows are exactly those of a schema agentdb itself
-writes for that revision (built once per process in memory: created fresh at the revision, or
-created at an earlier revision and migrated; each one verified against the fingerprint) has no
-differences, since the same schema text parses to the same structure. Anything else takes the
-fingerprint comparison.
+Fast path: a file whose ``sqlite_schema`` rows are exactly those agentdb writes when it creates
+a file at that revision (built once per process in memory) has no differences, since the same
+schema text parses to the same structure. Any other schema text (a file another writer made, or
+one agentdb migrated) is decided by the fingerprint comparison once per process and remembered
+for the files that share it.
 """
 
 from __future__ import annotations
@@ -54,13 +54,16 @@ def normalise_sql(sql: str) -> str:
 
 
 SchemaRows = tuple[tuple[str, str, str, str | None], ...]
-_ROWS_SQL = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name, tbl_name, sql"
+_ROWS_SQL = "SELECT type, name, tbl_name, sql FROM sqlite_schema"
 
 
 def schema_rows(conn: apsw.Connection) -> SchemaRows:
     """(type, name, tbl_name, sql) of every row of ``sqlite_schema`` (SQLite's own objects
-    included: a hostile index named ``sqlite_...`` must not slip past the fast path)."""
-    return tuple((str(t), str(n), str(tb), s) for t, n, tb, s in conn.execute(_ROWS_SQL))
+    included: a hostile index named ``sqlite_...`` must not slip past the fast path), in the
+    table's own order. Not sorted: the rows are compared exactly (the fast path, the memo), so
+    the same schema in another order is only decided by its fingerprint; sorting them cost a
+    sorter in SQL, or a Python sort, on every file."""
+    return tuple([(str(t), str(n), str(tb), s) for t, n, tb, s in conn.execute(_ROWS_SQL)])
 
 
 @functools.cache
@@ -75,37 +78,12 @@ def fresh_schema(revision: int) -> SchemaRows:
         conn.close()
 
 
-@functools.cache
-def migrated_schemas(revision: int) -> frozenset[SchemaRows]:
-    """The schema rows agentdb leaves in a file created at an earlier revision and migrated to
-    ``revision``. Each one is checked against the fingerprint (a row set whose fingerprint
-    differed would not be known-good and is left out)."""
-    from agentdb.schema.migrations import apply_steps  # migrations imports db, which is fine
-
-    known: set[SchemaRows] = set()
-    for start in range(1, revision):
-        conn = db.open_memory()  # hardened: registers the hash function a migration step calls
-        try:
-            db.exec_script(conn, DDL[start])
-            conn.execute(f"PRAGMA user_version={int(start)}")
-            apply_steps(conn, ":memory:", target=revision)
-            if not _fingerprint_differences(conn, revision):
-                known.add(schema_rows(conn))
-        finally:
-            conn.close()
-    return frozenset(known)
-
-
-def known_schemas(revision: int) -> frozenset[SchemaRows]:
-    """The exact schema rows agentdb leaves in a file at ``revision``: created at it, or created
-    at any earlier revision and migrated to it."""
-    return migrated_schemas(revision) | {fresh_schema(revision)}
-
-
 def _is_known(revision: int, rows: SchemaRows) -> bool:
-    # the fresh schema first: it costs one in-memory create, the migrated ones a migration and
-    # two fingerprints, paid only by a process that meets a file not created at this revision
-    return rows == fresh_schema(revision) or rows in migrated_schemas(revision)
+    # Only the schema agentdb creates at this revision. A file created at an earlier revision
+    # and migrated is decided by its fingerprint once per process (then by the memo, as every
+    # other writer's text is): checking it against the ladder's own result cost every process
+    # that met one a migration run in memory (20 ms of a one-file `check`).
+    return rows == fresh_schema(revision)
 
 
 def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
