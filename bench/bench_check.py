@@ -15,7 +15,9 @@ start-up included) beside a bare loop that runs as a process too:
   ``sqlite3`` shell.
 
 Run: ``.venv/bin/python bench/bench_check.py [--sizes 1000,10000] [--rss-n 100000]``; writes
-``bench/results/bench_check.md``. ``--keep DIR`` keeps (and reuses) the generated trees there.
+``bench/results/bench_check.md``. ``--keep DIR`` keeps (and reuses) the generated trees there;
+``--only quick,prune`` runs only the rows naming one of those words (and their bare loops).
+Each row has its wall time and its CPU time (user + system, workers included).
 
 Build: one real session, copied under N new ULID names with the session id patched in place
 (it is stored twice: the session_meta row and its primary-key index, both as the same 26
@@ -174,25 +176,31 @@ def bare(kind: str, sessions_dir: Path) -> None:
 # ------------------------------------------------------------------------------ measuring
 
 
-def run(argv: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RSS of that process in KB) of one process; exit 0 or 1 only."""
+def run(argv: list[str]) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS of that process in KB, its CPU seconds: user + system, workers
+    included) of one process; exit 0 or 1 only."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed agentdb runs from bytecode
     t = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     assert p.stderr is not None
     err = p.stderr.read()
+    before = os.times()
     _, status, usage = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t
+    after = os.times()  # children_*: the process's reaped workers too
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode not in (0, 1):
         raise SystemExit(f"{argv!r} exited {p.returncode}: {err.decode()[-500:]}")
-    return dt, usage.ru_maxrss
+    cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    return dt, usage.ru_maxrss, cpu
 
 
-def best(repeat: int, argv: list[str]) -> tuple[float, int]:
+def best(repeat: int, argv: list[str]) -> tuple[float, int, float]:
     runs = [run(argv) for _ in range(repeat)]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+    return min(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
 
 
 def tree(root: Path, writer: str, n: int) -> Path:
@@ -241,7 +249,7 @@ RSS_ROWS = (
 )
 
 
-def single_file(d: Path, repeat: int) -> list[tuple[str, float]]:
+def single_file(d: Path, repeat: int) -> list[tuple[str, float, float]]:
     sid = sorted(os.listdir(d))[0][:26]
     py = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir", str(d)]
     sqlite3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
@@ -255,7 +263,30 @@ def single_file(d: Path, repeat: int) -> list[tuple[str, float]]:
             [sqlite3, str(d / f"{sid}.sqlite"), "PRAGMA integrity_check"],
         ),
     ]
-    return [(name, best(repeat, argv)[0]) for name, argv in rows]
+    return [(name, *_best_cpu(repeat, argv)) for name, argv in rows]
+
+
+def _best_cpu(repeat: int, argv: list[str]) -> tuple[float, float]:
+    """(best wall seconds, best CPU seconds: user + system) of ``repeat`` runs."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        _, _, usage = os.wait4(p.pid, 0)
+        walls.append(time.perf_counter() - t)
+        cpus.append(usage.ru_utime + usage.ru_stime)
+    return min(walls), min(cpus)
+
+
+def _wanted(cmds: dict[str, list[str]], only: str) -> dict[str, list[str]]:
+    words = [w for w in only.split(",") if w]
+    if not words:
+        return cmds
+    keep = {k for k in cmds if any(w in k for w in words)}
+    keep |= {PAIRS[k] for k in keep if k in PAIRS}
+    return {k: v for k, v in cmds.items() if k in keep}
 
 
 def main() -> None:
@@ -271,6 +302,12 @@ def main() -> None:
     ap.add_argument("--writers", default="agentdb,other,other-rev1")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row; the best one is shown")
     ap.add_argument("--keep", type=Path, help="build (and reuse) the trees here; not removed")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="run only the rows whose name contains one of these comma-separated words "
+        "(with the bare loops they are measured against)",
+    )
     args = ap.parse_args()
     if args.bare:
         bare(args.bare[0], Path(args.bare[1]))
@@ -288,9 +325,12 @@ def main() -> None:
             for n in sizes:
                 d = tree(root, writer, n)
                 results[writer, n] = {}
-                for name, argv in commands(d, cache).items():
+                for name, argv in _wanted(commands(d, cache), args.only).items():
                     results[writer, n][name] = r = best(args.repeat, argv)
-                    print(f"{writer} {n} {name}: {r[0]:.2f} s, {r[1] // 1024} MB", file=sys.stderr)
+                    print(
+                        f"{writer} {n} {name}: {r[0]:.2f} s, {r[1] // 1024} MB, CPU {r[2]:.2f} s",
+                        file=sys.stderr,
+                    )
         if args.rss_n:
             d = tree(root, "other", args.rss_n)
             cmds = commands(d, cache)
@@ -321,7 +361,8 @@ def report(results, sizes, writers, args, one, load0, load1) -> str:  # type: ig
         f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} at the end; "
         f"Python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()}. Every row is one "
         f"process (start-up included), best of {args.repeat}; RSS is the peak of that process "
-        "(with -j2, of the parent only).",
+        "(with -j2, of the parent only); CPU is user + system of the process and its workers "
+        "(less moved by other processes' load than wall time).",
         "",
     ]
     for (writer, n), rows in results.items():
@@ -330,15 +371,26 @@ def report(results, sizes, writers, args, one, load0, load1) -> str:  # type: ig
         lines += [
             f"## {n:,} sessions, {WRITERS[writer]}",
             "",
-            "| what | seconds | ms per file | × its bare loop | peak RSS MB |",
-            "|---|---:|---:|---:|---:|",
+            "| what | seconds | ms per file | × its bare loop | CPU s | CPU × bare | peak RSS MB |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for name, (s, rss) in rows.items():
-            ratio = f"{s / rows[PAIRS[name]][0]:.2f}×" if name in PAIRS else "1.00×"
-            lines.append(f"| {name} | {s:.2f} | {1000 * s / n:.3f} | {ratio} | {rss / 1024:.0f} |")
-        j1, j2 = rows["check --all --quick -j1"][0], rows["check --all --quick -j2"][0]
-        f1, f2 = rows["check --all -j1 (full)"][0], rows["check --all -j2 (full)"][0]
-        lines += ["", f"--jobs 2 scaling: quick {j1 / j2:.2f}×, full {f1 / f2:.2f}×.", ""]
+        for name, (s, rss, cpu) in rows.items():
+            pair = rows.get(PAIRS.get(name, ""))
+            ratio = f"{s / pair[0]:.2f}×" if pair else "1.00×"
+            cratio = f"{cpu / pair[2]:.2f}×" if pair else "1.00×"
+            lines.append(
+                f"| {name} | {s:.2f} | {1000 * s / n:.3f} | {ratio} | {cpu:.2f} | {cratio} "
+                f"| {rss / 1024:.0f} |"
+            )
+        scaling = [
+            f"{what} {rows[a][0] / rows[b][0]:.2f}×"
+            for what, a, b in (
+                ("quick", "check --all --quick -j1", "check --all --quick -j2"),
+                ("full", "check --all -j1 (full)", "check --all -j2 (full)"),
+            )
+            if a in rows and b in rows
+        ]
+        lines += ["", f"--jobs 2 scaling: {', '.join(scaling) or 'not measured'}.", ""]
     all_n = sorted({n for _, n in results})
     lines += [
         "## Peak RSS (MB) by number of sessions, another writer's files (migrated)",
@@ -360,8 +412,14 @@ def report(results, sizes, writers, args, one, load0, load1) -> str:  # type: ig
             f"At {args.rss_n:,} (one run each): check --all --quick -j1 {q:.1f} s, its bare "
             f"loop {b:.1f} s ({q / b:.2f}×).",
         ]
-    lines += ["", "## One file (best of 15, wall ms)", "", "| what | ms |", "|---|---:|"]
-    lines += [f"| {name} | {1000 * s:.0f} |" for name, s in one]
+    lines += [
+        "",
+        "## One file (best of 15 each: wall ms, and CPU ms, user + system)",
+        "",
+        "| what | wall ms | CPU ms |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {name} | {1000 * w:.0f} | {1000 * c:.0f} |" for name, w, c in one]
     return "\n".join(lines) + "\n"
 
 

@@ -4,12 +4,19 @@ Builds one small session (3 model turns, 18 events) and copies it under N new UL
 bytes of the id are replaced in place, so every copy is a valid session file), then measures,
 side by side in one run:
 
-* baseline: open each file read-only with bare APSW and read its session_meta row;
+* baseline (issue 12's bare loop): open each file read-only with bare APSW, read its
+  ``session_meta`` and ``producers`` rows and run ``PRAGMA quick_check``;
 * plan, nothing selected (``--older-than 1000d``): scan, lock probe, read meta and producers;
-* plan, everything selected (``--older-than 0s``): the same plus ``PRAGMA quick_check`` each;
-* the real CLI, ``agentdb prune --older-than 0s --dry-run --json``, in a subprocess.
+* plan, everything selected (``--older-than 0s``): the same plus check's full judge of each
+  selected file (``integrity_check``, references, content hashes: prune never removes what
+  ``check`` calls damaged);
+* the real CLI, ``agentdb prune --older-than 0s --dry-run --json -j1``, in a subprocess, with
+  its peak RSS (``wait4``).
 
-Usage: .venv/bin/python bench/bench_prune.py [N]   (default 10000)
+The plans run in this process, single-process (``jobs=1``). The load average is noted.
+
+Usage: .venv/bin/python bench/bench_prune.py [N] [--keep DIR]   (default 10000; ``--keep``
+builds the tree there once and reuses it)
 """
 
 from __future__ import annotations
@@ -62,9 +69,22 @@ def baseline(sessions_dir: Path) -> int:
             flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
         )
         c.execute("SELECT * FROM session_meta").fetchall()
+        c.execute("SELECT * FROM producers").fetchall()
+        assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         c.close()
         n += 1
     return n
+
+
+def process(argv: list[str]) -> tuple[float, int]:
+    """(wall seconds, peak RSS in KB) of one process, which must exit 0."""
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, err[-500:]
+    return time.perf_counter() - t, usage.ru_maxrss
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
@@ -74,12 +94,18 @@ def timed(fn):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    args = [a for a in sys.argv[1:] if not a.startswith("--keep")]
+    keep = next((Path(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    n = int(args[0]) if args else 10_000
     with tempfile.TemporaryDirectory(prefix="bench-prune-") as tmp:
-        sessions_dir = Path(tmp) / "sessions"
-        plugin_cache = Path(tmp) / "plugins"
-        t_build, _ = timed(lambda: build(sessions_dir, plugin_cache, n))
+        root = keep / f"prune-{n}" if keep else Path(tmp)
+        sessions_dir = root / "sessions"
+        plugin_cache = root / "plugins"
+        t_build = 0.0
+        if not (sessions_dir.is_dir() and len(os.listdir(sessions_dir)) == n):
+            t_build, _ = timed(lambda: build(sessions_dir, plugin_cache, n))
         size = sum(os.path.getsize(sessions_dir / f) for f in os.listdir(sessions_dir))
+        load0 = os.getloadavg()
         t_base, count = timed(lambda: baseline(sessions_dir))
         assert count == n
         t_none, p_none = timed(
@@ -94,6 +120,7 @@ def main() -> None:
             )
         )
         assert len(p_all.removals) == n, (len(p_all.removals), p_all.refusals[:1])
+        del p_none, p_all
         cmd = [
             sys.executable,
             "-m",
@@ -107,26 +134,29 @@ def main() -> None:
             "0s",
             "--dry-run",
             "--json",
+            "-j1",
         ]
-        t_cli, r = timed(lambda: subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL))
-        assert r.returncode == 0, r.stderr[-500:]
+        t_cli, rss = process(cmd)
+        load1 = os.getloadavg()
     rows = [
-        ("baseline: bare APSW open + read session_meta", t_base),
+        ("baseline: bare APSW open + session_meta + producers + quick_check", t_base),
         ("plan, nothing selected (probe + meta + producers)", t_none),
-        ("plan, all selected (+ quick_check each)", t_all),
-        ("CLI `prune --older-than 0s --dry-run --json` (process)", t_cli),
+        ("plan, all selected (+ check's full judge of each)", t_all),
+        ("CLI `prune --older-than 0s --dry-run --json -j1` (process)", t_cli),
     ]
     lines = [
         f"# bench_prune: dry-run plan over {n:,} sessions",
         "",
         f"{n:,} session files of {size // n:,} bytes each (built in {t_build:.1f} s); "
-        f"python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()}.",
+        f"python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()}; load average "
+        f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end ({len(os.sched_getaffinity(0))} "
+        f"cores). The CLI's peak RSS: {rss / 1024:.0f} MB.",
         "",
         "| what | total (s) | per file (ms) | × baseline |",
         "|---|---:|---:|---:|",
     ]
     for what, t in rows:
-        lines.append(f"| {what} | {t:.2f} | {1000 * t / n:.3f} | {t / t_base:.1f} |")
+        lines.append(f"| {what} | {t:.2f} | {1000 * t / n:.3f} | {t / t_base:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     (HERE / "results").mkdir(exist_ok=True)
