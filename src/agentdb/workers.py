@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from agentdb.cores import CHUNK as CHUNK  # re-exported
 from agentdb.cores import POOL_THRESHOLD as POOL_THRESHOLD
+from agentdb.cores import usable_cores as usable_cores
 
 _POLL = 0.1  # seconds between looks at the Ctrl-C flag while waiting for workers
 
