@@ -22,6 +22,7 @@ UTIL = {
     "faults",
     "hashing",
     "workers",
+    "cores",
     "swap",
     "interrupts",
 }
