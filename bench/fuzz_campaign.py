@@ -53,6 +53,7 @@ class Tally:
         self.invariants: Counter[str] = Counter()
         self.first: dict[str, str] = {}
         self.outcomes: Counter[str] = Counter()
+        self.in_place = [0, 0]  # revision-1 rows altered inside a value, cases with any
 
     def add(self, case: Case, r: object, old: dict[str, int] | None, has_old: bool) -> None:
         from tests.fuzz.invariants import CaseResult
@@ -64,6 +65,8 @@ class Tally:
             kinds.append("(combination)")
         kinds.append("(all cases)")
         self.outcomes[r.outcome or "none"] += 1
+        self.in_place[0] += r.altered_in_place
+        self.in_place[1] += bool(r.altered_in_place)
         for inv, detail in r.failures:
             self.invariants[inv] += 1
             self.first.setdefault(inv, f"{case} -> {detail}")
@@ -119,6 +122,12 @@ def report(
     if not t.invariants:
         lines.append("| (none) | 0 | |")
     lines += ["", "Outcomes of recover: " + ", ".join(f"{k} {v}" for k, v in t.outcomes.items())]
+    if t.in_place[0]:
+        lines.append(
+            f"Revision-1 rows kept with bytes changed inside a value (same length; no hash in "
+            f"revision 1 can show it, reported structural_only, not a failure): {t.in_place[0]} "
+            f"in {t.in_place[1]} cases."
+        )
     lines.append(
         "Rows count only when byte-identical to the undamaged copy (any table; "
         ".recover's lost_and_found does not count); a healthy outcome keeps the file as it is."

@@ -60,6 +60,7 @@ class CaseResult:
     kept: dict[str, int] = field(default_factory=dict)  # byte-identical rows agentdb kept
     dot_recover: dict[str, int] | None = None  # byte-identical rows .recover kept
     seconds: float = 0.0
+    altered_in_place: int = 0  # revision-1 rows kept with bytes changed inside a value
 
     def fail(self, invariant: str, detail: str) -> None:
         self.failures.append((invariant, detail))
@@ -151,6 +152,21 @@ def _events_printed(step: dict[str, Any]) -> list[int]:
     return out
 
 
+def _altered_in_place(row: oracle.Row, history: set[oracle.Row]) -> bool:
+    """``row`` is a row of ``history`` whose TEXT/BLOB values had bytes changed in place: the same
+    column types, the same integers and reals, each text or blob of the same length."""
+
+    def shape(r: oracle.Row) -> tuple[object, ...]:
+        out: list[object] = []
+        for pair in r:
+            typ, v = pair  # type: ignore[misc]
+            out.append((typ, len(v)) if isinstance(v, bytes | str) else (typ, v))
+        return tuple(out)
+
+    want = shape(row)
+    return any(shape(h) == want for h in history)
+
+
 def _ranges_hold(ranges: list[list[int]], n: int | None) -> bool:
     return n is not None and any(a <= n <= b for a, b in ranges)
 
@@ -183,6 +199,14 @@ def _recover_invariants(
     for t in oracle.TABLES:
         rows = got.rows[t]
         wrong = rows - base.history.rows[t]
+        if r.case.revision == 1 and not doc.get("tables", {}).get(t, {}).get("verified"):
+            # revision 1 has no hash: bytes changed in place inside a value (same types, same
+            # lengths, same integers) leave a structurally valid row that nothing can tell from
+            # the undamaged one (issue 14's revision proves them). Counted, not a failure, as
+            # long as the report does not claim such rows verified.
+            in_place = {w for w in wrong if _altered_in_place(w, base.history.rows[t])}
+            r.altered_in_place += len(in_place)
+            wrong -= in_place
         r.kept[t] = len(rows & base.rows.rows[t])
         n_unv, ranges = _unverified(doc, t)
         if wrong:

@@ -140,6 +140,9 @@ CAMPAIGN = [
     # a 486-event session (the reader yielded rows out of order and resumed from them)
     "rev=2 wal=0 size=long layout=plain "
     "damages=overflow_out/460684564+cell_pointers/476089067+zero_sector/619597210",
+    # invalid UTF-8 in session_meta.session_id as the -wal has it: recover called the WAL
+    # another session's and salvaged from the file alone, 244 of 485 events
+    "rev=1 wal=1 size=long layout=plain damages=invalid_utf8/844110013+invalid_utf8/416116953",
 ]
 
 

@@ -105,3 +105,51 @@ def test_a_garbage_key_rejects_itself_not_the_cells_after_it(tmp_path: Path) -> 
     assert out.outcome == "recovered", out.notes
     assert out.tables["events"]["salvaged"] == total - 1, (out.lost, out.notes)
     assert out.lost["event_sequences"] == [[victim.rowid, victim.rowid]], out.lost
+
+
+def test_an_overflow_chain_that_runs_on_past_its_payload_is_broken(tmp_path: Path) -> None:
+    """Seed page_swap/575980518 (revision 1, auto_vacuum): an index leaf swapped onto the last
+    page of an event's overflow chain. SQLite reads the payload through it (its integrity check
+    fails: the last page's next-page number is not 0), the page engine agreed, and recover took
+    the path for index-only damage: an event with 20,000 bytes of the wrong content, counted
+    structural_only. A chain whose last page names a next page is now broken."""
+    import apsw
+
+    from agentdb.fileformat.btree import FormatError, parse_page, read_overflow
+    from tests.salvage import corpus
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    sid, path = corpus.build_base(d, revision=1)
+    conn = apsw.Connection(str(path))
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    count = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.close()
+    data = bytearray(path.read_bytes())
+
+    def page(n: int) -> bytes:
+        return bytes(data[(n - 1) * size : n * size])
+
+    # the last page of the first chain of a big event: follow a 20 KB payload's chain
+    big = next(
+        c
+        for pgno, b in _events_leaves(path)
+        for c in parse_page(b, pgno, size).table_leaf_cells()
+        if c.overflow_pgno
+    )
+    chain, pg = [], big.overflow_pgno
+    while pg:
+        chain.append(pg)
+        pg = int.from_bytes(page(pg)[:4], "big")
+    last = chain[-1]
+    assert read_overflow(page, big.overflow_pgno, big.payload_size - len(big.local), size, count)
+    data[(last - 1) * size : (last - 1) * size + 4] = (1).to_bytes(4, "big")
+    with pytest.raises(FormatError, match="past the end of its payload"):
+        read_overflow(page, big.overflow_pgno, big.payload_size - len(big.local), size, count)
+    path.write_bytes(bytes(data))
+    out = salvage.recover_session(path.parent, sid)
+    assert out.outcome == "recovered", out.notes
+    assert out.engines != ["index-rebuild"], out.notes
+    kept = {r[0] for r in apsw.Connection(str(path)).execute("SELECT sequence FROM events")}
+    unverified = out.lost.get("unverified_event_sequences", [])
+    assert big.rowid not in kept or any(a <= big.rowid <= b for a, b in unverified), out.lost

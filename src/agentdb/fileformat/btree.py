@@ -263,8 +263,10 @@ def read_overflow(
 
     Each overflow page holds a 4-byte next-page number then ``usable - 4`` payload bytes. Raises
     :class:`FormatError` on a loop, a page number 0 or beyond ``page_count`` before the payload is
-    complete, a missing (None) or short page, or when ``needed`` cannot fit in ``page_count``
-    pages at all (so a garbage size never drives the allocation).
+    complete, a missing (None) or short page, a last page whose next-page number is not 0 (the
+    chain does not end where its payload does: SQLite's integrity check follows it too), or when
+    ``needed`` cannot fit in ``page_count`` pages at all (so a garbage size never drives the
+    allocation).
     """
     per_page = usable - 4
     if per_page <= 0:
@@ -288,6 +290,8 @@ def read_overflow(
         parts.append(bytes(page[4 : 4 + take]))
         remaining -= take
         pgno = int.from_bytes(page[0:4], "big")
+    if parts and pgno != 0:
+        raise FormatError(f"overflow chain goes on to page {pgno} past the end of its payload")
     return b"".join(parts)
 
 

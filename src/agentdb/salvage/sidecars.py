@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentdb import db, errors, fsutil
+from agentdb import db, errors, fsutil, paths
 from agentdb.fileformat import journal_problem, parse_journal_header
 from agentdb.salvage import rows
 
@@ -22,7 +22,8 @@ def open_copy(copy: Path) -> tuple[Any, BaseException | None]:
 
 def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str | None:
     """Evidence that the WAL is another session's: applied, it gives a session_meta row
-    naming another session, while the file alone names this one. None otherwise."""
+    naming another valid session id, while the file alone names this one. None otherwise (an
+    id that is no session id — invalid UTF-8, garbage — is damage, not another session)."""
     if conn is None:
         return None
     try:
@@ -33,6 +34,12 @@ def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str
     except db.READ_ERRORS:
         return None
     if len(ids) != 1 or ids[0] == session_id.encode():
+        return None
+    try:
+        other_id = bytes(ids[0]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # no session id at all (damage, e.g. invalid UTF-8): not another session's
+    if not paths.is_valid_id(other_id):
         return None
     alone = work / "alone"
     fsutil.ensure_dir(alone)
