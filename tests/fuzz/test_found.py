@@ -143,6 +143,14 @@ CAMPAIGN = [
     # invalid UTF-8 in session_meta.session_id as the -wal has it: recover called the WAL
     # another session's and salvaged from the file alone, 244 of 485 events
     "rev=1 wal=1 size=long layout=plain damages=invalid_utf8/844110013+invalid_utf8/416116953",
+    # another session's -wal (its commit checksum broken) beside a file cut short: SQLite cannot
+    # open the copy, so nobody read the WAL's session_meta, and recover kept 36 of the other
+    # session's events (hash-valid, their own) as this one's
+    "rev=2 wal=1 size=long layout=plain "
+    "damages=foreign_wal/861240993+wal_checksum/1019060137+truncate_main/494713053",
+    # two events leaves swapped: every cell of both lies outside its new parent's key range and
+    # was rejected, 468 events kept where .recover kept 481 (now read as stray rows)
+    "rev=2 wal=0 size=long layout=plain damages=page_swap/946229329+random_sector/990644960",
 ]
 
 

@@ -115,6 +115,9 @@ class _PageReader:
         self.failed = False  # the last record() could not read its cell structurally
         self.image = ""  # the page image being read ("page 7", "wal frame 12 (page 7, older)")
         self.anomalous: set[str] = set()  # images on which a cell did not parse or validate
+        # cells of a live leaf whose keys lie outside the range its parent gives (a page moved
+        # or swapped): not live rows, but rows all the same, read as stray ones
+        self.out_of_bounds: list[tuple[int, TableLeafCell]] = []
         # overflow page -> the live row whose chain it is (None: shared by several rows)
         self.chain_owner: dict[int, tuple[str, int] | None] = {}
 
@@ -233,6 +236,7 @@ class _PageReader:
             if not lo < cell.rowid <= hi:
                 self.out.rejected["key outside its parent's bounds"] += 1
                 self.anomalous.add(self.image)
+                self.out_of_bounds.append((pgno, cell))  # read later as a stray row
                 continue
             cells.append(cell)
         keep = _increasing([c.rowid for c in cells])
@@ -374,6 +378,15 @@ def _walk_live(r: _PageReader) -> None:
             elif r.failed and name != "sqlite_sequence":
                 out.broken.setdefault(name, set()).add(cell.rowid)
             r.chain = None
+    for pgno, cell in r.out_of_bounds:
+        where = f"page {pgno} (outside its parent's key range)"
+        r.image = where
+        r.anomalous.add(where)  # no hash: doubtful, as any row of a page in the wrong place
+        r.chain = []
+        rec = r.record(cell, get)
+        if rec is not None:
+            r.accept(rec, cell.rowid, STRAY, where)
+        r.chain = None
     _cross_links(chains, out)
     for key, chain in chains.items():
         for pg in chain:

@@ -9,7 +9,10 @@ from typing import Any
 
 from agentdb import db, errors, fsutil, paths
 from agentdb.fileformat import journal_problem, parse_journal_header
-from agentdb.salvage import rows
+from agentdb.fileformat.btree import FormatError, PageKind, TableLeafCell, parse_page
+from agentdb.fileformat.record import decode_record
+from agentdb.fileformat.wal import WalScan
+from agentdb.salvage import rows, tables
 
 
 def open_copy(copy: Path) -> tuple[Any, BaseException | None]:
@@ -63,6 +66,48 @@ def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str
         return None
     theirs = bytes(ids[0])[:40].decode("utf-8", "backslashreplace")
     return f"applied, it gives session_meta {theirs!r}; the file alone names {session_id}"
+
+
+def meta_in_frames(scan: WalScan, session_id: str) -> str | None:
+    """Page-level evidence that the WAL is another session's, for a file SQLite cannot read
+    with it: a committed frame holds a session_meta record (whole on its page) naming another
+    valid session id. None otherwise (a record that does not decode, or an id that is no
+    session id, is damage, not another session)."""
+    size = scan.page_size
+    if size is None:
+        return None
+    resumed = [f for group in scan.resumed_commits for f in group]
+    newest = {f.pgno: f for f in [*scan.valid_frames, *resumed]}
+    for frame in newest.values():
+        try:
+            page = parse_page(scan.frame_page(frame), frame.pgno, size)
+        except FormatError:
+            continue
+        if page.kind is not PageKind.LEAF_TABLE:
+            continue
+        for i in range(page.cell_count):
+            try:
+                cell = page.cell(i)
+                if not isinstance(cell, TableLeafCell) or cell.overflow_pgno is not None:
+                    continue
+                rec = decode_record(cell.local)
+            except (FormatError, UnicodeDecodeError):
+                continue
+            got = tables.classify(rec, cell.rowid)
+            if got is None or got[0] != "session_meta":
+                continue
+            other = got[1][0]
+            if (
+                isinstance(other, str)
+                and other != session_id
+                and paths.is_valid_id(other)
+                and tables.problem("session_meta", got[1], other) is None
+            ):
+                return (
+                    f"frame for page {frame.pgno} holds session_meta naming {other}; "
+                    f"the file is {session_id}"
+                )
+    return None
 
 
 def _write(path: Path, data: bytes) -> None:

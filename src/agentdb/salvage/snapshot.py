@@ -152,8 +152,10 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     diag = rows.diagnose(conn, open_error, session_id)
     if snap.wal_bytes:
         scan = scan_wal(snap.wal_bytes)
-        foreign = foreign_evidence(snap.header, scan, (APPLICATION_ID,)) or sidecars.meta_elsewhere(
-            conn, snap.copy, session_id, work
+        foreign = (
+            foreign_evidence(snap.header, scan, (APPLICATION_ID,))
+            or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
+            or sidecars.meta_in_frames(scan, session_id)
         )
         if foreign is not None:
             # Another database's WAL: salvage this session from its file alone; the WAL goes
