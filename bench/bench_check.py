@@ -280,6 +280,16 @@ def _best_cpu(repeat: int, argv: list[str]) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
+def _warm(d: Path) -> None:
+    """Read every file once before the rows are timed: the first row would otherwise pay the
+    disk reads (this machine's kernel reclaims cold page cache) and warm the files for the
+    rows after it."""
+    for name in os.listdir(d):
+        with open(d / name, "rb") as f:
+            while f.read(1 << 20):
+                pass
+
+
 def _wanted(cmds: dict[str, list[str]], only: str) -> dict[str, list[str]]:
     words = [w for w in only.split(",") if w]
     if not words:
@@ -324,6 +334,7 @@ def main() -> None:
         for writer in writers:
             for n in sizes:
                 d = tree(root, writer, n)
+                _warm(d)
                 results[writer, n] = {}
                 for name, argv in _wanted(commands(d, cache), args.only).items():
                     results[writer, n][name] = r = best(args.repeat, argv)
