@@ -57,11 +57,11 @@ def _pairs(r: tuple[object, ...]) -> Row:
     return tuple((r[i], r[i + 1]) for i in range(0, len(r), 2))
 
 
-def private_copy(path: Path, into: Path) -> Path:
+def private_copy(path: Path, into: Path, sidecars: tuple[str, ...] = SIDECARS) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     dst = into / path.name
     shutil.copyfile(path, dst)
-    for s in SIDECARS:
+    for s in sidecars:
         src = path.with_name(path.name + s)
         if src.is_file():
             shutil.copyfile(src, dst.with_name(dst.name + s))
@@ -161,13 +161,19 @@ def judge(path: Path, session_id: str) -> Judgement:
     return j
 
 
-def dot_recover(path: Path, shell: Path | None, columns: dict[str, list[str]]) -> Rows | None:
+def dot_recover(
+    path: Path,
+    shell: Path | None,
+    columns: dict[str, list[str]],
+    sidecars: tuple[str, ...] = SIDECARS,
+) -> Rows | None:
     """Rows SQLite's ``.recover`` keeps in the session tables (not lost_and_found), loaded into
-    a fresh database by the same shell; None when there is no capable shell or it failed."""
+    a fresh database by the same shell; None when there is no capable shell or it failed.
+    ``sidecars``: which of the file's -wal/-journal it is given (none: the file alone)."""
     if shell is None:
         return None
     with tempfile.TemporaryDirectory(prefix="fuzz-dotrecover-") as d:
-        copy = private_copy(path, Path(d) / "in")
+        copy = private_copy(path, Path(d) / "in", sidecars)
         sql = Path(d) / "out.sql"
         new = Path(d) / "new.db"
         try:
