@@ -6,7 +6,7 @@ file replaced by another inode with the same size and mtime, a same-size in-plac
 the mtime put back, hostile entries, the index deleted or overwritten with garbage, a second
 sessions directory sharing the index — with every cross-session answer compared after each
 step: ``sessions list`` (with and without filters), ``sessions tree``, ``plugins refs``, cost
-totals, and the plugin-users query.
+totals, the plugin-users query, ``status``, ``report`` and prune plans (dry runs).
 """
 
 from __future__ import annotations
@@ -52,7 +52,19 @@ def answers(d: Path, pc: Path, use_index: bool) -> dict[str, Any]:
     out["users"] = users
     out["status"] = status.status(d, pc, now=NOW, use_index=use_index)
     out["report"] = report.collect(d, pc, now=NOW, use_index=use_index)
+    for name, sel in PRUNES.items():
+        plan = prune.plan(d, pc, sel, now=NOW, use_index=use_index)
+        out[name] = (prune.dry_run(plan).to_json(), plan.notes, plan.parents)
     return out
+
+
+# prune plans (dry runs): every session selected, and whole subtrees by status and profile
+PRUNES = {
+    "prune_keep_last": prune.Selectors(older_than=dt.timedelta(0), keep_last=3),
+    "prune_subtrees": prune.Selectors(
+        statuses=("cancelled", "failed", "completed"), profile="review", with_descendants=True
+    ),
+}
 
 
 def _same(d: Path, pc: Path, step: str) -> int:

@@ -1,6 +1,7 @@
-"""prune checks again just before removing: a child created since the plan keeps its parent
-(``has_children``), and a file damaged since the plan with its stamp unchanged stays
-(``unreadable``)."""
+"""prune plans from the index, and checks again just before removing, under the lock: a child
+created since the plan keeps its parent (``has_children``), a file damaged since the plan with
+its stamp unchanged stays (``unreadable``), a file changed in place with its stamp set back is
+read again (``changed``), and a plan from the index equals one from the files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from agentdb import prune
+from agentdb import index, prune
+from agentdb.store import SessionWriter
 from tests.salvage.corpus import d_flipped_bytes
 from tests.support import make_session
 
@@ -51,3 +53,49 @@ def test_a_file_damaged_after_the_plan_with_the_same_stamp_stays(
     # named with --include-damaged, it goes
     plan = prune.plan(sessions_dir, plugin_cache, prune.Selectors(ids=(sid,), include_damaged=True))
     assert prune.execute(plan).removed == [sid]
+
+
+def test_an_in_place_change_with_the_stamp_set_back_is_read_again_under_the_lock(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """A session resumed after the plan (status back to running) whose inode, size and mtime
+    are as planned (the mtime set back): its ctime moved, so execute reads its status again
+    under the lock and keeps it."""
+    sid, path = make_session(sessions_dir, turns=1, status="completed")
+    _settle()
+    plan = prune.plan(sessions_dir, plugin_cache, prune.Selectors(ids=(sid,)))
+    assert [d.session_id for d in plan.removals] == [sid]
+    st = os.stat(path)
+    w = SessionWriter.open(sessions_dir, sid)
+    w.set_status("running")
+    w.close()
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_ino == st.st_ino
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    result = prune.execute(plan)
+    assert result.removed == []
+    [refused] = result.refused
+    assert [r.code for r in refused.reasons] == ["changed"] and "running" in refused.reasons[
+        0
+    ].message
+    assert path.exists()
+
+
+def test_the_plan_from_the_index_selects_from_fresh_reads(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """A session whose status changed since the index stored it is selected (or not) by its
+    file, not by the stored row; the plan equals one made by reading every file."""
+    sid, _ = make_session(sessions_dir, turns=1, status="running")
+    other, _ = make_session(sessions_dir, turns=1, status="completed")
+    _settle()
+    sel = prune.Selectors(statuses=("completed",))
+    first = prune.plan(sessions_dir, plugin_cache, sel)
+    assert [d.session_id for d in first.candidates] == [other]
+    assert index.snapshot(sessions_dir).reread == 0  # the index holds both now
+    w = SessionWriter.open(sessions_dir, sid)
+    w.set_status("completed")
+    w.close()
+    again = prune.plan(sessions_dir, plugin_cache, sel)
+    scanned = prune.plan(sessions_dir, plugin_cache, sel, use_index=False)
+    assert [d.session_id for d in again.candidates] == sorted([sid, other])
+    assert prune.dry_run(again).to_json() == prune.dry_run(scanned).to_json()

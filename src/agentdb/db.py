@@ -508,6 +508,7 @@ def open_readonly(
     check_schema: bool = True,
     stats: FileStats | None = None,
     private: bool = False,
+    held: bool = False,
 ) -> ReadConnection:
     """Open an existing session file for reading only: nothing is created, written or locked
     in its directory, a live writer is never blocked, and what is read is the committed state
@@ -521,6 +522,9 @@ def open_readonly(
     ``private``: ``path`` is already agentdb's own copy in a private directory (salvage), so a
     ``-wal`` without ``-shm`` is read in place (SQLite creates the ``-shm`` there) instead of
     being copied once more.
+
+    ``held``: the caller holds the session (:func:`agentdb.locks.hold`), which denies the
+    ``-shm``'s read lock, so a ``-wal`` is read through a private copy even beside a ``-shm``.
     """
     if stats is None:
         stats = file_stats(path)
@@ -544,7 +548,7 @@ def open_readonly(
             continue
         if stats.wal is None:
             uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
-        elif stats.shm is not None:
+        elif stats.shm is not None and not held:
             uri, how = _uri(path, mode="ro", readonly_shm="1"), "wal"
         elif private:
             uri, how = _uri(path, mode="ro"), "wal"

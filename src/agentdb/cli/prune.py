@@ -17,6 +17,7 @@ from agentdb.cli.common import (
     fmt_option,
     jobs_option,
     json_option,
+    no_index_option,
     wait_option,
 )
 from agentdb.cli.params import DURATION
@@ -95,6 +96,7 @@ def _statuses(
     "to be closed, instead of refusing them as live at once."
 )
 @jobs_option("Read and judge files while planning")
+@no_index_option
 @json_option
 @fmt_option
 @click.pass_obj
@@ -113,6 +115,7 @@ def prune_cmd(
     yes: bool,
     wait: float | None,
     jobs: int | None,
+    no_index: bool,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -127,6 +130,10 @@ def prune_cmd(
     references any more (what `agentdb plugins refs` lists as evictable). Nothing is removed
     without --yes or a confirmation on a terminal. The text report gives totals by reason and
     the first refused sessions (-v lists every one; --json has every reason).
+    Sessions that are not selected are known from the session index (validated by stat;
+    --no-index reads every file); every selected one is read and judged from its file, and
+    just before removing it, under its lock, prune takes its identity again, runs
+    quick_check, and re-reads the parent link of every session new or changed since the plan.
     Exit 0: did all asked; 1: refused some; 2: usage error; 130: Ctrl-C (what was removed
     before it is reported; run prune again to finish).
     """
@@ -150,8 +157,11 @@ def prune_cmd(
         app.use_plugin_cache(),
         selectors,
         wait=wait,
+        use_index=not no_index,
         jobs=jobs or default_jobs(),
     )
+    for n in plan.notes_index:
+        output.note(n)
     for n in plan.notes:
         output.warn(n)
     if dry_run:

@@ -4,11 +4,16 @@ Per session, under ``locks.hold`` (no SQLite connection can open the file meanwh
 
 0. before any removal, walk the directory again (the session index, validated by stat): a
    session new or changed since the plan that names a removal as its parent keeps it
-   (``has_children``); and, just before each removal, ``quick_check`` the file as it is now —
-   a file damaged since the plan stays (``unreadable``) unless its id was named with
-   ``--include-damaged``;
-1. re-check that the main file and its WAL are the very files the plan judged (inode, size,
-   mtime) and that nobody has it open; otherwise it stays (``changed`` / ``live``);
+   (``has_children``);
+1. re-take the stamp from a fresh ``fstat``/``lstat``: the main file and its WAL must be the
+   very files the plan judged (inode, size, mtime), and nobody may have it open; otherwise it
+   stays (``changed`` / ``live``). Still under the lock, ``quick_check`` it as it is now (the
+   check the plan would have run): a file damaged since the plan stays (``unreadable``) unless
+   its id was named with ``--include-damaged``. A file whose identity changed though its
+   stamp did not (an in-place write with its mtime set back: the ctime moved), or was not
+   settled when the plan began (written within the file system's timestamp granularity, so a
+   later same-size write could leave every field equal), has its status read again and stays
+   (``changed``) unless it is still the planned one;
 2. write ``<id>.sqlite.agentdb-prune-intent`` (fsync, fsync the directory);
 3. unlink ``<id>.sqlite`` and fsync the directory: the session vanishes at one instant; if the
    inode has no other name, truncate it through the locked descriptor, so a process that opened
@@ -33,8 +38,9 @@ from pathlib import Path
 from agentdb import errors, faults, fsutil, index, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
 from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
-from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key
+from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key, status_held
 from agentdb.results import PruneReasonCode
+from agentdb.schema.enums import RUNNING
 
 
 @dataclass
@@ -137,6 +143,10 @@ class _Changed(Exception):
     pass
 
 
+class _Damaged(Exception):
+    pass
+
+
 def execute(plan: PrunePlan) -> PruneResult:
     """Remove every session the plan decided to remove; re-judge each under its lock."""
     faults.point("after_plan")
@@ -185,19 +195,6 @@ def _execute(plan: PrunePlan, result: PruneResult) -> None:
                 _refused(d, "has_children", f"named as parent by sessions that stay: {shown}")
             )
             continue
-        if d.remove and not d.damaged:
-            main = paths.session_path(sessions_dir, d.session_id)
-            problem = quick_problem(main) if _regular(main) else None
-            if problem is not None:
-                result.refused.append(
-                    _refused(
-                        d,
-                        "unreadable",
-                        f"damaged since the plan ({problem}); name it with --include-damaged "
-                        "to remove it",
-                    )
-                )
-                continue
         if not d.remove:
             result.refused.append(d)
             main = paths.session_path(sessions_dir, d.session_id)
@@ -206,7 +203,16 @@ def _execute(plan: PrunePlan, result: PruneResult) -> None:
                 fsutil.fsync_dir(sessions_dir)
             continue
         try:
-            freed, names = _remove(sessions_dir, d, plan.wait)
+            freed, names = _remove(sessions_dir, d, plan.wait, plan)
+        except _Damaged as e:
+            result.refused.append(
+                _refused(
+                    d,
+                    "unreadable",
+                    f"damaged since the plan ({e}); name it with --include-damaged to remove it",
+                )
+            )
+            continue
         except errors.SessionLive as e:
             result.refused.append(_refused(d, "live", e.detail))
             continue
@@ -225,18 +231,32 @@ def _execute(plan: PrunePlan, result: PruneResult) -> None:
         result.files += names
 
 
-def _regular(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
+def _judge_held(plan: PrunePlan, d: PruneDecision, main: Path) -> None:
+    """The last checks, under the session's lock: ``quick_check`` (unless --include-damaged),
+    and, for a file whose identity changed since the plan's walk (ctime, sidecars) or was not
+    settled then, its status read again: it must still be the planned one."""
+    sid = d.session_id
+    if not d.damaged:
+        problem = quick_problem(main, held=True)
+        if problem is not None:
+            raise _Damaged(problem)
+    changed = sid in plan.seen and index.stat.seen(paths.Entry(sid, main)).key != plan.seen[sid]
+    if (changed or sid in plan.racy) and sid in plan.statuses:
+        status = status_held(main)
+        if status != plan.statuses[sid] or status == RUNNING:
+            raise _Changed(
+                f"changed since the plan was made (status now {status or 'unreadable'}); it "
+                "stays, run prune again"
+            )
 
 
 def _refused(d: PruneDecision, code: PruneReasonCode, message: str) -> PruneDecision:
     return PruneDecision(d.session_id, False, [Reason(code, message)], d.bytes, d.files)
 
 
-def _remove(sessions_dir: Path, d: PruneDecision, plan_wait: float = 0.0) -> tuple[int, list[str]]:
+def _remove(
+    sessions_dir: Path, d: PruneDecision, plan_wait: float = 0.0, plan: PrunePlan | None = None
+) -> tuple[int, list[str]]:
     main = paths.session_path(sessions_dir, d.session_id)
     intent = sessions_dir / (paths.session_filename(d.session_id) + INTENT)
     planned = d.stamp or Stamp(None, None)
@@ -251,6 +271,8 @@ def _remove(sessions_dir: Path, d: PruneDecision, plan_wait: float = 0.0) -> tup
             now = Stamp(stat_key(os.fstat(fd)), _key(sessions_dir / f"{main.name}-wal"))
             if now != planned:
                 raise _Changed("changed since the plan was made; it stays, run prune again")
+            if plan is not None and not d.resume:
+                _judge_held(plan, d, main)
             _write_intent(intent, d, planned)
             faults.point("after_intent")
             if stat_key(os.lstat(main)) != now.main:  # the name still names the locked file

@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, locks, paths, plugins
+from agentdb import errors, index, locks, paths, plugins
 from agentdb.durations import parse_timestamp
-from agentdb.index import stat as index_stat
 from agentdb.prune.scan import (
     INTENT,
     Facts,
     Files,
     Stamp,
+    facts_from_index,
     group_names,
     judge_all,
     read_all_facts,
@@ -165,6 +165,11 @@ class PrunePlan:
     # execute re-reads the parent links of entries new or changed since (agentdb.index.stat)
     seen: dict[str, str | None] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)
+    # entries whose identity was not settled when the plan began (changed within the file
+    # system's timestamp granularity): execute reads their status again under the lock
+    racy: set[str] = field(default_factory=set)
+    statuses: dict[str, str | None] = field(default_factory=dict)  # status as planned
+    notes_index: list[str] = field(default_factory=list)  # why the index was not used (stderr)
 
     @property
     def removals(self) -> list[PruneDecision]:
@@ -290,6 +295,7 @@ def plan(
     *,
     now: dt.datetime | None = None,
     wait: float | None = None,
+    use_index: bool = True,
     jobs: int = 1,
 ) -> PrunePlan:
     """Decide, changing nothing, what ``execute`` would remove and what stays and why.
@@ -298,13 +304,27 @@ def plan(
     of them together at most that long) and judged again once it is closed, instead of being
     refused as ``live`` at once. ``jobs``: worker processes reading and judging the files
     (the plan is the same whatever their number); Ctrl-C raises ``KeyboardInterrupt``.
+
+    With ``use_index``, what the sessions that are not selected contribute (session_meta,
+    producers, parent links) comes from the session index (:mod:`agentdb.index`, validated by
+    stat); every selected session, and every one that joins a selected subtree, is read afresh
+    from its file and judged with check's rules, as without it.
     """
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
     result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
-    result.seen = {s.entry.session_id: s.key for s in index_stat.seen_all(sessions_dir)}
+    began = time.time_ns()  # before any lstat: every identity is at least this recent
+    for s in index.stat.seen_all(sessions_dir):
+        result.seen[s.entry.session_id] = s.key
+        if not s.settled(began):
+            result.racy.add(s.entry.session_id)
     groups = group_names(sessions_dir)
+    indexed: dict[str, index.Record] = {}
+    if use_index:
+        snap = index.snapshot(sessions_dir, jobs=jobs)
+        result.notes_index = snap.notes
+        indexed = {r.entry.session_id: r for r in snap.records}
 
     @functools.cache
     def recovered_ids() -> frozenset[str]:
@@ -321,20 +341,28 @@ def plan(
         if files.main or sid in selectors.ids or files.intent
     ]
     wanted += [(sid, Files()) for sid in selectors.ids if sid not in groups]
-    facts = {f.session_id: f for f in read_all_facts(sessions_dir, wanted, jobs)}
-    for sid, f in facts.items():
-        if f.entry_kind == "absent":
-            continue
-        if f.readable:
-            result.references[sid] = plugins.pinning(f.producers, cached)
-        else:
-            result.unknown_references.append(sid)
-    children: dict[str, list[str]] = {}
-    for f in facts.values():
-        parent = f.info.parent_session_id if f.info is not None else None
-        result.parents[f.session_id] = parent
-        if parent:
-            children.setdefault(parent, []).append(f.session_id)
+    facts: dict[str, Facts] = {}
+    fresh: set[str] = set()  # read from its file by this plan (not taken from the index)
+
+    def read_fresh(todo: list[tuple[str, Files]]) -> None:
+        for f in read_all_facts(sessions_dir, todo, jobs):
+            facts[f.session_id] = f
+            fresh.add(f.session_id)
+
+    known: dict[str, Facts] = {}
+    for sid, files in wanted:
+        rec = indexed.get(sid)
+        if (
+            rec is not None
+            and result.seen.get(sid) is not None  # a regular file (else judged unopened)
+            and sid not in selectors.ids
+            and not files.intent
+        ):
+            got = facts_from_index(sessions_dir, sid, files, rec)
+            if got is not None:
+                known[sid] = got
+    read_fresh([(sid, files) for sid, files in wanted if sid not in known])
+    facts = {sid: known[sid] if sid in known else facts[sid] for sid, _ in wanted}
 
     # 1. The selection: explicit ids ∪ sessions matching every filter, minus --keep-last.
     matched: list[str] = []
@@ -348,7 +376,17 @@ def plan(
             readable = sorted((s for s in matched if facts[s].readable), reverse=True)
             kept = set(readable[: selectors.keep_last])
             matched = [s for s in matched if s not in kept]
+    if use_index:
+        # Every selected session is judged from its file, never from the index: read afresh,
+        # and dropped again if it no longer matches the filters that selected it.
+        read_fresh([(s, groups.get(s, Files())) for s in matched if s not in fresh])
+        matched = [
+            s
+            for s in matched
+            if facts[s].entry_kind != "absent" and _matches(facts[s], selectors, now, [])
+        ]
     selected = sorted(set(selectors.ids) | set(matched))
+    children = _links(facts, result, cached)
     if wait:
         deadline = time.monotonic() + wait
         for sid in selected:
@@ -374,6 +412,9 @@ def plan(
             while top[r] != r:
                 r = top[r]
             top[sid] = r
+        if use_index:  # the descendants that joined are read from their files too
+            read_fresh([(s, groups.get(s, Files())) for s in top if s not in fresh])
+            children = _links(facts, result, cached)
     # Interrupted prunes are finished whatever this run selects.
     resumes = {sid for sid, f in facts.items() if f.files.intent}
 
@@ -414,6 +455,7 @@ def plan(
         d.files = _files(f, damaged)
         d.bytes = f.bytes + (_corrupt_bytes(sessions_dir, f) if damaged else 0)
         decisions[sid] = d
+        result.statuses[sid] = f.info.status if f.info is not None else None
 
     # 4. Whole subtrees, then has_children, to a fixed point (refusing a child keeps its parent).
     changed = True
@@ -444,6 +486,28 @@ def plan(
         d.remove = not d.reasons
     result.candidates = [decisions[s] for s in sorted(decisions)]
     return result
+
+
+def _links(
+    facts: dict[str, Facts], result: PrunePlan, cached: set[plugins.PluginVersion]
+) -> dict[str, list[str]]:
+    """Fill the plan's references and parent links from ``facts``; the children of each id."""
+    result.references.clear()
+    result.unknown_references.clear()
+    for sid, f in facts.items():
+        if f.entry_kind == "absent":
+            continue
+        if f.readable:
+            result.references[sid] = plugins.pinning(f.producers, cached)
+        else:
+            result.unknown_references.append(sid)
+    children: dict[str, list[str]] = {}
+    for f in facts.values():
+        parent = f.info.parent_session_id if f.info is not None else None
+        result.parents[f.session_id] = parent
+        if parent:
+            children.setdefault(parent, []).append(f.session_id)
+    return children
 
 
 _SUBTREE = "subtree of "

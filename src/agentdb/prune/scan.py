@@ -11,13 +11,14 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import ulid
 
-from agentdb import errors, faults, fsutil, locks, paths, plugins, workers
+from agentdb import errors, faults, fsutil, index, locks, paths, plugins, workers
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
+from agentdb.store.reader import read_info
 
 INTENT = ".agentdb-prune-intent"  # paths.job_file(db, "prune", "intent")
 MAX_INTENT_BYTES = 64 * 1024
@@ -206,6 +207,40 @@ def read_all_facts(
     return [f for part in ran.results for f in part]
 
 
+def facts_from_index(
+    sessions_dir: Path, session_id: str, files: Files, rec: index.Record
+) -> Facts | None:
+    """What a session that is *not* selected contributes to a plan (its session_meta, parent
+    link and producers), from the index record the walk validated; None when the record holds
+    anything but the file's own contents (then :func:`read_facts` reads it). No lock probe and
+    no stamp: a session that gets selected is read afresh by :func:`read_facts`."""
+    if not rec.stable or (rec.meta_error is not None and rec.meta_error[1] not in _FILE_CODES):
+        return None
+    main = paths.session_path(sessions_dir, session_id)
+    facts = Facts(session_id, files, ulid_time(session_id), "regular", Stamp(None, None))
+    facts.bytes = rec.size
+    if rec.meta_error is not None:
+        facts.problem = _short_text(rec.meta_error[0], main)
+        facts.foreign = rec.meta_error[1] == "foreign"
+        return facts
+    facts.info = rec.info
+    if rec.producers is None:
+        facts.problem = "its producers cannot be read; run `agentdb check` on it"
+    else:
+        facts.producers = list(rec.producers)
+    return facts
+
+
+# Errors of a regular file's contents (a non-regular entry is never taken from the index).
+_FILE_CODES = frozenset({"corrupt", "unreadable", "foreign", "too_new", "unsafe_schema"})
+
+
+def _short_text(msg: str, main: Path) -> str:
+    msg = msg.split("; ")[0]
+    prefix = f"{main}: "
+    return msg[len(prefix) :] if msg.startswith(prefix) else msg
+
+
 def judge_all(
     sessions_dir: Path, wanted: Sequence[tuple[str, bool]], jobs: int = 1
 ) -> dict[str, str | None]:
@@ -315,25 +350,53 @@ def intent_bytes(session_id: str, stamp: Stamp, damaged: bool) -> bytes:
     return json.dumps(doc).encode() + b"\n"
 
 
-def quick_problem(main: Path) -> str | None:
+def quick_problem(main: Path, *, held: bool = False) -> str | None:
     """``PRAGMA quick_check`` of the file as it is now (read-only); one line when it fails or
-    the file cannot be opened as a session, None when it passes (or is merely busy: the lock
-    that follows decides)."""
+    the file cannot be opened as a session, None when it passes. Without ``held``, a file that
+    is merely busy passes (the lock that follows decides). With ``held`` (the caller holds the
+    session, :func:`agentdb.locks.hold`, so no writer can change it): a database without a WAL
+    is read in place (immutable: no lock), one with a WAL through a private copy (never
+    through its ``-shm``, whose lock the hold denies), and a file that cannot be checked is a
+    problem too."""
     from agentdb import db  # only here: the one extra open before a removal
 
     try:
-        conn = db.open_readonly(main)
+        conn = _open_checked(main, held)
     except errors.SessionUnusable as e:
         return _short(e, main)
-    except errors.AgentdbError:
-        return None
+    except errors.AgentdbError as e:
+        return f"could not be checked: {_short(e, main)}" if held else None
     try:
         with db.translated(main):
             problems = db.integrity_problems(conn, quick=True, limit=3)
     except errors.SessionUnusable as e:
         return _short(e, main)
+    except errors.AgentdbError as e:
+        return f"could not be checked: {_short(e, main)}" if held else None
+    finally:
+        conn.close()
+    return f"quick_check: {problems[0][:200]}" if problems else None
+
+
+def status_held(main: Path) -> str | None:
+    """session_meta's status, read while the caller holds the session (as
+    :func:`quick_problem` with ``held``); None when it cannot be read."""
+    from agentdb import db
+
+    try:
+        conn = _open_checked(main, True)
+    except errors.AgentdbError:
+        return None
+    try:
+        with db.translated(main):
+            return read_info(conn, main, main.name.removesuffix(paths.SESSION_SUFFIX)).status
     except errors.AgentdbError:
         return None
     finally:
         conn.close()
-    return f"quick_check: {problems[0][:200]}" if problems else None
+
+
+def _open_checked(main: Path, held: bool) -> Any:
+    from agentdb import db
+
+    return db.open_readonly(main, held=held)
