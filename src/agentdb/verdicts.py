@@ -22,9 +22,11 @@ import datetime as dt
 import os
 import stat
 import time
+import zlib
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -33,7 +35,9 @@ from agentdb.results import Verdict, is_verdict
 
 CACHE_NAME = "index.sqlite"  # one derived file: verdicts and the session index (agentdb.index)
 APPLICATION_ID = 0x41474456  # "AGDV": not a session file; a cache file with any other id is rebuilt
-USER_VERSION = 2  # 2: the session index tables joined the verdicts (an older file is rebuilt)
+# 2: the session index tables joined the verdicts; 3: every row carries a checksum (an older
+# file is rebuilt)
+USER_VERSION = 3
 # Linux stamps files from a coarse clock (one jiffy, at most 10 ms at HZ=100); a file whose
 # timestamps are all whole seconds lives on a file system that keeps only seconds.
 FINE_GRANULARITY_NS = 50_000_000
@@ -50,6 +54,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
   checked_at TEXT NOT NULL,     -- UTC ISO time the check finished
   status TEXT,                  -- session_meta.status the check read, if any
   revision INTEGER,             -- user_version the check read, if any
+  checksum INTEGER,             -- row_sum of the other columns: a row that fails is unread
   PRIMARY KEY (directory, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions (  -- agentdb.index: one row per session file, see there
@@ -64,11 +69,61 @@ CREATE TABLE IF NOT EXISTS sessions (  -- agentdb.index: one row per session fil
   meta_error TEXT, meta_error_code TEXT,  -- why session_meta alone failed
   producers TEXT,               -- JSON [[category, name, version]...], NULL: unknown
   costs TEXT,                   -- JSON [[day, provider, model, turns, cost]...], NULL: unknown
+  checksum INTEGER,             -- row_sum of the other columns
   PRIMARY KEY (directory, name)
 ) WITHOUT ROWID;
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {USER_VERSION};
 """
+
+
+VERDICT_COLUMNS = (
+    "directory",
+    "name",
+    "identity",
+    "stamped_ns",
+    "verdict",
+    "quick",
+    "checked_at",
+    "status",
+    "revision",
+)
+SESSION_COLUMNS = (
+    "directory",
+    "name",
+    "identity",
+    "stamped_ns",
+    "size",
+    "status",
+    "profile",
+    "parent",
+    "depth",
+    "started_at",
+    "ended_at",
+    "cost_usd",
+    "events",
+    "revision",
+    "error",
+    "error_code",
+    "meta_error",
+    "meta_error_code",
+    "producers",
+    "costs",
+)
+
+
+def row_sum(values: tuple[Any, ...]) -> int:
+    """The checksum of a row: CRC-32 of the ``repr`` of its values, every column but the
+    checksum, in table order. Values round-trip through SQLite with their types (text, integer,
+    real, NULL), so the same row read back gives the same sum. The cache is untrusted input: a
+    row whose sum fails (a byte changed in a value that still parses) is treated as absent; a
+    page that cannot be read makes the whole file be rebuilt. Against damage, not an attacker
+    (who could write the session files as well)."""
+    return zlib.crc32(repr(values).encode("utf-8", "surrogatepass"))
+
+
+def _shape(conn: apsw.Connection, table: str) -> tuple[str, ...]:
+    return tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
 
 
 # ------------------------------------------------------------------------------ identity
@@ -239,13 +294,13 @@ def _remove(path: Path) -> None:
 
 
 def _usable(conn: apsw.Connection) -> bool:
+    """The header, version and schema are this build's (cheap: no page beyond the schema)."""
     return (
         db.pragma(conn, "application_id") == APPLICATION_ID
         and db.pragma(conn, "user_version") == USER_VERSION
-        and db.scalar(
-            conn, "SELECT count(*) FROM sqlite_schema WHERE name IN ('verdicts', 'sessions')"
-        )
-        == 2
+        and _shape(conn, "verdicts") == (*VERDICT_COLUMNS, "checksum")
+        and _shape(conn, "sessions") == (*SESSION_COLUMNS, "checksum")
+        and db.scalar(conn, "SELECT count(*) FROM sqlite_schema") == 2
     )
 
 
@@ -308,12 +363,15 @@ def lookup(sessions_dir: Path, *, cache_dir: Path | None = None) -> dict[str, Re
         return {}
     try:
         with db.translated(cache_path(cache_dir)):
-            rows = db.rows(
-                conn,
-                "SELECT name, identity, stamped_ns, verdict, quick, checked_at, status, revision "
-                "FROM verdicts WHERE directory = ?",
-                (directory_key(sessions_dir),),
-            )
+            rows = [
+                r[1:-1]
+                for r in conn.execute(
+                    f"SELECT {', '.join(VERDICT_COLUMNS)}, checksum FROM verdicts "
+                    "WHERE directory = ?",
+                    (directory_key(sessions_dir),),
+                )
+                if r[-1] == row_sum(r[:-1])
+            ]
     except errors.AgentdbError as e:
         conn.close()
         if isinstance(e, errors.SessionUnusable):
@@ -379,7 +437,8 @@ def record(
         try:
             with db.translated(cache_path(cache_dir)), conn:
                 conn.executemany(
-                    "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+                    "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(*r, row_sum(r)) for r in rows],
                 )
             return True
         except errors.SessionUnusable:

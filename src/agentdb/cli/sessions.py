@@ -121,8 +121,6 @@ def list_cmd(
         use_index=not no_index,
         jobs=jobs or default_jobs(),
     )
-    for n in listed.notes:
-        output.note(n)
     listing = sessions.Listing(sessions.with_verdicts(sessions_dir, listed.rows))
     if as_json:
         output.emit_json_stream(
@@ -133,6 +131,8 @@ def list_cmd(
                 "interrupted": output.Later(lambda: listing.interrupted or listed.interrupted),
             }
         )
+        for n in listed.notes:  # known once the rows are out (the index streams)
+            output.note(n)
         return finish(True, listing.interrupted or listed.interrupted, listing.count, "listed")
     unreadable = 0
 
@@ -157,6 +157,8 @@ def list_cmd(
         ["session", "status", "profile", "parent", "depth", "started", "ended", "cost", "events"],
         fmt,
     )
+    for n in listed.notes:
+        output.note(n)
     output.note(
         f"{listing.count} sessions"
         + (f", {unreadable} unreadable (see `agentdb check`)" if unreadable else "")

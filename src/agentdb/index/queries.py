@@ -6,13 +6,14 @@ per day and model; which used a plugin version. Pure over the rows; read-only on
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdb import errors, overview, paths, plugins, sessions
 from agentdb.durations import older_than
-from agentdb.index import Snapshot, snapshot
+from agentdb.index import Snapshot, Stream, snapshot, stream
 from agentdb.sessions import SessionRow
 
 SORTS = ("id", "started", "cost", "events")
@@ -45,9 +46,35 @@ def select(
     rows: Iterable[SessionRow], q: ListQuery, now: dt.datetime | None = None
 ) -> list[SessionRow]:
     """Filter, sort, limit (the same for the index and the scan)."""
+    out = list(_filtered(rows, q, now))
+    if q.sort == "started":
+        out.sort(key=lambda r: (r.started_at is None, str(r.started_at or ""), r.session_id))
+    elif q.sort == "cost":
+        out.sort(key=lambda r: (-(r.cost_usd or 0.0), r.session_id))
+    elif q.sort == "events":
+        out.sort(key=lambda r: (-(r.events or 0), r.session_id))
+    elif q.sort != "id":
+        raise errors.UsageError(f"unknown sort {q.sort!r}; one of {', '.join(SORTS)}")
+    return out if q.limit is None else out[: q.limit]
+
+
+def select_iter(
+    rows: Iterable[SessionRow], q: ListQuery, now: dt.datetime | None = None
+) -> Iterator[SessionRow]:
+    """:func:`select` as rows come: filtered in their order (id), at most ``limit``, nothing
+    held; any other sort holds the filtered rows to sort them."""
+    if q.sort != "id":
+        yield from select(rows, q, now)
+        return
+    it = _filtered(rows, q, now)
+    yield from (it if q.limit is None else itertools.islice(it, q.limit))
+
+
+def _filtered(
+    rows: Iterable[SessionRow], q: ListQuery, now: dt.datetime | None
+) -> Iterator[SessionRow]:
     now = now or dt.datetime.now(dt.timezone.utc)
     wanted = set(q.statuses)
-    out = []
     for r in rows:
         if wanted and r.status not in wanted:
             continue
@@ -61,16 +88,7 @@ def select(
                 continue
             if q.newer is not None and older_than(t, q.newer, now):
                 continue
-        out.append(r)
-    if q.sort == "started":
-        out.sort(key=lambda r: (r.started_at is None, str(r.started_at or ""), r.session_id))
-    elif q.sort == "cost":
-        out.sort(key=lambda r: (-(r.cost_usd or 0.0), r.session_id))
-    elif q.sort == "events":
-        out.sort(key=lambda r: (-(r.events or 0), r.session_id))
-    elif q.sort != "id":
-        raise errors.UsageError(f"unknown sort {q.sort!r}; one of {', '.join(SORTS)}")
-    return out if q.limit is None else out[: q.limit]
+        yield r
 
 
 def list_sessions(
@@ -89,20 +107,26 @@ def list_sessions(
         except sessions.Interrupted as e:
             return Listed(select(e.rows, q, now), interrupted=True)
         return Listed(select(rows, q, now))
-    snap = snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir, partial=True, extras=False)
-    rows = select((r.list_row() for r in snap.records), q, now)
-    return Listed(rows, snap.notes, snap.interrupted, snap.used_index)
+    st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir)
+    rows = select((r.list_row() for r in st.records), q, now)
+    return Listed(rows, st.notes, st.interrupted, st.used_index)
 
 
 @dataclass
 class Streamed:
-    """``sessions list``'s rows for the CLI: an iterator when they can stream (the plain scan,
-    in id order: flat memory), else the index's list."""
+    """``sessions list``'s rows for the CLI, as they come (flat memory in id order; another
+    sort holds the filtered rows). ``notes`` and ``interrupted`` are complete once ``rows``
+    is exhausted."""
 
     rows: Iterable[SessionRow]
     notes: list[str] = field(default_factory=list)
-    interrupted: bool = False  # Ctrl-C while the index read files (the scan's own is the
-    # listing's: sessions.Listing)
+    source: Stream | None = None  # the index's stream (its notes and interrupt come late)
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C while the index read files (the scan's own is the listing's:
+        sessions.Listing)."""
+        return self.source is not None and self.source.interrupted
 
 
 def stream_sessions(
@@ -126,10 +150,11 @@ def stream_sessions(
         )
         more = ListQuery(profile=q.profile, parent=q.parent)
         return Streamed(r for r in rows if select([r], more, now))
-    listed = list_sessions(
-        sessions_dir, q, use_index=use_index, jobs=jobs, cache_dir=cache_dir, now=now
-    )
-    return Streamed(listed.rows, listed.notes, listed.interrupted)
+    if not use_index:
+        listed = list_sessions(sessions_dir, q, use_index=False, jobs=jobs, now=now)
+        return Streamed(listed.rows)
+    st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir)
+    return Streamed(select_iter((r.list_row() for r in st.records), q, now), st.notes, st)
 
 
 def meta_rows(

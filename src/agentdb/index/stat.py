@@ -113,6 +113,20 @@ def seen_all(sessions_dir: Path) -> list[Seen]:
     return [seen(e, names, where) for e in entries]
 
 
+def walk_ids(sessions_dir: Path) -> tuple[list[str], set[str]]:
+    """Every session id in the directory, sorted, and every name in it (no path objects)."""
+    names: set[str] = set()
+    ids: list[str] = []
+    with os.scandir(sessions_dir) as it:
+        for de in it:
+            names.add(de.name)
+            sid = paths.session_id_of(de.name)
+            if sid is not None:
+                ids.append(sid)
+    ids.sort()
+    return ids, names
+
+
 def _walk(sessions_dir: Path) -> tuple[list[paths.Entry], set[str]]:
     names: set[str] = set()
     ids: list[str] = []
@@ -123,11 +137,11 @@ def _walk(sessions_dir: Path) -> tuple[list[paths.Entry], set[str]]:
             if sid is not None:
                 ids.append(sid)
     ids.sort()
-    child = _child_maker(sessions_dir)
+    child = child_maker(sessions_dir)
     return [paths.Entry(sid, child(sid + paths.SESSION_SUFFIX)) for sid in ids], names
 
 
-def _child_maker(directory: Path) -> Callable[[str], Path]:
+def child_maker(directory: Path) -> Callable[[str], Path]:
     """``directory / name`` for plain file names, without re-parsing the directory each time
     (pathlib's own fast path for names it listed itself, where this Python has it)."""
     fast = getattr(directory, "_make_child_relpath", None)

@@ -9,7 +9,7 @@ malformed value makes the caller read the file instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,19 @@ from agentdb.index.record import COLUMNS, Record
 
 Stored = dict[str, tuple[Any, ...]]  # name -> (identity, stamped_ns, size, *COLUMNS)
 
-_SELECT = f"SELECT name, identity, stamped_ns, size, {', '.join(COLUMNS)} FROM sessions "
-# The same without producers and costs (the list and tree views do not show them).
-_SELECT_BARE = (
-    f"SELECT name, identity, stamped_ns, size, {', '.join(COLUMNS[:-2])}, NULL, NULL FROM sessions "
+assert ("directory", "name", "identity", "stamped_ns", "size", *COLUMNS) == verdicts.SESSION_COLUMNS
+# Rows in name order (the primary key's: no sort); every column is read, so that the checksum
+# (verdicts.row_sum) can be verified, and the directory checked again (a damaged b-tree page
+# may hand back another directory's row).
+_SELECT = (
+    f"SELECT {', '.join(verdicts.SESSION_COLUMNS)}, checksum FROM sessions "
+    "WHERE directory = ? ORDER BY name"
 )
 _UPSERT = (
-    "INSERT OR REPLACE INTO sessions (directory, name, identity, stamped_ns, size, "
-    f"{', '.join(COLUMNS)}) VALUES ({', '.join('?' * (5 + len(COLUMNS)))})"
+    f"INSERT OR REPLACE INTO sessions ({', '.join(verdicts.SESSION_COLUMNS)}, checksum) "
+    f"VALUES ({', '.join('?' * (len(verdicts.SESSION_COLUMNS) + 1))})"
 )
+_NO_EXTRAS = 2  # producers and costs, the last two COLUMNS
 
 
 class Unavailable(Exception):
@@ -57,14 +61,37 @@ def load(
     conn: apsw.Connection, directory: str, cache_dir: Path | None, extras: bool = True
 ) -> Stored:
     """Every row stored for ``directory``; raises :class:`Unavailable` for a damaged index."""
+    return dict(rows(conn, directory, cache_dir, extras))
+
+
+def rows(
+    conn: apsw.Connection, directory: str, cache_dir: Path | None, extras: bool = True
+) -> Generator[tuple[str, tuple[Any, ...]], None, None]:
+    """Every row stored for ``directory`` whose checksum holds, as ``(name, (identity,
+    stamped_ns, size, *COLUMNS))``, in name order as far as the file says so (the caller
+    must not rely on it: a damaged page can break it); raises :class:`Unavailable` when the
+    file cannot be read."""
     path = verdicts.cache_path(cache_dir)
     try:
         with db.translated(path):
-            sql = _SELECT if extras else _SELECT_BARE
-            cur = conn.execute(sql + "WHERE directory = ?", (directory,))
-            return {r[0]: r[1:] for r in cur if isinstance(r[0], str)}
+            for r in conn.execute(_SELECT, (directory,)):
+                body = r[:-1]
+                if r[0] != directory or r[-1] != verdicts.row_sum(body) or type(r[1]) is not str:
+                    continue
+                yield r[1], (body[2:] if extras else (*body[2:-_NO_EXTRAS], None, None))
+    except (errors.AgentdbError, UnicodeDecodeError) as e:
+        raise Unavailable(f"{path}: {e}") from e
+
+
+def count(conn: apsw.Connection, directory: str, cache_dir: Path | None) -> int:
+    """How many rows are stored for ``directory`` (checksums unchecked)."""
+    path = verdicts.cache_path(cache_dir)
+    try:
+        with db.translated(path):
+            n = db.scalar(conn, "SELECT count(*) FROM sessions WHERE directory = ?", (directory,))
     except errors.AgentdbError as e:
         raise Unavailable(f"{path}: {e}") from e
+    return n if isinstance(n, int) else 0
 
 
 def write(
@@ -77,14 +104,12 @@ def write(
     """Store ``fresh`` (record, file name, identity, stamp) and forget ``gone`` in one
     transaction under the busy timeout; raises :class:`Unavailable` when it cannot (busy,
     damaged, read-only)."""
-    rows = [
-        (directory, name, key, stamped, r.size, *r.columns()) for r, name, key, stamped in fresh
-    ]
+    new = [(directory, name, key, stamped, r.size, *r.columns()) for r, name, key, stamped in fresh]
     dead = [(directory, n) for n in gone]
     path = verdicts.cache_path(cache_dir)
     try:
         with db.translated(path), conn:
-            conn.executemany(_UPSERT, rows)
+            conn.executemany(_UPSERT, [(*r, verdicts.row_sum(r)) for r in new])
             conn.executemany("DELETE FROM sessions WHERE directory = ? AND name = ?", dead)
     except errors.Retryable as e:
         raise Unavailable(f"{path}: busy (another agentdb is refreshing it): {e}") from e
