@@ -14,7 +14,9 @@ process (Python start-up included) unless it says otherwise:
   warm (selects nothing: the planning overhead over every session);
 * index bytes per session, and each row's peak RSS (``wait4``).
 
-Usage: .venv/bin/python bench/bench_index.py [--n N ...] [--repeat R]
+Usage: .venv/bin/python bench/bench_index.py [--n N ...] [--repeat R] [--reuse DIR]
+(``--reuse DIR``: the sessions are generated once in DIR/sessions and kept there for the next
+run, e.g. ``--n 100000 --reuse /tmp/agentdb-bench-index-100k``; delete DIR when done.)
 Writes bench/results/bench_index.md (rows of every N run, appended per N).
 """
 
@@ -68,15 +70,18 @@ def bare(files: list[Path]) -> tuple[float, float]:
     return time.perf_counter() - t, time.process_time() - cpu
 
 
-def bench(n: int, repeat: int) -> list[str]:
-    root = Path(tempfile.mkdtemp(prefix="agentdb-bench-index-"))
+def bench(n: int, repeat: int, reuse: Path | None = None) -> list[str]:
+    root = reuse or Path(tempfile.mkdtemp(prefix="agentdb-bench-index-"))
     try:
         sessions_dir = root / "sessions"
-        sessions_dir.mkdir(mode=0o700)
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
-        build(sessions_dir, n)
+        if not (sessions_dir.is_dir() and len(os.listdir(sessions_dir)) == n):
+            shutil.rmtree(sessions_dir, ignore_errors=True)
+            sessions_dir.mkdir(mode=0o700, parents=True)
+            build(sessions_dir, n)
         built = time.perf_counter() - t0
+        shutil.rmtree(root / "cache", ignore_errors=True)  # no index yet
         files = sorted(sessions_dir.glob("*.sqlite"))
         time.sleep(0.1)  # settled: older than the timestamp granularity
         cache = root / "cache"
@@ -151,13 +156,15 @@ def bench(n: int, repeat: int) -> list[str]:
         out += ["", f"Index: {size / n:.0f} bytes per session ({size / 2**20:.1f} MiB).", ""]
         return out
     finally:
-        shutil.rmtree(root)
+        if reuse is None:
+            shutil.rmtree(root)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, action="append", help="sessions (repeatable)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row; the best is shown")
+    ap.add_argument("--reuse", type=Path, help="generate the sessions once here and keep them")
     args = ap.parse_args()
     lines = [
         "# bench_index: the session index against the scan",
@@ -169,11 +176,16 @@ def main() -> None:
         "",
     ]
     for n in args.n or [1000, 10_000]:
-        part = bench(n, args.repeat if n < 50_000 else 1)
+        part = bench(n, args.repeat if n < 50_000 else 1, args.reuse)
         print("\n".join(part), flush=True)
         lines += part
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "bench_index.md").write_text("\n".join(lines))
+    out = (
+        HERE
+        / "results"
+        / f"bench_index{'' if args.n is None else '-' + '-'.join(map(str, args.n))}.md"
+    )
+    out.write_text("\n".join(lines))
 
 
 if __name__ == "__main__":

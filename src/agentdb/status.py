@@ -343,7 +343,5 @@ def _rows(
     if not use_index:
         yield from scan(sessions_dir, costs=costs, jobs=jobs)
         return
-    snap = index.snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir)
-    notes += snap.notes
-    for r in snap.records:
+    for r in index.records(sessions_dir, notes, jobs=jobs, cache_dir=cache_dir):
         yield Scanned(r.meta_row(), r.meta_producers(), r.costs if costs else None, r.size)

@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 _PLAIN = (str, int, float, bool, type(None))
+_SIMPLE = frozenset((str, int, bool, type(None)))  # as they are (a float may not be finite)
 _closed = False  # the reader of stdout went away: nothing more is written there
 _drawn: ProgressLine | None = None  # the progress line on the terminal right now, if any
 
@@ -97,7 +98,11 @@ def jsonable(obj: Any) -> Any:
     if type(obj) in _PLAIN:
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {n: jsonable(getattr(obj, n)) for n in _field_names(type(obj))}
+        out = {}
+        for n in _field_names(type(obj)):
+            v = getattr(obj, n)
+            out[n] = v if type(v) in _SIMPLE else jsonable(v)  # the common case, inline
+        return out
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -146,7 +151,8 @@ def emit_json_stream(doc: dict[str, Any]) -> None:
         parts = []
         sep = ""
         while not _closed and (chunk := list(itertools.islice(value, CHUNK_ROWS))):
-            _out(sep + ", ".join(dumps(v) for v in chunk), nl=False)
+            # one encoder call per chunk: "[a, b]" less its brackets is "a, b", the same bytes
+            _out(sep + dumps(chunk)[1:-1], nl=False)
             sep = ", "
         parts.append("]")
     _out("".join(parts) + ("}" if doc else "{}"))

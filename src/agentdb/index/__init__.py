@@ -28,7 +28,7 @@ from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.index import stat, store
 from agentdb.index.record import Record, read, read_many
 
-__all__ = ["Record", "Snapshot", "Stream", "snapshot", "stream"]
+__all__ = ["Record", "Snapshot", "Stream", "records", "snapshot", "stream"]
 
 
 @dataclass
@@ -279,3 +279,20 @@ def _merge(
                 out.notes.append(f"index not updated: {e}; answered from the files")
             finally:
                 conn.close()
+
+
+def records(
+    sessions_dir: Path,
+    notes: list[str],
+    *,
+    jobs: int = 1,
+    cache_dir: Path | None = None,
+    extras: bool = True,
+) -> Iterator[Record]:
+    """:func:`stream`'s records for a command that answers only whole: its notes are added to
+    ``notes`` at the end, and a Ctrl-C while files were read raises ``KeyboardInterrupt``."""
+    st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir, extras=extras)
+    yield from st.records
+    notes += st.notes
+    if st.interrupted:
+        raise KeyboardInterrupt

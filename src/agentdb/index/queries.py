@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agentdb import errors, overview, paths, plugins, sessions
 from agentdb.durations import older_than
-from agentdb.index import Snapshot, Stream, snapshot, stream
+from agentdb.index import Stream, records, stream
 from agentdb.sessions import SessionRow
 
 SORTS = ("id", "started", "cost", "events")
@@ -163,8 +163,9 @@ def meta_rows(
     """Every session's row without the event count (``sessions tree``'s read), and notes."""
     if not use_index:
         return list(sessions.scan(sessions_dir, count_events=False, jobs=jobs)), []
-    snap = snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir, extras=False)
-    return [r.meta_row() for r in snap.records], snap.notes
+    notes: list[str] = []
+    got = records(sessions_dir, notes, jobs=jobs, cache_dir=cache_dir, extras=False)
+    return [r.meta_row() for r in got], notes
 
 
 def session_tree(
@@ -223,9 +224,8 @@ def cost_totals(
     per: list[tuple[str, list[tuple[str, str, str, int, float]] | None]] = []
     notes: list[str] = []
     if use_index:
-        snap = snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir)
-        notes = snap.notes
-        per = [(r.entry.session_id, None if r.meta_error else r.costs) for r in snap.records]
+        got = records(sessions_dir, notes, jobs=jobs, cache_dir=cache_dir)
+        per = [(r.entry.session_id, None if r.meta_error else r.costs) for r in got]
     else:
         per = [
             (s.row.session_id, s.costs) for s in overview.scan(sessions_dir, costs=True, jobs=jobs)
@@ -290,9 +290,10 @@ def refs(
     paths.require_sessions_dir(sessions_dir)
     if not use_index:
         return plugins.refs(sessions_dir, plugin_cache, jobs=jobs), []
-    snap = snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir)
-    per = [(r.entry.session_id, r.producers) for r in snap.records]
-    return plugins.count_refs(per, plugins.cached_versions(plugin_cache)), snap.notes
+    notes: list[str] = []
+    got = records(sessions_dir, notes, jobs=jobs, cache_dir=cache_dir)
+    per = [(r.entry.session_id, r.producers) for r in got]
+    return plugins.count_refs(per, plugins.cached_versions(plugin_cache)), notes
 
 
 # ------------------------------------------------------------------------------ plugin users
@@ -322,9 +323,10 @@ def plugin_users(
     notes: list[str] = []
     per: Sequence[tuple[str, list[plugins.PluginVersion] | None]]
     if use_index:
-        snap: Snapshot = snapshot(sessions_dir, cache_dir=cache_dir)
-        notes = snap.notes
-        per = [(r.entry.session_id, r.producers) for r in snap.records]
+        per = [
+            (r.entry.session_id, r.producers)
+            for r in records(sessions_dir, notes, cache_dir=cache_dir)
+        ]
     else:
         per = plugins.scan_producers(sessions_dir)
     out = PluginUsers([], {}, [], notes)
