@@ -305,3 +305,29 @@ def test_a_parallel_first_build_equals_the_scan(
     from agentdb import sessions
 
     assert [r.list_row() for r in snap.records] == list(sessions.scan(sessions_dir))
+
+
+def test_a_streamed_parallel_build_in_windows_equals_the_scan(
+    sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream reads a first build a window at a time with forked readers and writes the
+    rows in batches inside one transaction: the same rows, in id order, as the scan, and the
+    next query reads no file."""
+    from agentdb import sessions
+    from agentdb.index import store, streaming
+
+    for i in range(7):
+        make_session(sessions_dir, turns=1, profile=f"p{i}")
+    (sessions_dir / "01HZZZZZZZZZZZZZZZZZZZZZZA.sqlite").write_bytes(b"not sqlite" * 100)
+    (sessions_dir / "01HZZZZZZZZZZZZZZZZZZZZZZB.sqlite").mkdir()
+    monkeypatch.setattr(streaming, "POOL_THRESHOLD", 1)
+    monkeypatch.setattr(streaming, "CHUNK", 2)
+    monkeypatch.setattr(streaming, "WINDOW", 3)
+    monkeypatch.setattr(store, "BATCH", 2)
+    time.sleep(SETTLE)
+    st = index.stream(sessions_dir, jobs=2)
+    assert [r.list_row() for r in st.records] == list(sessions.scan(sessions_dir))
+    assert st.reread == 9 and st.used_index and not st.notes
+    again = index.stream(sessions_dir, jobs=2)
+    assert [r.list_row() for r in again.records] == list(sessions.scan(sessions_dir))
+    assert again.reread == 1  # the directory named like a session is never stored

@@ -15,15 +15,13 @@ depends on the index being there: ``--no-index`` runs the plain scans, and
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
 
-from agentdb import paths, verdicts, workers
+from agentdb import verdicts, workers
 from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.index import stat, store
 from agentdb.index.record import Record, read, read_many
@@ -150,149 +148,4 @@ def _read(seen: list[stat.Seen], todo: list[int], records: list[Record | None], 
                 records[i] = rec
 
 
-# ------------------------------------------------------------------------------ streaming
-
-
-@dataclass
-class Stream:
-    """Every ``<ULID>.sqlite`` entry's record, in id order, as they come (flat memory: no
-    list of all records). ``notes``, ``reread`` and ``interrupted`` are complete once
-    ``records`` is exhausted (or closed)."""
-
-    sessions_dir: Path
-    records: Iterator[Record]
-    notes: list[str] = field(default_factory=list)
-    used_index: bool = False
-    reread: int = 0
-    interrupted: bool = False  # Ctrl-C while reading a file: the records before it came
-
-
-def stream(
-    sessions_dir: Path,
-    *,
-    jobs: int = 1,
-    cache_dir: Path | None = None,
-    extras: bool = False,
-) -> Stream:
-    """:func:`snapshot`'s records as an iterator: the walk's ids are merged, in id order, with
-    the stored rows read in the same order from one cursor, and each entry is stat'ed, taken
-    from its row when the row is trusted and its checksum holds, or read from the file. What
-    was read is written back in one transaction at the end. A damaged index (a page that
-    cannot be read) makes the rest be read from the files and the index be removed (the next
-    query rebuilds it). When most entries have no row yet (the first build), the parallel
-    :func:`snapshot` builds the index and its records are handed out instead."""
-    out = Stream(sessions_dir, iter(()))
-    stamped = time.time_ns()  # before any lstat: every identity is at least this recent
-    ids, names = stat.walk_ids(sessions_dir)
-    conn = None
-    if store.usable_for(sessions_dir, cache_dir):
-        directory = verdicts.directory_key(sessions_dir)
-        try:
-            conn = store.open_index(cache_dir)
-            have = store.count(conn, directory, cache_dir)
-        except store.Unavailable:
-            have = 0  # snapshot says why, and rebuilds a damaged index
-        if conn is not None and have >= len(ids) - max(POOL_THRESHOLD, len(ids) // 10):
-            out.used_index = True
-            out.records = _merge(out, conn, ids, names, stamped, directory, cache_dir, extras)
-            return out
-        if conn is not None:
-            conn.close()
-    snap = snapshot(sessions_dir, jobs=jobs, cache_dir=cache_dir, partial=True, extras=extras)
-    out.records = iter(snap.records)
-    out.notes, out.used_index = snap.notes, snap.used_index
-    out.reread, out.interrupted = snap.reread, snap.interrupted
-    return out
-
-
-def _merge(
-    out: Stream,
-    conn: apsw.Connection,
-    ids: list[str],
-    names: set[str],
-    stamped: int,
-    directory: str,
-    cache_dir: Path | None,
-    extras: bool,
-) -> Iterator[Record]:
-    sessions_dir = out.sessions_dir
-    where = os.path.join(os.fspath(sessions_dir), "")
-    child = stat.child_maker(sessions_dir)
-    stored = store.rows(conn, directory, cache_dir, extras)
-    doubt: list[str] = []
-
-    def advance() -> tuple[str, tuple[object, ...]] | None:
-        if doubt:
-            return None
-        try:
-            return next(stored, None)
-        except store.Unavailable as e:
-            doubt.append(str(e))
-            return None
-
-    fresh: list[tuple[Record, str, str, int]] = []
-    gone: list[str] = []
-    pending = advance()
-    finished = False
-    try:
-        for sid in ids:
-            name = sid + paths.SESSION_SUFFIX
-            while pending is not None and pending[0] < name:
-                if pending[0] not in names:
-                    gone.append(pending[0])
-                pending = advance()
-            entry = paths.Entry(sid, child(name))
-            s = stat.seen(entry, names, where)
-            rec = None
-            if pending is not None and pending[0] == name:
-                row = pending[1]
-                pending = advance()
-                if s.trusts(row[0], row[1]):  # type: ignore[arg-type]
-                    try:
-                        rec = Record.from_columns(entry, s.size, row[3:], extras)
-                    except (ValueError, TypeError, OverflowError):
-                        rec = None  # malformed: read the file
-            if rec is None:
-                rec = read(entry, s.size)
-                out.reread += 1
-                if s.key is not None and rec.stable:
-                    fresh.append((rec, name, s.key, stamped))
-            yield rec
-        while pending is not None:
-            if pending[0] not in names:
-                gone.append(pending[0])
-            pending = advance()
-        finished = True
-    except KeyboardInterrupt:
-        out.interrupted = True
-    finally:
-        stored.close()
-        if doubt:
-            conn.close()
-            store.discard(cache_dir)
-            out.notes.append(f"{doubt[0]}; the rest read from the files, the index rebuilt")
-        else:
-            try:
-                if fresh or (gone and finished):
-                    store.write(conn, directory, fresh, gone if finished else [], cache_dir)
-            except store.Unavailable as e:
-                out.notes.append(f"index not updated: {e}; answered from the files")
-            finally:
-                conn.close()
-
-
-def records(
-    sessions_dir: Path,
-    notes: list[str],
-    *,
-    jobs: int = 1,
-    cache_dir: Path | None = None,
-    extras: bool = True,
-) -> Iterator[Record]:
-    """:func:`stream`'s records for a command that answers only whole: its notes are added to
-    ``notes`` at the end, and a Ctrl-C while files were read raises ``KeyboardInterrupt``."""
-    st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir, extras=extras)
-    yield from st.records
-    notes += st.notes
-    if st.interrupted:
-        raise KeyboardInterrupt
+from agentdb.index.streaming import Stream, records, stream  # noqa: E402

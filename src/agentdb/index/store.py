@@ -115,3 +115,95 @@ def write(
         raise Unavailable(f"{path}: busy (another agentdb is refreshing it): {e}") from e
     except errors.AgentdbError as e:
         raise Unavailable(f"{path}: {e}") from e
+
+
+BATCH = 1_000  # rows per write
+
+
+class Writer:
+    """Rows read during one query, written in batches of :data:`BATCH` inside one
+    transaction that the first batch opens (on a connection of its own: the query's cursor
+    keeps reading its snapshot) and :meth:`finish` commits — nothing is held in memory for
+    long, and nothing is written when nothing changed. When the index cannot be written (busy,
+    damaged, read-only) the rest is dropped and :meth:`finish` says why."""
+
+    def __init__(self, directory: str, cache_dir: Path | None) -> None:
+        self.directory = directory
+        self.cache_dir = cache_dir
+        self.path = verdicts.cache_path(cache_dir)
+        self.pending: list[tuple[Any, ...]] = []
+        self.conn: apsw.Connection | None = None
+        self.failed: str | None = None
+
+    def add(self, rec: Record, name: str, key: str, stamped: int) -> None:
+        if self.failed is not None:
+            return
+        row = (self.directory, name, key, stamped, rec.size, *rec.columns())
+        self.pending.append((*row, verdicts.row_sum(row)))
+        if len(self.pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows, self.pending = self.pending, []
+        if not rows or self.failed is not None:
+            return
+        try:
+            if self.conn is None:
+                self.conn = open_index(self.cache_dir)
+                with db.translated(self.path):
+                    self.conn.execute("BEGIN IMMEDIATE")
+            with db.translated(self.path):
+                self.conn.executemany(_UPSERT, rows)
+        except Unavailable as e:
+            self._fail(str(e))
+        except errors.Retryable as e:
+            self._fail(f"{self.path}: busy (another agentdb is refreshing it): {e}")
+        except errors.AgentdbError as e:
+            self._fail(f"{self.path}: {e}")
+
+    def _fail(self, why: str) -> None:
+        self.failed = why
+        self.abort()
+
+    def finish(self, gone: Iterable[str]) -> list[str]:
+        """Write the rest, forget ``gone``, commit; the notes to show (none when all went
+        well)."""
+        dead = [(self.directory, n) for n in gone]
+        if self.failed is None and (self.pending or self.conn is not None or dead):
+            self._flush()
+            try:
+                if self.conn is None and dead and self.failed is None:
+                    self.conn = open_index(self.cache_dir)
+                    with db.translated(self.path):
+                        self.conn.execute("BEGIN IMMEDIATE")
+                if self.conn is not None and self.failed is None:
+                    with db.translated(self.path):
+                        self.conn.executemany(
+                            "DELETE FROM sessions WHERE directory = ? AND name = ?", dead
+                        )
+                        self.conn.execute("COMMIT")
+            except Unavailable as e:
+                self._fail(str(e))
+            except errors.Retryable as e:
+                self._fail(f"{self.path}: busy (another agentdb is refreshing it): {e}")
+            except errors.AgentdbError as e:
+                self._fail(f"{self.path}: {e}")
+        self.abort()
+        return (
+            []
+            if self.failed is None
+            else [f"index not updated: {self.failed}; answered from the files"]
+        )
+
+    def abort(self) -> None:
+        """Roll back whatever is not committed and let go of the index."""
+        if self.conn is None:
+            return
+        conn, self.conn = self.conn, None
+        try:
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+        except apsw.Error:
+            pass  # closing rolls back too
+        finally:
+            conn.close()
