@@ -209,3 +209,16 @@ def test_two_processes_building_at_once_agree(state: demo.DemoState, tmp_path: P
     assert docs[0] == docs[1]
     again = run_cli(*argv[3:], env={"XDG_CACHE_HOME": env["XDG_CACHE_HOME"]}, timeout=120)
     assert json.loads(again.stdout) == docs[0] and again.stderr.strip() == ""
+
+
+def test_a_limit_past_the_largest_index_lists_every_row(
+    agentdb: Agentdb, state: demo.DemoState
+) -> None:
+    """--limit larger than islice takes (past sys.maxsize) streams every row, as without it
+    (it raised ValueError once the list streamed from the index)."""
+    every = doc(agentdb, state, "sessions", "list")
+    for limit in ("9223372036854775808", "9" * 40):
+        assert doc(agentdb, state, "sessions", "list", "--limit", limit) == every
+    assert (
+        doc(agentdb, state, "sessions", "list", "--limit", "1")["sessions"] == every["sessions"][:1]
+    )

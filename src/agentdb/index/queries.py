@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,11 +64,12 @@ def select_iter(
 ) -> Iterator[SessionRow]:
     """:func:`select` as rows come: filtered in their order (id), at most ``limit``, nothing
     held; any other sort holds the filtered rows to sort them."""
-    if q.sort != "id":
+    if q.sort != "id" or (q.limit is not None and q.limit < 0):
         yield from select(rows, q, now)
         return
     it = _filtered(rows, q, now)
-    yield from (it if q.limit is None else itertools.islice(it, q.limit))
+    # a limit past sys.maxsize (islice's most) is past any number of rows: it cuts nothing
+    yield from (it if q.limit is None or q.limit > sys.maxsize else itertools.islice(it, q.limit))
 
 
 def _filtered(
