@@ -22,9 +22,9 @@ from pathlib import Path
 import apsw
 
 from agentdb import paths, verdicts, workers
+from agentdb.cores import CHUNK, POOL_THRESHOLD
 from agentdb.index import stat, store
 from agentdb.index.record import Record, read, read_many
-from agentdb.cores import CHUNK, POOL_THRESHOLD
 
 WINDOW = 2_000  # entries stat'ed, matched and read together (what is held at a time)
 
