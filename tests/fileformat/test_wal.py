@@ -195,3 +195,32 @@ def test_garbage_raises_nothing(data: bytes, with_header: bool) -> None:
     scan.page_versions()
     scan.all_committed_page_versions()
     assert len(scan.valid_frames) <= len(scan.frames)
+
+
+def _checksum_loop(data: bytes, s0: int, s1: int, big_endian: bool) -> tuple[int, int]:
+    """SQLite's own loop (walChecksumBytes), word pair by word pair."""
+    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 600).flatmap(lambda n: st.binary(min_size=8 * n, max_size=8 * n)),
+    st.integers(0, 0xFFFFFFFF),
+    st.integers(0, 0xFFFFFFFF),
+    st.booleans(),
+)
+def test_checksum_is_sqlites_loop(data: bytes, s0: int, s1: int, big_endian: bool) -> None:
+    assert wal_checksum(data, s0, s1, big_endian) == _checksum_loop(data, s0, s1, big_endian)
+
+
+def test_checksum_of_full_pages_is_sqlites_loop() -> None:
+    for size in (512, 4096, 65536):
+        for fill in (b"\xff", b"\x00", bytes(range(256))):
+            data = (fill * size)[:size]
+            for s in ((0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (12345, 678)):
+                assert wal_checksum(data, *s, False) == _checksum_loop(data, *s, False)
+                assert wal_checksum(data, *s, True) == _checksum_loop(data, *s, True)

@@ -19,6 +19,7 @@ from .btree import (
     walk_table,
 )
 from .errors import FormatError
+from .filebytes import FileBytes
 from .header import (
     DbHeader,
     JournalHeader,
@@ -26,7 +27,7 @@ from .header import (
     parse_header,
     parse_journal_header,
 )
-from .pager import FileBytes, PageSource, infer_page_size
+from .pager import PageSource, infer_page_size
 from .record import decode_record, encode_record, record_shape
 from .varint import read_varint
 from .wal import (

@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from .btree import looks_like_btree_page
 from .errors import FormatError
+from .filebytes import FileBytes
 from .header import PAGE_SIZES, DbHeader, parse_header
 from .varint import Buffer
-from .wal import WalScan, scan_wal
-
-
-class FileBytes:
-    """The bytes of an open regular file, read on demand (``os.pread``) instead of held whole:
-    ``len()`` and slices, which is all :class:`PageSource` and the header parsers use."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd  # the caller's descriptor: it stays open while this is used
-        self.size = os.fstat(fd).st_size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: slice) -> bytes:
-        if not isinstance(key, slice):
-            raise TypeError("FileBytes supports slices only")
-        start, stop, step = key.indices(self.size)
-        if step != 1:
-            raise TypeError("FileBytes supports contiguous slices only")
-        if stop <= start:
-            return b""
-        return os.pread(self.fd, stop - start, start)
+from .wal import WalFrame, WalScan, scan_wal
 
 
 class PageSource:
@@ -79,13 +57,11 @@ class PageSource:
         self.page_size: int = size
         reserved = self.header.reserved if self.header else 0
         self.usable: int = size - reserved
-        self.overlay: dict[int, bytes] = {}
+        # page -> the WAL frame holding its newest committed copy (read when asked for)
+        self.overlay: dict[int, WalFrame] = {}
         wal_count: int | None = None
         if wal is not None and wal_size == size:
-            if include_resumed:
-                self.overlay = wal.all_committed_page_versions()
-            else:
-                self.overlay = wal.page_versions()
+            self.overlay = wal.newest_frames(include_resumed=include_resumed)
             wal_count = wal.db_size(include_resumed=include_resumed)
         self.file_pages: int = -(-len(self.db) // size)
         self.page_count: int = wal_count if wal_count is not None else self.file_pages
@@ -124,9 +100,9 @@ class PageSource:
         """Page ``pgno`` (1-based): newest committed WAL copy, else the file's; None if absent."""
         if not 1 <= pgno <= self.page_count:
             return None
-        wal_page = self.overlay.get(pgno)
-        if wal_page is not None:
-            return wal_page
+        frame = self.overlay.get(pgno)
+        if frame is not None and self.wal is not None:
+            return self.wal.frame_page(frame)
         return self.file_page(pgno)
 
     def iter_pages(self) -> Iterator[tuple[int, bytes]]:

@@ -8,10 +8,12 @@ intact commits after a break that SQLite would throw away (``resumed_commits``).
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass, field
 
 from .errors import FormatError
+from .filebytes import FileBytes
 from .header import PAGE_SIZES, parse_header
 from .varint import Buffer
 
@@ -93,7 +95,8 @@ class WalScan:
     anomalies: list[WalAnomaly]  # findings, in discovery order
     stale_frames: int  # frames with other salts (ignored)
     tail_bytes: int  # bytes of a partial frame at the end of the file
-    data: bytes = field(repr=False, default=b"")  # the WAL bytes (frame pages are sliced from it)
+    # the WAL's bytes, or the open file read on demand (frame pages are sliced from it)
+    data: bytes | FileBytes = field(repr=False, default=b"")
 
     @property
     def page_size(self) -> int | None:
@@ -117,29 +120,65 @@ class WalScan:
             commits += [group[-1] for group in self.resumed_commits]
         return commits[-1].commit_size if commits else None
 
+    def newest_frames(self, *, include_resumed: bool = False) -> dict[int, WalFrame]:
+        """The frame holding the newest committed copy of each page among ``valid_frames``
+        (what SQLite sees), with ``include_resumed`` also applying resumed commits."""
+        out = {f.pgno: f for f in self.valid_frames}
+        if include_resumed:
+            for group in self.resumed_commits:
+                for f in group:
+                    out[f.pgno] = f
+        return out
+
     def page_versions(self) -> dict[int, bytes]:
         """Newest committed copy of each page among ``valid_frames`` (what SQLite sees)."""
-        return {f.pgno: self.frame_page(f) for f in self.valid_frames}
+        return {n: self.frame_page(f) for n, f in self.newest_frames().items()}
 
     def all_committed_page_versions(self) -> dict[int, bytes]:
         """Like :meth:`page_versions` but also applying resumed commits; newest wins."""
-        out = self.page_versions()
-        for group in self.resumed_commits:
-            for f in group:
-                out[f.pgno] = self.frame_page(f)
-        return out
+        frames = self.newest_frames(include_resumed=True)
+        return {n: self.frame_page(f) for n, f in frames.items()}
 
 
 def wal_checksum(data: Buffer, s0: int, s1: int, big_endian: bool) -> tuple[int, int]:
-    """SQLite's WAL checksum over ``data`` (length a multiple of 8), continuing from (s0, s1)."""
+    """SQLite's WAL checksum over ``data`` (length a multiple of 8), continuing from (s0, s1).
+
+    SQLite's loop over word pairs, ``s0 += w[2k] + s1; s1 += w[2k+1] + s0`` (mod 2^32), is
+    linear: with n words and Fibonacci numbers F, it ends at
+    ``s0 = F(n-1)·s0 + F(n)·s1 + Σ F(n-1-i)·w[i]`` and ``s1 = F(n)·s0 + F(n+1)·s1 +
+    Σ F(n-i)·w[i]``. Both sums are taken in one pass of C-level multiplications, each
+    coefficient packing the pair (:func:`_coefficients`): several times faster than the loop
+    in Python, and the same result (tests compare both on random data).
+    """
     n = len(data)
     if n % 8:
         raise FormatError(f"WAL checksum input length {n} is not a multiple of 8")
     words = struct.unpack(f"{'>' if big_endian else '<'}{n // 4}I", data)
-    for i in range(0, len(words), 2):
-        s0 = (s0 + words[i] + s1) & _U32
-        s1 = (s1 + words[i + 1] + s0) & _U32
+    packed, f_prev, f_n, f_next = _coefficients(n // 4)
+    total = sum(map(operator.mul, packed, words))
+    s0, s1 = (
+        (total + f_prev * s0 + f_n * s1) & _U32,
+        ((total >> _PACK) + f_n * s0 + f_next * s1) & _U32,
+    )
     return s0, s1
+
+
+_PACK = 80  # bits between the two sums packed in one integer (n·2^64 < 2^80 for any page)
+_COEFFICIENTS: dict[int, tuple[list[int], int, int, int]] = {}
+
+
+def _coefficients(n: int) -> tuple[list[int], int, int, int]:
+    """For n words: the packed ``F(n-1-i) | F(n-i) << _PACK`` (mod 2^32 each) per word, and
+    F(n-1), F(n), F(n+1) mod 2^32; computed once per length."""
+    got = _COEFFICIENTS.get(n)
+    if got is None:
+        fib = [0, 1]
+        while len(fib) < n + 2:
+            fib.append((fib[-1] + fib[-2]) & _U32)
+        packed = [fib[n - 1 - i] | (fib[n - i] << _PACK) for i in range(n)] if n else []
+        got = (packed, fib[n - 1] if n else 1, fib[n], fib[n + 1])  # F(-1) = 1
+        _COEFFICIENTS[n] = got
+    return got
 
 
 def parse_wal_header(data: Buffer) -> WalHeader:
@@ -160,18 +199,21 @@ def parse_wal_header(data: Buffer) -> WalHeader:
     return WalHeader(magic, version, page_size, seq, salt1, salt2, c1, c2, ok)
 
 
-def scan_wal(data: Buffer) -> WalScan:
+def scan_wal(data: Buffer | FileBytes) -> WalScan:
     """Scan a WAL file: frames, the valid prefix SQLite uses, resumable commits, anomalies.
+    Given a :class:`FileBytes`, frames are read one at a time and never held (the scan keeps
+    reading pages from it: the caller keeps the file open while the scan is used).
 
     Never raises on garbage: an unreadable header yields ``header=None`` and a
     ``wal_bad_header`` anomaly (an empty file is simply an empty WAL).
     """
-    data = bytes(data)
+    if not isinstance(data, FileBytes):
+        data = bytes(data)
     anomalies: list[WalAnomaly] = []
     if not data:
         return WalScan(None, [], [], [], [], 0, 0, data)
     try:
-        header = parse_wal_header(data)
+        header = parse_wal_header(data[:WAL_HEADER_SIZE])
     except FormatError as e:
         anomalies.append(WalAnomaly("wal_bad_header", "error", f"unusable WAL header: {e}"))
         return WalScan(None, [], [], [], anomalies, 0, len(data), data)
@@ -266,17 +308,21 @@ def _with(frame: WalFrame, ok: bool, chain: str) -> WalFrame:
     )
 
 
-def _read_frames(data: bytes, header: WalHeader) -> list[tuple[WalFrame, bool]]:
-    """Every full frame with its local validity (salts, pgno != 0, checksum from the seed)."""
+def _read_frames(data: bytes | FileBytes, header: WalHeader) -> list[tuple[WalFrame, bool]]:
+    """Every full frame with its local validity (salts, pgno != 0, checksum from the seed);
+    one frame in memory at a time."""
     frame_size = FRAME_HEADER_SIZE + header.page_size
     count = (len(data) - WAL_HEADER_SIZE) // frame_size
     seed = (header.cksum1, header.cksum2)
     out: list[tuple[WalFrame, bool]] = []
     for i in range(count):
         off = WAL_HEADER_SIZE + i * frame_size
-        pgno, commit, s1, s2, c1, c2 = struct.unpack_from(">6I", data, off)
-        s = wal_checksum(data[off : off + 8], seed[0], seed[1], header.big_endian)
-        s = wal_checksum(data[off + 24 : off + frame_size], s[0], s[1], header.big_endian)
+        raw = data[off : off + frame_size]
+        if len(raw) < frame_size:
+            break  # a file read on demand shrank under us: its frames end here
+        pgno, commit, s1, s2, c1, c2 = struct.unpack_from(">6I", raw, 0)
+        s = wal_checksum(raw[:8], seed[0], seed[1], header.big_endian)
+        s = wal_checksum(raw[24:], s[0], s[1], header.big_endian)
         ok = s == (c1, c2) and pgno != 0 and (s1, s2) == (header.salt1, header.salt2)
         frame = WalFrame(i, off, pgno, commit, s1, s2, c1, c2, ok, "")
         out.append((frame, ok))

@@ -29,8 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import ulid
-
 from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
 from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
@@ -446,6 +444,8 @@ def _derive_producers(m: Merged) -> None:
 
 
 def rebuilt_meta(session_id: str, events: dict[Any, Row]) -> Row:
+    import ulid  # only when session_meta is lost (its import costs a recover's start-up ~30 ms)
+
     started = _iso(ulid.ULID.from_str(session_id).datetime)
     ended = started
     if events:

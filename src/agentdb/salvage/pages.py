@@ -309,16 +309,22 @@ def _increasing(keys: list[int]) -> set[int]:
 
 
 def salvage_pages(
-    db: Path | bytes, wal_bytes: bytes | None, session_id: str, keep: Keep | None = None
+    db: Path | bytes,
+    wal: WalScan | bytes | None,
+    session_id: str,
+    keep: Keep | None = None,
 ) -> PageSalvage:
     """Run engine c over a database file (read page by page as needed; or its bytes) and
-    (optionally) its WAL's bytes. ``keep`` takes each validated row (the scratch database's
+    (optionally) its WAL: a scan of it (:func:`~agentdb.fileformat.scan_wal`, whose pages are
+    read as needed) or its bytes. ``keep`` takes each validated row (the scratch database's
     :meth:`~agentdb.salvage.scratch.Scratch.keep`); by default rows are kept as they are."""
+    scan = scan_wal(wal) if isinstance(wal, bytes) and wal else wal or None
+    assert scan is None or isinstance(scan, WalScan)
     if isinstance(db, bytes):
-        return _salvage_pages(db, wal_bytes, session_id, keep or _as_is)
+        return _salvage_pages(db, scan, session_id, keep or _as_is)
     fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return _salvage_pages(FileBytes(fd), wal_bytes, session_id, keep or _as_is)
+        return _salvage_pages(FileBytes(fd), scan, session_id, keep or _as_is)
     finally:
         os.close(fd)
 
@@ -328,10 +334,9 @@ def _as_is(row: Row) -> Row:
 
 
 def _salvage_pages(
-    db: bytes | FileBytes, wal_bytes: bytes | None, session_id: str, keep: Keep
+    db: bytes | FileBytes, wal: WalScan | None, session_id: str, keep: Keep
 ) -> PageSalvage:
     out = PageSalvage()
-    wal = scan_wal(wal_bytes) if wal_bytes else None
     if wal is not None and wal.resumed_commits:
         out.notes.append(
             f"WAL: {len(wal.resumed_commits)} intact commits after a checksum break were read "

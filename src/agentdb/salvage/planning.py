@@ -74,6 +74,7 @@ def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> Recover
         _build(result, got.merged, work / "replacement.sqlite", store)
     finally:
         store.close()
+        snap.release()
     return result
 
 
@@ -92,7 +93,7 @@ def _salvage(
             return None
         out.notes += diag.reasons
         with out.timed("pages"):
-            page = pages_mod.salvage_pages(snap.copy, snap.wal_bytes, session_id, store.keep)
+            page = pages_mod.salvage_pages(snap.copy, snap.wal_scan, session_id, store.keep)
         found = None
         if conn is not None and diag.refused is None:
             revision = diag.revision or 2

@@ -110,39 +110,26 @@ def meta_in_frames(scan: WalScan, session_id: str) -> str | None:
     return None
 
 
-def _write(path: Path, data: bytes) -> None:
-    """A new owner-only file in a private work directory."""
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+def is_hot_journal(journal: Path) -> bool:
+    """Whether the (private copy of a) journal is hot: its header says it rolls pages back."""
+    with open(journal, "rb") as f:
+        return parse_journal_header(f.read(28)) is not None
 
 
-def hot_journal_bytes(journal: Path) -> bytes | None:
-    """The bytes of a hot rollback journal (the caller holds the session), else None."""
-    try:
-        data = fsutil.read_regular(journal)
-    except (OSError, errors.AgentdbError):
-        return None
-    return data if parse_journal_header(data) is not None else None
-
-
-def roll_back(copy: Path, journal: bytes, work: Path) -> str | None:
+def roll_back(copy: Path, journal: Path, work: Path) -> str | None:
     """Roll the hot journal back into ``copy`` (a private copy of the database): None when done,
     else why the journal is not this database's (its header disagrees with the file, or the
     rollback fails; ``copy`` is then unchanged), and it is treated like another database's WAL."""
     with open(copy, "rb") as f:
         header = f.read(100)
-    problem = journal_problem(header, journal)
+    with open(journal, "rb") as f:
+        problem = journal_problem(header, f.read(28))
     if problem is None:
         where = work / "rollback"
         fsutil.ensure_dir(where)
         rolled = where / copy.name
         fsutil.copy_regular(copy, rolled, fsync=False)
-        _write(rolled.with_name(copy.name + "-journal"), journal)
+        os.link(journal, rolled.with_name(copy.name + "-journal"))  # both private: one file
         try:
             db.roll_back_private(rolled)
         except errors.AgentdbError as e:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import fsutil, swap
-from agentdb.fileformat import foreign_evidence, scan_wal
+from agentdb import errors, fsutil, swap
+from agentdb.fileformat import FileBytes, WalScan, foreign_evidence, scan_wal
 from agentdb.paths import sidecar
 from agentdb.salvage import rows, sidecars
 from agentdb.schema.revisions import APPLICATION_ID
@@ -53,14 +53,27 @@ class Snapshot:
     had_journal: bool  # a hot rollback journal was beside the file (it goes with the original)
     journal_note: str | None = None  # why the journal was not applied (not this database's)
     header: bytes = field(default=b"", repr=False)  # the copy's first 100 bytes
-    wal_bytes: bytes | None = field(default=None, repr=False)  # the WAL's bytes
+    # the private WAL copy's frames, scanned once (pages read from it on demand), None: no WAL
+    wal_scan: WalScan | None = field(default=None, repr=False)
+    _wal_fd: int | None = field(default=None, repr=False)  # the open private WAL copy
 
     def current_stamps(self) -> tuple[Stamp | None, ...]:
         return _stamps(self.path)
 
+    def drop_wal(self) -> None:
+        """Read the copy without its WAL from now on (another database's WAL)."""
+        self.release()
+        if self.wal is not None:
+            for suffix in ("-wal", "-shm"):
+                sidecar(self.copy, suffix).unlink(missing_ok=True)
+        self.wal = None
+
     def release(self) -> None:
-        """Drop the WAL bytes held for the engines (the plan keeps only paths and counts)."""
-        self.wal_bytes = None
+        """Close the WAL scan kept for the engines (the plan keeps only paths and counts)."""
+        self.wal_scan = None
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
 
 
 def _stamps(path: Path) -> tuple[Stamp | None, ...]:
@@ -69,8 +82,9 @@ def _stamps(path: Path) -> tuple[Stamp | None, ...]:
 
 def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     """Copy the held session into ``work``; None when the file was replaced while locking.
-    The database is copied in chunks (never held whole); the WAL is read whole (the page engine
-    scans its frames)."""
+    The database, its WAL and a hot journal are copied in chunks, never held whole; the WAL
+    copy is scanned once, frame by frame, and its pages are read from it as the engines ask.
+    The caller calls :meth:`Snapshot.release` when done."""
     st = os.fstat(fd)
     now = os.lstat(path)
     if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
@@ -80,37 +94,57 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     wal_path = sidecar(path, "-wal")
     if not wal_path.exists() and interrupted is not None:
         wal_path = sidecar(interrupted, "-wal")  # an interrupted swap already moved it
-    try:
-        wal_bytes: bytes | None = fsutil.read_regular(wal_path)
-    except FileNotFoundError:
-        wal_bytes = None
+    copy = work / path.name
+    wal: Path | None = sidecar(copy, "-wal")
+    if not _copy_regular(wal_path, sidecar(copy, "-wal")):
+        wal = None
     journal_path = sidecar(path, "-journal")
     if not journal_path.exists() and interrupted is not None:
         journal_path = sidecar(interrupted, "-journal")
-    journal_bytes = sidecars.hot_journal_bytes(journal_path)
-    copy = work / path.name
+    journal = work / "hot-journal"
+    try:
+        had_journal = _copy_regular(journal_path, journal) and sidecars.is_hot_journal(journal)
+    except (OSError, errors.AgentdbError):
+        had_journal = False  # no journal a rollback would read
     _copy_fd(fd, st.st_size, copy)
     journal_note = None
-    if journal_bytes is not None:
-        journal_note = sidecars.roll_back(copy, journal_bytes, work)
-    wal = None
-    if wal_bytes:
-        wal = sidecar(copy, "-wal")
-        _write_private(wal, wal_bytes)
+    if had_journal:
+        journal_note = sidecars.roll_back(copy, journal, work)
+    journal.unlink(missing_ok=True)
     with open(copy, "rb") as f:
         header = f.read(100)
-    return Snapshot(
+    snap = Snapshot(
         path,
         stamps,
         interrupted,
         copy,
         wal,
-        had_wal=bool(wal_bytes),
-        had_journal=journal_bytes is not None,
+        had_wal=wal is not None,
+        had_journal=had_journal,
         journal_note=journal_note,
         header=header,
-        wal_bytes=wal_bytes or None,
     )
+    if wal is not None:
+        snap._wal_fd = fsutil.open_regular(wal)
+        snap.wal_scan = scan_wal(FileBytes(snap._wal_fd))
+    return snap
+
+
+def _copy_regular(src: Path, dst: Path) -> bool:
+    """Copy the regular file ``src`` (its size when opened) into the new private file ``dst``;
+    False, writing nothing, when ``src`` is absent or empty. Never follows a symlink."""
+    try:
+        fd = fsutil.open_regular(src)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if not size:
+            return False
+        _copy_fd(fd, size, dst)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _copy_fd(fd: int, size: int, dst: Path) -> None:
@@ -136,22 +170,13 @@ def _copy_fd(fd: int, size: int, dst: Path) -> None:
 _CHUNK = 1 << 20
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = fsutil.open_regular(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    try:
-        with fsutil.naming(path):
-            fsutil.write_all(fd, data)
-    finally:
-        os.close(fd)
-
-
 def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagnosis]:
     """(connection to the copy or None, diagnosis). A WAL that is another database's is set
     aside (``snap.wal`` becomes None) and the file judged alone."""
     conn, open_error = sidecars.open_copy(snap.copy)
     diag = rows.diagnose(conn, open_error, session_id)
-    if snap.wal_bytes:
-        scan = scan_wal(snap.wal_bytes)
+    if snap.wal_scan is not None:
+        scan = snap.wal_scan
         foreign = (
             foreign_evidence(snap.header, scan, (APPLICATION_ID,))
             or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
@@ -162,9 +187,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             # with the original as <corrupt>-wal.
             if conn is not None:
                 conn.close()
-            for suffix in ("-wal", "-shm"):
-                sidecar(snap.copy, suffix).unlink(missing_ok=True)
-            snap.wal, snap.wal_bytes = None, None
+            snap.drop_wal()
             conn, open_error = sidecars.open_copy(snap.copy)
             diag = rows.diagnose(conn, open_error, session_id)
             _damaged(diag, f"WAL is another database's ({foreign}); salvaged from the file alone")
