@@ -15,7 +15,6 @@ APSW exceptions are translated here into :mod:`agentdb.errors`.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import pwd
@@ -731,6 +730,8 @@ def has_moved(conn: apsw.Connection) -> bool:
     connection must not write (it would write into a ``.corrupt`` copy or a deleted file, with
     a WAL named after the path); SQLite itself neither checkpoints nor deletes that WAL on close.
     """
+    import ctypes  # only here (its import costs every command's start-up)
+
     flag = ctypes.c_int(0)
     conn.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, ctypes.addressof(flag))
     return bool(flag.value)

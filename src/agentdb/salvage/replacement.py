@@ -50,13 +50,17 @@ def _rows(merged: Merged, table: str, resolve: Resolve) -> Iterator[Row]:
 
 def write(path: Path, merged: Merged, resolve: Resolve | None = None) -> None:
     """Create ``path`` (0600, exclusive, WAL, current revision) holding ``merged``. Scratch: not
-    fsynced here (the copy put beside the session is)."""
+    fsynced here (the copy put beside the session is). The rows are loaded with no journal
+    and no sync (each byte written once; a failure discards the whole file), then the file
+    goes to WAL mode like every session file; :func:`check` judges the result."""
     resolve = resolve or _as_is
     conn = db.open_writer(path, create=True)
     try:
         with db.translated(path, conn):
-            db.configure_writer(conn, path)
-            conn.execute("PRAGMA foreign_keys=OFF")  # rows whose event was lost are kept
+            # foreign keys off: rows whose event was lost are kept
+            db.exec_script(
+                conn, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA foreign_keys=OFF"
+            )
             create_schema(conn, CURRENT_REVISION)
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -76,6 +80,7 @@ def write(path: Path, merged: Merged, resolve: Resolve | None = None) -> None:
                 if not conn.get_autocommit():
                     conn.execute("ROLLBACK")
                 raise
+            db.configure_writer(conn, path)  # WAL, as every session file
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     finally:
         conn.close()

@@ -130,7 +130,11 @@ class Scratch:
             db.exec_script(
                 conn,
                 "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
-                "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+                "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL); "
+                # one transaction for the whole job: a value is written when the page cache
+                # spills, not in a commit of its own (the file is thrown away, never read by
+                # another connection)
+                "BEGIN",
             )
             self._conn = conn
         return self._conn
