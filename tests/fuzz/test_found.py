@@ -151,6 +151,17 @@ CAMPAIGN = [
     # two events leaves swapped: every cell of both lies outside its new parent's key range and
     # was rejected, 468 events kept where .recover kept 481 (now read as stray rows)
     "rev=2 wal=0 size=long layout=plain damages=page_swap/946229329+random_sector/990644960",
+    # overflow chains that loop or cross-link after their payload is complete: the bytes read are
+    # right; once a chain not ending in 0 was broken, and two cross-linked chains that the layout
+    # could not tell apart were both dropped (one event fewer than .recover). Now kept unverified
+    "rev=1 wal=0 size=short layout=plain damages=overflow_loop/636671458",
+    "rev=1 wal=0 size=short layout=plain damages=overflow_cross/224583781",
+    "rev=1 wal=1 size=short layout=plain damages=invalid_utf8/794873+overflow_loop/977685630",
+    # a hot journal and another session's -wal beside a rollback-mode file: SQLite rolls back
+    # and then applies the -wal; check judged the rollback alone (needs_migration), and recover
+    # took 18 uncommitted rows from free pages the killed transaction had reused
+    "rev=1 wal=0 size=short layout=plain "
+    "damages=hot_journal/705514407+foreign_wal/556150375+cell_pointers/838899787",
 ]
 
 

@@ -3,7 +3,8 @@
 A writer killed mid-transaction in DELETE mode leaves ``<id>.sqlite-journal`` holding the
 committed pages the file's uncommitted ones overwrote; the first read-write open rolls them
 back. ``check`` judges the state that rollback gives: the file and its journal are copied into a
-private directory, the copy is rolled back there (the original is never touched) and checked,
+private directory, the copy is rolled back there (the original is never touched) and checked
+with the file's ``-wal`` beside it, if it has one (SQLite applies it after the rollback),
 with an informational ``hot_journal`` finding. A journal whose header disagrees with the file
 (page size, a restored size of 0 pages) or whose rollback fails is treated like a WAL of another
 database: ``foreign_journal`` (corrupt), and the file is judged as it is.
@@ -51,6 +52,19 @@ def read_header(path: Path) -> bytes:
         os.close(fd)
 
 
+def _copy_wal(path: Path, copy: Path) -> bool:
+    """Put a private copy of ``path``'s -wal, if it has one, beside ``copy``; False when it
+    could not be copied as it was."""
+    wal = sidecar(path, "-wal")
+    try:
+        st = os.lstat(wal)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return bool(fsutil.copy_private(wal, sidecar(copy, "-wal"), st))
+
+
 def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
     """``check`` of the rolled-back state when a hot journal lies beside ``path``; None when
     there is none (the caller checks the file itself)."""
@@ -75,6 +89,10 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
                 except errors.AgentdbError as e:
                     problem = f"rolling it back fails ({e.detail})"
                 else:
+                    # SQLite rolls a hot journal back and then opens a -wal beside the file,
+                    # whatever the header says: judge exactly that state.
+                    if not _copy_wal(path, copy):
+                        return None  # the -wal changed meanwhile: check the file as it is
                     result = check(copy)
                     result.path = path
                     result.findings.append(

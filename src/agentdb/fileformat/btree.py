@@ -257,14 +257,21 @@ def parse_cell(data: Buffer, offset: int, kind: PageKind, usable: int) -> Cell:
 
 
 def read_overflow(
-    get_page: GetPage, first: int, needed: int, usable: int, page_count: int
+    get_page: GetPage,
+    first: int,
+    needed: int,
+    usable: int,
+    page_count: int,
+    *,
+    strict_end: bool = True,
 ) -> bytes:
     """Follow an overflow chain from page ``first`` and return exactly ``needed`` bytes.
 
     Each overflow page holds a 4-byte next-page number then ``usable - 4`` payload bytes. Raises
     :class:`FormatError` on a loop, a page number 0 or beyond ``page_count`` before the payload is
     complete, a missing (None) or short page, a last page whose next-page number is not 0 (the
-    chain does not end where its payload does: SQLite's integrity check follows it too), or when
+    chain does not end where its payload does: SQLite's integrity check follows it too; with
+    ``strict_end`` False the caller looks at that page itself), or when
     ``needed`` cannot fit in ``page_count`` pages at all (so a garbage size never drives the
     allocation).
     """
@@ -290,7 +297,7 @@ def read_overflow(
         parts.append(bytes(page[4 : 4 + take]))
         remaining -= take
         pgno = int.from_bytes(page[0:4], "big")
-    if parts and pgno != 0:
+    if strict_end and parts and pgno != 0:
         raise FormatError(f"overflow chain goes on to page {pgno} past the end of its payload")
     return b"".join(parts)
 

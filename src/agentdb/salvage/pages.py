@@ -128,14 +128,30 @@ class _PageReader:
             return cell.local
         needed = cell.payload_size - len(cell.local)
         guarded = self._guard(get_page)
+        chain = self.chain  # the pages read are appended here when it is a list
         try:
-            return cell.local + read_overflow(
-                guarded, cell.overflow_pgno, needed, self.src.usable, self.src.page_count
+            rest = read_overflow(
+                guarded,
+                cell.overflow_pgno,
+                needed,
+                self.src.usable,
+                self.src.page_count,
+                strict_end=chain is None,
             )
         except FormatError:
             self.out.rejected["overflow chain broken"] += 1
             self.anomalous.add(self.image)
             return None
+        last = get_page(chain[-1]) if chain else None
+        if last is not None and int.from_bytes(last[:4], "big") != 0:
+            # The chain goes on past its payload (a loop, or a page of something else put in
+            # its last place): the bytes read may be right or not, and no structure can tell.
+            # The row is kept, as doubtful as every row no hash vouches for on this page.
+            self.out.notes.append(
+                f"{self.image}: overflow chain of key {cell.rowid} goes on past its payload"
+            )
+            self.anomalous.add(self.image)
+        return cell.local + rest
 
     def _guard(self, get_page: GetPage) -> GetPage:
         live = self.live_btree_pages
@@ -313,18 +329,23 @@ def salvage_pages(
     wal: WalScan | bytes | None,
     session_id: str,
     keep: Keep | None = None,
+    *,
+    rolled_back: bool = False,
 ) -> PageSalvage:
     """Run engine c over a database file (read page by page as needed; or its bytes) and
     (optionally) its WAL: a scan of it (:func:`~agentdb.fileformat.scan_wal`, whose pages are
     read as needed) or its bytes. ``keep`` takes each validated row (the scratch database's
-    :meth:`~agentdb.salvage.scratch.Scratch.keep`); by default rows are kept as they are."""
+    :meth:`~agentdb.salvage.scratch.Scratch.keep`); by default rows are kept as they are.
+    ``rolled_back``: the file is a hot journal's rollback, whose freelist pages are not read
+    (SQLite does not journal a free page it reuses, so after the rollback such a page may still
+    hold the killed transaction's uncommitted rows)."""
     scan = scan_wal(wal) if isinstance(wal, bytes) and wal else wal or None
     assert scan is None or isinstance(scan, WalScan)
     if isinstance(db, bytes):
-        return _salvage_pages(db, scan, session_id, keep or _as_is)
+        return _salvage_pages(db, scan, session_id, keep or _as_is, rolled_back)
     fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return _salvage_pages(FileBytes(fd), scan, session_id, keep or _as_is)
+        return _salvage_pages(FileBytes(fd), scan, session_id, keep or _as_is, rolled_back)
     finally:
         os.close(fd)
 
@@ -334,7 +355,7 @@ def _as_is(row: Row) -> Row:
 
 
 def _salvage_pages(
-    db: bytes | FileBytes, wal: WalScan | None, session_id: str, keep: Keep
+    db: bytes | FileBytes, wal: WalScan | None, session_id: str, keep: Keep, rolled_back: bool
 ) -> PageSalvage:
     out = PageSalvage()
     if wal is not None and wal.resumed_commits:
@@ -355,7 +376,12 @@ def _salvage_pages(
     encoding = src.header.encoding if src.header else "utf-8"
     r = _PageReader(src, encoding, session_id, out, keep)
     _walk_live(r)
-    _scan_unreached(r)
+    if rolled_back:
+        out.notes.append(
+            "free pages not read: a hot journal was rolled back, and a free page the killed "
+            "transaction reused may still hold its uncommitted rows"
+        )
+    _scan_unreached(r, skip_free=rolled_back)
     _scan_older(r, wal)
     _doubtful(r)
     return out
@@ -398,7 +424,7 @@ def _walk_live(r: _PageReader) -> None:
             r.chain_owner[pg] = key if r.chain_owner.get(pg, key) == key else None
 
 
-def _scan_unreached(r: _PageReader) -> None:
+def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
     """Free space of every table leaf; tiers ``stray`` (leaves no walk reached) and ``stale``
     (freelist pages); b-tree-typed pages that do not parse are listed as opaque."""
     src, out, get = r.src, r.out, r.src.get_page
@@ -413,7 +439,7 @@ def _scan_unreached(r: _PageReader) -> None:
         if data[:1] == b"\x0d":
             found = freespace.scan_page(data, pgno, src.usable, r.encoding, f"page {pgno}")
             out.free += freespace.classify_all(found)
-        if pgno in r.live_btree_pages:
+        if pgno in r.live_btree_pages or (skip_free and pgno in freelist):
             continue
         _scan_leaf(r, data, pgno, STALE if pgno in freelist else STRAY, f"page {pgno}", get)
         # Only a page that says it is a b-tree page can hold cells another engine could read
@@ -452,9 +478,11 @@ def _scan_older(r: _PageReader, wal: WalScan | None) -> None:
 
 
 def _cross_links(chains: dict[tuple[str, int], list[int]], out: PageSalvage) -> None:
-    """Find live rows whose overflow chains share pages. A shared page belongs to the chain in
-    which it directly follows the chain's previous page (SQLite allocates a chain's pages in
-    order); when exactly one chain fits, that row is kept as unverified, the others are not."""
+    """Find live rows whose overflow chains share pages. A shared page belongs to the chain whose
+    cell points at it, or in which it directly follows the chain's previous page (SQLite
+    allocates a chain's pages in order); when exactly one chain fits, that row is kept as
+    unverified, the others are not. When none fits, the layout names no owner: every row is
+    kept, unverified (one of them holds its own bytes; dropping all would lose it)."""
     owners: dict[int, list[tuple[str, int]]] = {}
     for key, chain in chains.items():
         for pg in chain:
@@ -469,7 +497,7 @@ def _cross_links(chains: dict[tuple[str, int], list[int]], out: PageSalvage) -> 
             if k in judged:
                 continue
             judged.add(k)
-            if len(fits) == 1 and fits[0] == k:
+            if (len(fits) == 1 and fits[0] == k) or not fits:
                 out.crosslink_owner.setdefault(k[0], set()).add(k[1])
             else:
                 out.crosslinked.setdefault(k[0], set()).add(k[1])
@@ -480,8 +508,10 @@ def _cross_links(chains: dict[tuple[str, int], list[int]], out: PageSalvage) -> 
 
 
 def _follows(chain: list[int], pg: int) -> bool:
+    """``pg`` is the chain's own: its cell points at it (the first page), or it directly
+    follows the chain's previous page."""
     i = chain.index(pg)
-    return i > 0 and chain[i - 1] == pg - 1
+    return i == 0 or chain[i - 1] == pg - 1
 
 
 def lock_byte_page(page_size: int) -> int:

@@ -93,7 +93,13 @@ def _salvage(
             return None
         out.notes += diag.reasons
         with out.timed("pages"):
-            page = pages_mod.salvage_pages(snap.copy, snap.wal_scan, session_id, store.keep)
+            page = pages_mod.salvage_pages(
+                snap.copy,
+                snap.wal_scan,
+                session_id,
+                store.keep,
+                rolled_back=snap.had_journal and snap.journal_note is None,
+            )
         found = None
         if conn is not None and diag.refused is None:
             revision = diag.revision or 2
@@ -233,7 +239,7 @@ def tables_intact(
         return False
     if not found.complete or found.damaged_regions or found.rejected:
         return False
-    if page.broken or page.crosslinked or page.crosslink_owner:
+    if page.broken or page.crosslinked or page.crosslink_owner or page.doubtful:
         return False  # a live row's payload is structurally wrong: not an index-only damage
     live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
     for c in page.candidates:
