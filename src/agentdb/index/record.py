@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentdb import errors, paths, plugins
+from agentdb import errors, paths, plugins, verdicts
 from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionInfo, SessionReader
 
@@ -28,24 +28,9 @@ _PATH = "\x00"  # stands for the file's path inside stored error messages
 
 Costs = list[tuple[str, str, str, int, float]]  # (day, provider, model, turns, cost_usd)
 
-# The stored columns, in order (index.store writes and reads them so).
-COLUMNS = (
-    "status",
-    "profile",
-    "parent",
-    "depth",
-    "started_at",
-    "ended_at",
-    "cost_usd",
-    "events",
-    "revision",
-    "error",
-    "error_code",
-    "meta_error",
-    "meta_error_code",
-    "producers",
-    "costs",
-)
+# The stored columns, in order (index.store writes and reads them so): the verdict store's
+# session table after the file's place and identity.
+COLUMNS = verdicts.SESSION_COLUMNS[5:]
 
 
 @dataclass

@@ -128,15 +128,7 @@ def walk_ids(sessions_dir: Path) -> tuple[list[str], set[str]]:
 
 
 def _walk(sessions_dir: Path) -> tuple[list[paths.Entry], set[str]]:
-    names: set[str] = set()
-    ids: list[str] = []
-    with os.scandir(sessions_dir) as it:
-        for de in it:
-            names.add(de.name)
-            sid = paths.session_id_of(de.name)
-            if sid is not None:
-                ids.append(sid)
-    ids.sort()
+    ids, names = walk_ids(sessions_dir)
     child = child_maker(sessions_dir)
     return [paths.Entry(sid, child(sid + paths.SESSION_SUFFIX)) for sid in ids], names
 
