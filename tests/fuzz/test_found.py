@@ -162,6 +162,10 @@ CAMPAIGN = [
     # took 18 uncommitted rows from free pages the killed transaction had reused
     "rev=1 wal=0 size=short layout=plain "
     "damages=hot_journal/705514407+foreign_wal/556150375+cell_pointers/838899787",
+    # garbage in the file header's application id, its own -wal (page 1 with our id) cut short:
+    # the WAL was called another database's, 123 of 291 events kept
+    "rev=2 wal=1 size=long layout=plain "
+    "damages=header_garbage/1009026511+truncate_wal/459849970+truncate_main/1047293766",
 ]
 
 

@@ -393,9 +393,10 @@ def foreign_evidence(db_head: Buffer, scan: WalScan, own_ids: tuple[int, ...] = 
     (at least its 100-byte header), from the bytes alone; None when nothing says so.
 
     Evidence is only: the WAL's page size differs from the database's, or the newest committed
-    copy of page 1 in the WAL carries another page size or another application id. A file
-    whose header still has application id 0 (a WAL never checkpointed since the file was
-    created) may meet any of ``own_ids`` in its WAL. (A WAL that names another session when
+    copy of page 1 in the WAL carries another page size or another application id. A WAL
+    whose page 1 carries one of ``own_ids`` is never foreign by its id (a file whose header
+    still has application id 0 — a WAL never checkpointed since the file was created — or whose
+    header is damaged meets it there). (A WAL that names another session when
     applied is found by whoever reads its ``session_meta``.)
     """
     if scan.header is None:
@@ -415,7 +416,9 @@ def foreign_evidence(db_head: Buffer, scan: WalScan, own_ids: tuple[int, ...] = 
         if theirs.page_size != head.page_size:
             return f"its page 1 has page size {theirs.page_size}, not {head.page_size}"
         mine = head.application_id
-        if theirs.application_id != mine and not (mine == 0 and theirs.application_id in own_ids):
+        # A WAL whose page 1 carries one of our own ids is ours whatever the file's header says
+        # (garbage in the file's header is the file's damage; the WAL's copy restores it).
+        if theirs.application_id != mine and theirs.application_id not in own_ids:
             return (
                 f"its page 1 has application id {theirs.application_id:#x}, not the "
                 f"database's {head.application_id:#x}"
