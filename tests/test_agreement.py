@@ -86,6 +86,13 @@ def _too_new(p: Path) -> None:
         f.write((99).to_bytes(4, "big"))
 
 
+def _negative_version(p: Path) -> None:
+    """Garbage in the header's user_version that reads as a negative number (it is signed)."""
+    with open(p, "r+b") as f:
+        f.seek(60)
+        f.write(bytes.fromhex("d53f2a0b"))
+
+
 def _hot_journal(p: Path) -> None:
     """A writer in rollback-journal mode killed mid-transaction: a hot -journal beside it."""
     conn = apsw.Connection(str(p))
@@ -122,6 +129,7 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "hot_journal": _hot_journal,
     "invalid_utf8": _invalid_utf8,
     "too_new": _too_new,
+    "negative_version": _negative_version,
     "misnamed": None,  # a healthy session copied under another id (renamed in _answers)
 }
 RELATIONS = (

@@ -221,6 +221,9 @@ def identify(conn: apsw.Connection, *, rows: SchemaRows | None = None) -> Identi
             f"user_version {ver} is newer than this agentdb understands "
             f"(it knows revisions up to {CURRENT_REVISION})",
         )
+    if ver < 0:  # a signed 32-bit field: garbage there names no revision at all
+        why = f"user_version {ver} is no revision: not a session file"
+        return Identity(app, ver, "foreign", why)
     if ver == 0:
         if app == 0 and not has_user_objects(conn):
             return Identity(app, ver, "empty")
