@@ -146,6 +146,10 @@ def _cells(revision: int, wal: bool | None, kind: str | None) -> list[tuple[str,
 
 
 _WORKER: dict[str, Any] = {}
+# The old agentdb's recover is only compared (rows kept), not judged: it hangs on the damage
+# issue 10 was filed for (its reader loops), and one minute per such case would take a third of
+# a campaign. Killed after this long, it kept nothing.
+OLD_GUARD_S = 10.0
 
 
 def _init_worker(root: str, under_test: str | None, old_src: str | None, shell: str | None) -> None:
@@ -173,7 +177,7 @@ def _run_one(case: Case, guard: float) -> tuple[Case, Any, dict[str, int] | None
     )
     old = None
     if w["old_src"] is not None:
-        old = old_recover(case, w["bases"], w["work"] / "oldcase", w["old_src"])
+        old = old_recover(case, w["bases"], w["work"] / "oldcase", w["old_src"], OLD_GUARD_S)
     return case, r, old
 
 
