@@ -166,6 +166,10 @@ CAMPAIGN = [
     # the WAL was called another database's, 123 of 291 events kept
     "rev=2 wal=1 size=long layout=plain "
     "damages=header_garbage/1009026511+truncate_wal/459849970+truncate_main/1047293766",
+    # another session's -wal cut short (its session_meta page gone) beside a session whose data
+    # was in its own WAL: its page 2 gave 18 other events as this session's sequences 1-18
+    # (events are append-only: now evidence that the WAL is another session's)
+    "rev=1 wal=1 size=long layout=plain damages=foreign_wal/809186182+truncate_wal/883922619",
 ]
 
 
