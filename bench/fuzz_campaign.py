@@ -53,7 +53,7 @@ class Tally:
         self.invariants: Counter[str] = Counter()
         self.first: dict[str, str] = {}
         self.outcomes: Counter[str] = Counter()
-        self.in_place = [0, 0]  # revision-1 rows altered inside a value, cases with any
+        self.in_place = [0, 0]  # unhashed rows altered inside a value, cases with any
 
     def add(self, case: Case, r: object, old: dict[str, int] | None, has_old: bool) -> None:
         from tests.fuzz.invariants import CaseResult
@@ -124,9 +124,9 @@ def report(
     lines += ["", "Outcomes of recover: " + ", ".join(f"{k} {v}" for k, v in t.outcomes.items())]
     if t.in_place[0]:
         lines.append(
-            f"Revision-1 rows kept with bytes changed inside a value (same length; no hash in "
-            f"revision 1 can show it, reported structural_only, not a failure): {t.in_place[0]} "
-            f"in {t.in_place[1]} cases."
+            f"Rows of tables without a row hash (revision 1: all; revision 2: all but events) "
+            f"kept with bytes changed inside a value (same length: no structure can show it; "
+            f"reported structural_only, not a failure): {t.in_place[0]} in {t.in_place[1]} cases."
         )
     lines.append(
         "Rows count only when byte-identical to the undamaged copy (any table; "

@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  FAIL {inv}: {detail}")
     if result.altered_in_place:
         n = result.altered_in_place
-        print(f"  note: {n} revision-1 row(s) kept with bytes changed inside a value")
+        print(f"  note: {n} unhashed row(s) kept with bytes changed inside a value")
     print("  ok" if not result.failures else f"  {len(result.failures)} failure(s)")
     return 1 if result.failures else 0
 
