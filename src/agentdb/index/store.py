@@ -9,7 +9,8 @@ malformed value makes the caller read the file instead.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+import contextlib
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,13 +148,20 @@ class Writer:
         rows, self.pending = self.pending, []
         if not rows or self.failed is not None:
             return
-        try:
+        with self._writing():
             if self.conn is None:
                 self.conn = open_index(self.cache_dir)
                 with db.translated(self.path):
                     self.conn.execute("BEGIN IMMEDIATE")
             with db.translated(self.path):
                 self.conn.executemany(_UPSERT, rows)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write that fails leaves the index as it was and notes why (answers come from the
+        files)."""
+        try:
+            yield
         except Unavailable as e:
             self._fail(str(e))
         except errors.Retryable as e:
@@ -171,7 +179,7 @@ class Writer:
         dead = [(self.directory, n) for n in gone]
         if self.failed is None and (self.pending or self.conn is not None or dead):
             self._flush()
-            try:
+            with self._writing():
                 if self.conn is None and dead and self.failed is None:
                     self.conn = open_index(self.cache_dir)
                     with db.translated(self.path):
@@ -182,12 +190,6 @@ class Writer:
                             "DELETE FROM sessions WHERE directory = ? AND name = ?", dead
                         )
                         self.conn.execute("COMMIT")
-            except Unavailable as e:
-                self._fail(str(e))
-            except errors.Retryable as e:
-                self._fail(f"{self.path}: busy (another agentdb is refreshing it): {e}")
-            except errors.AgentdbError as e:
-                self._fail(f"{self.path}: {e}")
         self.abort()
         return (
             []
