@@ -53,6 +53,7 @@ class Tally:
         self.invariants: Counter[str] = Counter()
         self.first: dict[str, str] = {}
         self.outcomes: Counter[str] = Counter()
+        self.harness_errors = 0  # cases the campaign itself failed to run (not agentdb's)
         self.in_place = [0, 0]  # unhashed rows altered inside a value, cases with any
 
     def add(self, case: Case, r: object, old: dict[str, int] | None, has_old: bool) -> None:
@@ -122,6 +123,8 @@ def report(
     if not t.invariants:
         lines.append("| (none) | 0 | |")
     lines += ["", "Outcomes of recover: " + ", ".join(f"{k} {v}" for k, v in t.outcomes.items())]
+    if t.harness_errors:
+        lines.append(f"Cases the harness itself failed to run (not counted): {t.harness_errors}.")
     if t.in_place[0]:
         lines.append(
             f"Rows of tables without a row hash (revision 1: all; revision 2: all but events) "
@@ -258,7 +261,12 @@ def main() -> int:
                         break
                     done, running = wait(running, return_when=FIRST_COMPLETED)
                     for f in done:
-                        case, r, old = f.result()
+                        try:
+                            case, r, old = f.result()
+                        except Exception as e:  # the harness's own failure: said, not fatal
+                            print(f"harness error: {type(e).__name__}: {e}", flush=True)
+                            t.harness_errors += 1
+                            continue
                         t.add(case, r, old, old_src is not None)
                         failures = "; ".join(f"{i}: {d}" for i, d in r.failures)
                         status = failures or "ok"

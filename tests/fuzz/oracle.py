@@ -202,7 +202,12 @@ def dot_recover(
         conn = apsw.Connection(str(new))
         try:
             out_rows = Rows(columns)
-            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema")}
+            # .recover writes whatever names the damaged schema held: read them as bytes
+            have = {
+                bytes(r[0]).decode("utf-8", "replace")
+                for r in conn.execute("SELECT CAST(name AS BLOB) FROM sqlite_schema")
+                if r[0] is not None
+            }
             for t in TABLES:
                 got: set[Row] = set()
                 if t in have:
@@ -214,6 +219,8 @@ def dot_recover(
                             got = set()
                 out_rows.rows[t] = got
             return out_rows
+        except UnicodeDecodeError:  # a column name .recover copied from garbage: nothing usable
+            return Rows(columns, {t: set() for t in TABLES})
         finally:
             conn.close()
 
