@@ -1,5 +1,7 @@
 """The one module of row and damage helpers: read every row of a session file, and damage a
-real file's bytes in place (deterministic, no SQLite involved in the damage).
+real file's bytes in place (deterministic, no SQLite involved in the damage), or change one
+value behind the content hash's back through SQLite (what a flip inside a payload does, and
+what integrity_check cannot see).
 
 Reading never changes the file it reads: in place it opens ``immutable`` (no WAL beside it) or
 read-only; with ``private_copy=True`` it reads a copy of the file and its ``-wal`` (so reading
@@ -83,3 +85,20 @@ def zero_page(path: Path, pgno: int) -> None:
 def flip(path: Path, offset: int, length: int) -> None:
     """Flip every bit of ``length`` bytes at ``offset``."""
     write_at(path, offset, bytes(b ^ 0xFF for b in read_at(path, offset, length)))
+
+
+def payload_without_hash(path: Path, sequence: int = 3) -> None:
+    """Change one event's payload and not its content hash."""
+    c = apsw.Connection(str(path))
+    c.execute("UPDATE events SET payload = X'00112233' WHERE sequence = ?", (sequence,))
+    c.close()
+
+
+def invalid_text(path: Path, sequence: int = 5) -> None:
+    """Give one event a timestamp that is not valid UTF-8 ("2026" + a lone lead byte + "(")."""
+    c = apsw.Connection(str(path))
+    c.execute(
+        "UPDATE events SET timestamp = CAST(x'32303236c328' AS TEXT) WHERE sequence = ?",
+        (sequence,),
+    )
+    c.close()

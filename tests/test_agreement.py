@@ -53,6 +53,7 @@ import ulid
 
 from agentdb import paths
 from agentdb.paths import sidecar
+from tests import rows
 from tests.runner import global_options, invoke
 from tests.salvage import corpus
 
@@ -61,12 +62,6 @@ SHOWS_ERROR = {"unreadable", "corrupt", "foreign"}
 EVENTS_FAIL = {"corrupt", "unreadable"}
 # files events cannot read as this session at all: refused (exit 1) before any event is printed
 REFUSED = {"foreign", "too_new", "insecure", "unsafe_schema"}
-
-
-def _invalid_utf8(p: Path) -> None:
-    conn = apsw.Connection(str(p))
-    conn.execute("UPDATE events SET timestamp=CAST(x'32303236c328' AS TEXT) WHERE sequence=5")
-    conn.close()
 
 
 def _foreign_wal(p: Path) -> None:
@@ -127,7 +122,7 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "damaged_interior_page": corpus.d_interior_page,
     "foreign_wal": _foreign_wal,
     "hot_journal": _hot_journal,
-    "invalid_utf8": _invalid_utf8,
+    "invalid_utf8": rows.invalid_text,
     "too_new": _too_new,
     "negative_version": _negative_version,
     "misnamed": None,  # a healthy session copied under another id (renamed in _answers)

@@ -9,26 +9,10 @@ import hashlib
 import json
 from pathlib import Path
 
-import apsw
-
 from agentdb import backup, checks, migrate
+from tests.rows import invalid_text, payload_without_hash
 from tests.runner import Agentdb
 from tests.support import make_session
-
-
-def _alter_payload(path: Path, sequence: int = 3) -> None:
-    c = apsw.Connection(str(path))
-    c.execute("UPDATE events SET payload = X'00112233' WHERE sequence = ?", (sequence,))
-    c.close()
-
-
-def _bad_text(path: Path, sequence: int = 5) -> None:
-    c = apsw.Connection(str(path))
-    c.execute(
-        "UPDATE events SET timestamp = CAST(x'32303236c328' AS TEXT) WHERE sequence = ?",
-        (sequence,),
-    )
-    c.close()
 
 
 def _digest(path: Path) -> str:
@@ -39,7 +23,7 @@ def test_backup_refuses_a_session_whose_content_hash_fails(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
     sid, path = make_session(sessions_dir, turns=3)
-    _alter_payload(path)
+    payload_without_hash(path)
     assert checks.judge(path, sid).verdict == "corrupt"
     dest = tmp_path / "backup"
     out = backup.backup_session(path, dest)
@@ -55,7 +39,7 @@ def test_backup_keeps_a_good_copy_when_the_session_later_fails_its_hashes(
     dest = tmp_path / "backup"
     assert backup.backup_session(path, dest).outcome == "copied"
     good = _digest(dest / path.name)
-    _alter_payload(path)
+    payload_without_hash(path)
     out = backup.backup_session(path, dest)
     assert out.outcome == "corrupt", out
     assert _digest(dest / path.name) == good
@@ -66,7 +50,7 @@ def test_backup_cli_exits_1_on_a_hash_failure(
     sessions_dir: Path, tmp_path: Path, agentdb: Agentdb
 ) -> None:
     sid, path = make_session(sessions_dir, turns=3)
-    _alter_payload(path)
+    payload_without_hash(path)
     code, out, _ = agentdb.at(sessions_dir)("backup", sid, "--to", str(tmp_path / "b"), "--json")
     doc = json.loads(out)
     assert code == 1
@@ -77,7 +61,7 @@ def test_migrate_refuses_a_revision_1_file_whose_text_fails(
     sessions_dir: Path, agentdb: Agentdb
 ) -> None:
     sid, path = make_session(sessions_dir, turns=3, revision=1)
-    _bad_text(path)
+    invalid_text(path)
     assert checks.judge(path, sid).verdict == "corrupt"
     before = _digest(path)
     (item,) = migrate.plan(sessions_dir, [sid])

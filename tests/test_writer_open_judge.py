@@ -15,25 +15,8 @@ from agentdb import checks, errors, kernel, paths
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import SessionReader, SessionWriter
 from agentdb.store import opening as opening_module
-from tests.rows import all_rows
+from tests.rows import all_rows, invalid_text, payload_without_hash
 from tests.support import make_session
-
-
-def _flip_payload(path: Path, sequence: int = 3) -> None:
-    """Change one event's payload without its content hash (what a flipped byte inside a payload
-    does, and what integrity_check cannot see)."""
-    c = apsw.Connection(str(path))
-    c.execute("UPDATE events SET payload = X'00112233' WHERE sequence = ?", (sequence,))
-    c.close()
-
-
-def _bad_text(path: Path, sequence: int = 5) -> None:
-    c = apsw.Connection(str(path))
-    c.execute(
-        "UPDATE events SET timestamp = CAST(x'32303236c328' AS TEXT) WHERE sequence = ?",
-        (sequence,),
-    )
-    c.close()
 
 
 def _user_version(path: Path) -> int:
@@ -46,7 +29,7 @@ def _user_version(path: Path) -> int:
 
 def test_a_hash_failure_is_damage_on_the_kernels_open(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=4)
-    _flip_payload(path)
+    payload_without_hash(path)
     assert checks.judge(path, sid).verdict == "corrupt"  # integrity_check alone sees nothing
     w = kernel.open_session(sessions_dir, sid)
     try:
@@ -63,7 +46,7 @@ def test_a_hash_failure_is_damage_on_the_kernels_open(sessions_dir: Path) -> Non
 
 def test_the_writers_own_judge_sees_a_hash_failure_without_a_kernel(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2)
-    _flip_payload(path)
+    payload_without_hash(path)
     before = all_rows(path)
     with pytest.raises(errors.Corrupt, match="content hash"):
         SessionWriter.open(sessions_dir, sid)
@@ -80,7 +63,7 @@ def test_the_writers_own_judge_sees_a_hash_failure_without_a_kernel(sessions_dir
 
 def test_migration_never_runs_on_a_file_the_judge_calls_damaged(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2, revision=1)
-    _bad_text(path)
+    invalid_text(path)
     assert checks.judge(path, sid).verdict == "corrupt"
     seen: list[int] = []
 
@@ -98,7 +81,7 @@ def test_migration_never_runs_on_a_file_the_judge_calls_damaged(sessions_dir: Pa
 
 def test_the_kernel_recovers_invalid_text_before_migrating(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2, revision=1)
-    _bad_text(path)
+    invalid_text(path)
     w = kernel.open_session(sessions_dir, sid)
     try:
         assert w.revision == CURRENT_REVISION  # migrated: the replacement, not the damaged file
