@@ -1,4 +1,4 @@
-"""Bench: the damage generator's campaign (issue 10) — `bench/fuzz --minutes N --revision R`.
+"""Bench: the damage generator's campaign (issue 10) — `bench/fuzz --minutes N [--revision R]`.
 
 Draws cases from consecutive seeds (``--seed S``, S+1, …) of one schema revision, each one
 including the damage kind of the (kind × WAL/no-WAL) cell with the fewest cases so far, runs
@@ -98,7 +98,8 @@ def report(
     filled = [c for c in t.cases if not c[0].startswith("(")]
     least = min((t.cases[c] for c in filled), default=0)
     lines = [
-        f"Damage campaign, revision {args.revision}: {n} cases in {secs / 60:.1f} min, "
+        f"Damage campaign, revision {args.revision or '1 and 2'}: {n} cases in "
+        f"{secs / 60:.1f} min, "
         f"{jobs} at once (seeds {args.seed}..{last_seed}; each case includes the damage kind of "
         f"the least-covered cell, the fewest cases in a cell: {least}); {_load()} at the end. "
         f"`.recover`: {shell if shell else 'no capable shell: not compared'}. "
@@ -138,13 +139,14 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-def _cells(revision: int, wal: bool | None, kind: str | None) -> list[tuple[str, bool]]:
-    """The (damage kind, WAL) cells the campaign fills, least-covered first."""
+def _cells(revision: int | None, wal: bool | None, kind: str | None) -> list[tuple[int, str, bool]]:
+    """The (revision, damage kind, WAL) cells the campaign fills, least-covered first."""
     out = []
-    for w in (False, True) if wal is None else (wal,):
-        for k in kinds_for(w):
-            if kind is None or k == kind:
-                out.append((k, w))
+    for rev in (1, 2) if revision is None else (revision,):
+        for w in (False, True) if wal is None else (wal,):
+            for k in kinds_for(w):
+                if kind is None or k == kind:
+                    out.append((rev, k, w))
     return out
 
 
@@ -184,25 +186,27 @@ def _run_one(case: Case, guard: float) -> tuple[Case, Any, dict[str, int] | None
     return case, r, old
 
 
-def _next_case(args: argparse.Namespace, seed: int, drawn: Counter[tuple[str, bool]]) -> Case:
+def _next_case(args: argparse.Namespace, seed: int, drawn: Counter[tuple[int, str, bool]]) -> Case:
     """A case that includes the damage kind of the least-covered cell (cases drawn so far,
     a combination counting under each of its kinds), so every cell fills at the same pace."""
     wal = None if args.wal is None else args.wal == "1"
     cells = _cells(args.revision, wal, args.kind)
-    kind, w = min(cells, key=lambda c: (drawn[c], cells.index(c)))
+    rev, kind, w = min(cells, key=lambda c: (drawn[c], cells.index(c)))
     if args.kind is not None:
-        case = Case.from_seed(seed, revision=args.revision, wal=w, kind=kind)
+        case = Case.from_seed(seed, revision=rev, wal=w, kind=kind)
     else:
-        case = Case.from_seed(seed, revision=args.revision, wal=w, include=kind)
+        case = Case.from_seed(seed, revision=rev, wal=w, include=kind)
     for k in {k for k, _ in case.damages}:
-        drawn[(k, case.wal)] += 1
+        drawn[(case.revision, k, case.wal)] += 1
     return case
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, required=True)
-    ap.add_argument("--revision", type=int, choices=(1, 2), required=True)
+    ap.add_argument(
+        "--revision", type=int, choices=(1, 2), default=None, help="default: both, alternately"
+    )
     ap.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock)")
     ap.add_argument("--old", default="dd60f0c", help="agentdb commit to compare, or 'none'")
     ap.add_argument(
@@ -228,7 +232,8 @@ def main() -> int:
     from agentdb.workers import usable_cores
 
     jobs = args.jobs or usable_cores()
-    out = args.out or REPO / "bench" / "results" / f"fuzz-rev{args.revision}.md"
+    name = f"fuzz-rev{args.revision}.md" if args.revision else "fuzz-both.md"
+    out = args.out or REPO / "bench" / "results" / name
     shell = oracle.capable_shell()
     if shell is None:
         print("bench/fuzz: no capable sqlite3 shell; .recover is not compared", file=sys.stderr)
@@ -247,7 +252,7 @@ def main() -> int:
                 old_src = root / "old" / "src"
         try:
             t, n, t0 = Tally(), 0, time.monotonic()
-            drawn: Counter[tuple[str, bool]] = Counter()
+            drawn: Counter[tuple[int, str, bool]] = Counter()
             seed = args.seed
             init = (str(root), str(under_test or ""), str(old_src or ""), str(shell or ""))
             with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=init) as pool:
