@@ -170,6 +170,11 @@ CAMPAIGN = [
     # was in its own WAL: its page 2 gave 18 other events as this session's sequences 1-18
     # (events are append-only: now evidence that the WAL is another session's)
     "rev=1 wal=1 size=long layout=plain damages=foreign_wal/809186182+truncate_wal/883922619",
+    # a hot journal rolled back by the next damage's ordinary SQLite open, which deleted it: the
+    # rollback-mode file's free pages still held the killed transaction's 18 inserted events
+    # (SQLite does not journal a reused free page), and recover kept them past the real tail
+    "rev=1 wal=0 size=short layout=plain "
+    "damages=hot_journal/136986984+invalid_utf8/677300552+overflow_out/930687683",
 ]
 
 

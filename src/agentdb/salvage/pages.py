@@ -432,6 +432,7 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
     if src.header is not None:
         freelist = iter_freelist(get, src.header, src.page_count)
     maybe_opaque: list[int] = []
+    from_free: list[Candidate] = []
     for pgno in range(2, src.page_count + 1):
         data = get(pgno)
         if data is None:
@@ -441,12 +442,17 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
             out.free += freespace.classify_all(found)
         if pgno in r.live_btree_pages or (skip_free and pgno in freelist):
             continue
+        before = len(out.candidates)
         _scan_leaf(r, data, pgno, STALE if pgno in freelist else STRAY, f"page {pgno}", get)
+        if pgno in freelist:
+            from_free += out.candidates[before:]
         # Only a page that says it is a b-tree page can hold cells another engine could read
         # (SQLite's own recovery reads pages by the same type byte); the rest are overflow
         # pages of lost rows or noise.
         if pgno not in freelist and data[0] in (2, 5, 10, 13):
             maybe_opaque.append(pgno)
+    if src.header is None or src.header.write_version != 2:
+        _no_free_tail(out, from_free)
     lock_page = lock_byte_page(src.page_size)
     for pgno in maybe_opaque:
         if pgno in r.overflow_pages or pgno == lock_page:
@@ -456,6 +462,31 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
             parse_page(data or b"", pgno, src.usable)
         except FormatError:
             out.opaque_pages.append(pgno)
+
+
+def _no_free_tail(out: PageSalvage, from_free: list[Candidate]) -> None:
+    """A file not in WAL mode may have had a hot journal rolled back before anyone saw it (any
+    normal SQLite open does that, and deletes the journal). SQLite does not journal a free page
+    a transaction reuses, so after the rollback that page still holds the killed transaction's
+    uncommitted rows. Events are append-only: a free page's event past the last event read
+    anywhere else is such a row as likely as a lost tail, and is not kept; below it, a free
+    page's copy only fills a gap, as before."""
+    free_events = [c for c in from_free if c.table == "events"]
+    if not free_events:
+        return
+    ids = {id(c) for c in from_free}
+    elsewhere = [c.row[0] for c in out.candidates if c.table == "events" and id(c) not in ids]
+    last = max(elsewhere, default=0)
+    beyond = {id(c) for c in free_events if c.row[0] > last}
+    if not beyond:
+        return
+    out.candidates = [c for c in out.candidates if id(c) not in beyond]
+    out.rejected["event past the last one, on a free page"] += len(beyond)
+    out.notes.append(
+        f"{len(beyond)} events on free pages lie past the last event read elsewhere: not kept "
+        "(the file is not in WAL mode, and a rolled-back transaction leaves its rows on the "
+        "free pages it reused)"
+    )
 
 
 def _scan_older(r: _PageReader, wal: WalScan | None) -> None:
