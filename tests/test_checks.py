@@ -315,6 +315,7 @@ def test_check_beside_a_live_writer(sessions_dir: Path) -> None:
         for i in range(25):
             rep = checks.check_sessions(sessions_dir, None, jobs=1, quick=bool(i % 2))
             verdicts += [(s.session_id, s.verdict, s.live) for s in rep.sessions]
+        w.wait_for_commits(11)  # however slow the writer was to start on a loaded machine
     finally:
         seqs, err = w.stop()
     assert "Error" not in err and "Traceback" not in err, err

@@ -270,9 +270,12 @@ def test_concurrent_reader_while_writer_commits(sessions_dir: Path) -> None:
     """A reader in this process sees consistent, growing prefixes while a writer process runs."""
     sid, path = make_session(sessions_dir, status=None)
     writer = WriterProcess(sessions_dir, sid)
-    seen = []
+    seen: list[int] = []
     try:
-        for _ in range(60):
+        for i in range(60):
+            if i == 30:  # growth by then is the writer's report, not a guess about its speed
+                while not writer.seen or writer.seen[-1] <= seen[0]:
+                    writer.wait_for_commits(1)
             with SessionReader(path) as r:
                 seqs = [e.sequence for e in r.iter_events(payload_cap=16)]
                 assert seqs == list(range(1, len(seqs) + 1))  # no gap, no reordering
