@@ -227,3 +227,19 @@ def test_readonly_open_of_a_directory_with_uri_characters(tmp_path: Path, name: 
             conn.close()
     finally:
         os.chdir(old)
+
+
+def test_has_moved_sees_a_rename_over_the_path(tmp_path: Path) -> None:
+    """SQLITE_FCNTL_HAS_MOVED read without ctypes (the int's address from an array): False
+    while the path names the open file, True once another file is renamed over it."""
+    path = tmp_path / "a.sqlite"
+    conn = db.open_private(path)
+    try:
+        conn.execute("CREATE TABLE t(x)")
+        assert db.has_moved(conn) is False
+        other = tmp_path / "b.sqlite"
+        other.write_bytes(b"")
+        os.replace(other, path)
+        assert db.has_moved(conn) is True
+    finally:
+        conn.close()

@@ -15,6 +15,7 @@ APSW exceptions are translated here into :mod:`agentdb.errors`.
 
 from __future__ import annotations
 
+import array
 import errno
 import os
 import pwd
@@ -80,11 +81,16 @@ def _lstat(p: str) -> os.stat_result | None:
         return None
 
 
-def file_stats(path: Path | str) -> FileStats:
+def file_stats(path: Path | str, *, journal: bool = True) -> FileStats:
     """One ``lstat`` each of ``path`` and its ``-wal``, ``-shm`` and ``-journal`` (never follows
-    links)."""
+    links); ``journal=False`` leaves the journal out (None), for a comparison that ignores it."""
     p = os.fspath(path)
-    return FileStats(_lstat(p), _lstat(p + "-wal"), _lstat(p + "-shm"), _lstat(p + "-journal"))
+    return FileStats(
+        _lstat(p),
+        _lstat(p + "-wal"),
+        _lstat(p + "-shm"),
+        _lstat(p + "-journal") if journal else None,
+    )
 
 
 def require_regular(path: Path, st: os.stat_result | None = None) -> os.stat_result:
@@ -508,6 +514,7 @@ def open_readonly(
     stats: FileStats | None = None,
     private: bool = False,
     held: bool = False,
+    judged: bool = False,
 ) -> ReadConnection:
     """Open an existing session file for reading only: nothing is created, written or locked
     in its directory, a live writer is never blocked, and what is read is the committed state
@@ -524,6 +531,10 @@ def open_readonly(
 
     ``held``: the caller holds the session (:func:`agentdb.locks.hold`), which denies the
     ``-shm``'s read lock, so a ``-wal`` is read through a private copy even beside a ``-shm``.
+
+    ``judged``: the caller has refused ``stats`` itself, as :func:`require_regular` and
+    :func:`require_secure` would (``check`` judges the entry first, to report every problem):
+    they are not applied a second time to the same stats, only to any taken here.
     """
     if stats is None:
         stats = file_stats(path)
@@ -534,8 +545,10 @@ def open_readonly(
             refuse_unsafe_schema(conn, path)
 
     for _ in range(_COPY_RETRIES):
-        require_regular(path, stats.db)
-        require_secure(path, stats)
+        if not judged:
+            require_regular(path, stats.db)
+            require_secure(path, stats)
+        judged = False  # stats taken after this pass are judged here
         journal = stats.journal  # file_stats takes it too
         if stats.wal is None and not private and _has_content(journal):
             # A rollback journal: immutable would read pages a dead (or live) writer's
@@ -730,11 +743,11 @@ def has_moved(conn: apsw.Connection) -> bool:
     connection must not write (it would write into a ``.corrupt`` copy or a deleted file, with
     a WAL named after the path); SQLite itself neither checkpoints nor deletes that WAL on close.
     """
-    import ctypes  # only here (its import costs every command's start-up)
-
-    flag = ctypes.c_int(0)
-    conn.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, ctypes.addressof(flag))
-    return bool(flag.value)
+    # the int SQLite writes into, in an array: its address without ctypes, whose import cost
+    # every command that records a verdict 2 ms of start-up
+    flag = array.array("i", [0])
+    conn.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, flag.buffer_info()[0])
+    return bool(flag[0])
 
 
 def _connect(

@@ -16,9 +16,7 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -407,6 +405,8 @@ def private_workdir(prefix: str) -> Iterator[Path]:
     a killed job left (their pid no longer runs) are swept on the next call. Only when the
     cache cannot be created (a read-only home) does it fall back to the system's temp dir.
     """
+    import tempfile  # here: its import (random, shutil) costs every command's start-up
+
     base = paths.agentdb_cache_dir() / "tmp"
     try:
         ensure_dir(base)
@@ -439,4 +439,6 @@ def _sweep_dead(base: Path) -> None:
             pass
         except (OSError, OverflowError):
             continue
+        import shutil
+
         shutil.rmtree(base / name, ignore_errors=True)

@@ -7,8 +7,13 @@ Released: changing this function changes what every stored hash means.
 
 from __future__ import annotations
 
-import hashlib
 import struct
+
+try:  # CPython's own BLAKE2b, which hashlib re-exports; hashlib itself loads OpenSSL (4 ms of
+    # every command's start-up) for algorithms this module never uses
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - another Python: the same function through hashlib
+    from hashlib import blake2b
 
 HASH_SIZE = 16
 _PERSON = b"agentdb-event-v1"
@@ -69,7 +74,7 @@ def event_hash(
             add(b"b" + _pack_len(len(v)) + v)
         else:
             add(_frame(v))
-    return hashlib.blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
+    return blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
 
 
 SQL_FUNCTION = "agentdb_event_hash"
@@ -111,7 +116,7 @@ def event_hash_raw(text_mask: int, *values: Value) -> bytes | None:
             add(b"b" + _pack_len(len(v)) + v)
         else:
             add(_frame(v))
-    return hashlib.blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
+    return blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_PERSON).digest()
 
 
 def text_mask_sql(columns: tuple[str, ...]) -> str:

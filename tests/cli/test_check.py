@@ -206,3 +206,7 @@ def test_one_file_check_loads_only_what_it_uses(sessions_dir: Path, tmp_path: Pa
     assert "agentdb.checks.file" in loaded  # the log is there
     for heavy in ("multiprocessing", "agentdb.workers", "agentdb.schema.migrations"):
         assert heavy not in loaded, heavy
+    # neither what only other paths use: OpenSSL (hashlib's algorithms besides BLAKE2b),
+    # ctypes (the verdict cache's moved-file probe), scratch directories, CSV, terminal wrapping
+    for unused in ("_hashlib", "ctypes", "tempfile", "shutil", "csv", "textwrap"):
+        assert unused not in loaded, unused

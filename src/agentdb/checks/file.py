@@ -226,7 +226,7 @@ class _Run:
             if alone:
                 conn = db.open_readonly_alone(self.path)
             else:
-                conn = db.open_readonly(self.path, check_schema=False, stats=stats)
+                conn = db.open_readonly(self.path, check_schema=False, stats=stats, judged=True)
         except errors.AgentdbError as e:
             msg = e.detail
             if isinstance(e, errors.Corrupt):
@@ -534,7 +534,7 @@ def _check_once(
             run.parent_depth()
     if not alone:
         run.meta_of_file_alone()
-    if unlocked and _snapshot(db.file_stats(path)) != before:
+    if unlocked and _snapshot(db.file_stats(path, journal=False)) != before:
         run.unstable = True  # a writer started while we read the file without locks
     if run.live is None:
         holder = locks.probe(path)

@@ -302,10 +302,11 @@ class CheckStream:
 
     def _produce(self) -> Iterator[Checked]:
         total = len(self.selected)
+        base = os.fspath(self.sessions_dir)  # joined as strings: a Path per file cost 5 µs
         work = (
             (
                 sid,
-                str(self.sessions_dir / (sid + paths.SESSION_SUFFIX)),
+                os.path.join(base, sid + paths.SESSION_SUFFIX),
                 self.quick,
                 sid in self._recovered,
             )

@@ -5,7 +5,6 @@ Progress, warnings and human notes go to stderr, so ``--json`` output is always 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import enum
 import functools
@@ -14,9 +13,7 @@ import itertools
 import json
 import math
 import os
-import shutil
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -270,6 +267,8 @@ def _widths(chunk: list[list[Any]], headers: Sequence[str]) -> tuple[list[int], 
             natural[i] = max(natural[i], 0 if c is None else len(str(c)))
     if not sys.stdout.isatty() or verbose():
         return natural, False
+    import shutil  # only a terminal's table needs it (with bz2 and lzma)
+
     budget = shutil.get_terminal_size((100, 24)).columns - 2 * (ncols - 1)
     widths = [w if w <= _KEEP else min(w, MAX_CELL) for w in natural]
     while sum(widths) > budget:
@@ -290,6 +289,8 @@ def _pad(cell: Any, width: int, wrap: bool) -> Any:
         return cell
     if len(cell) <= width or not wrap:
         return cell.ljust(width)
+    import textwrap
+
     return "\n".join(
         line.ljust(width) for line in textwrap.wrap(cell, width, break_on_hyphens=False)
     )
@@ -312,6 +313,8 @@ def _draw(
 
 
 def _emit_csv(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
+    import csv
+
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(headers)

@@ -62,8 +62,14 @@ def schema_rows(conn: apsw.Connection) -> SchemaRows:
     included: a hostile index named ``sqlite_...`` must not slip past the fast path), in the
     table's own order. Not sorted: the rows are compared exactly (the fast path, the memo), so
     the same schema in another order is only decided by its fingerprint; sorting them cost a
-    sorter in SQL, or a Python sort, on every file."""
-    return tuple([(str(t), str(n), str(tb), s) for t, n, tb, s in conn.execute(_ROWS_SQL)])
+    sorter in SQL, or a Python sort, on every file. A type, name or table name that is not
+    TEXT (a hostile ``sqlite_schema``) is read as ``str`` of the value; rows of SQLite's own
+    making are taken as they come (converting every value cost a quarter of the read)."""
+    rows: SchemaRows = tuple(conn.execute(_ROWS_SQL))
+    for t, n, tb, _ in rows:
+        if type(t) is not str or type(n) is not str or type(tb) is not str:
+            return tuple([(str(t), str(n), str(tb), sql) for t, n, tb, sql in rows])
+    return rows
 
 
 @functools.cache
