@@ -320,11 +320,6 @@ def plan(
         if not s.settled(began):
             result.racy.add(s.entry.session_id)
     groups = group_names(sessions_dir)
-    indexed: dict[str, index.Record] = {}
-    if use_index:
-        snap = index.snapshot(sessions_dir, jobs=jobs)
-        result.notes_index = snap.notes
-        indexed = {r.entry.session_id: r for r in snap.records}
 
     @functools.cache
     def recovered_ids() -> frozenset[str]:
@@ -350,17 +345,22 @@ def plan(
             fresh.add(f.session_id)
 
     known: dict[str, Facts] = {}
-    for sid, files in wanted:
-        rec = indexed.get(sid)
-        if (
-            rec is not None
-            and result.seen.get(sid) is not None  # a regular file (else judged unopened)
-            and sid not in selectors.ids
-            and not files.intent
-        ):
-            got = facts_from_index(sessions_dir, sid, files, rec)
-            if got is not None:
-                known[sid] = got
+    if use_index:
+        # The index's records stream past (id order, a window at a time): only the facts of
+        # each session are kept, never every record (with its costs) nor every stored row.
+        ids = set(selectors.ids)
+        for rec in index.records(sessions_dir, result.notes_index, jobs=jobs, extras=True):
+            sid = rec.entry.session_id
+            files = groups.get(sid)
+            if (
+                files is not None
+                and result.seen.get(sid) is not None  # a regular file (else judged unopened)
+                and sid not in ids
+                and not files.intent
+            ):
+                got = facts_from_index(sessions_dir, sid, files, rec)
+                if got is not None:
+                    known[sid] = got
     read_fresh([(sid, files) for sid, files in wanted if sid not in known])
     facts = {sid: known[sid] if sid in known else facts[sid] for sid, _ in wanted}
 
