@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
+from agentdb.salvage.diskrows import DiskMap, highest, ordered
 from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
 from agentdb.salvage.rows import RowSalvage
+from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 from agentdb.schema import enums
 
@@ -57,12 +60,14 @@ class ShellRows:
 class Merged:
     """The rows a replacement will hold, and how they were found."""
 
-    rows: dict[str, dict[Any, Row]]  # table -> key -> row (revision-1 columns)
+    # table -> key -> row (revision-1 columns; the AUTOINCREMENT tables' in the scratch database)
+    rows: dict[str, MutableMapping[Any, Row]]
     sources: dict[str, Counter[str]]  # table -> source -> rows taken from it
     sequences: dict[str, int]  # AUTOINCREMENT counters to restore (at least)
     lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
     notes: list[str] = field(default_factory=list)
-    hashes: dict[int, bytes] = field(default_factory=dict)  # verified content_hash by sequence
+    # verified content_hash by sequence (in the scratch database)
+    hashes: MutableMapping[int, bytes] = field(default_factory=dict)
     rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
     # keys kept although no check vouches for their bytes (table -> keys)
     unverified: dict[str, set[Any]] = field(default_factory=dict)
@@ -101,30 +106,38 @@ def merge(
     page: PageSalvage | None,
     rows: RowSalvage | None,
     shell: ShellRows | None,
+    store: Scratch | None = None,
 ) -> Merged:
-    """One row per key from what the engines found, by the precedence in the module docstring."""
-    m = _Merger(session_id, page, rows)
+    """One row per key from what the engines found, by the precedence in the module docstring.
+    The merged rows of the AUTOINCREMENT tables go into ``store`` (default: one in memory)."""
+    m = _Merger(session_id, page, rows, store or Scratch(None))
     m.take_engines(shell)
     return m.finish()
 
 
 class _Merger:
-    def __init__(self, session_id: str, page: PageSalvage | None, rows: RowSalvage | None):
+    def __init__(
+        self, session_id: str, page: PageSalvage | None, rows: RowSalvage | None, store: Scratch
+    ):
         self.session_id = session_id
         self.page = page
         self.found = rows
-        self.rows: dict[str, dict[Any, Row]] = {t: {} for t in tables.TABLES}
+        self.store = store
+        self.rows: dict[str, MutableMapping[Any, Row]] = {
+            t: store.map(f"merged_{t}") if t in tables.AUTOINCREMENT_TABLES else {}
+            for t in tables.TABLES
+        }
         self.sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
         self.notes: list[str] = []
         self.drop, self.suspect = _structural_suspects(page, rows)
-        self.gap_filled: set[Any] = set()  # events taken from a tier below the live b-tree
+        # events taken from a tier below the live b-tree (key -> True)
+        self.gap_filled: MutableMapping[Any, bool] = store.map("gap_filled")
         self.dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
         self.shell_verified: dict[int, bytes] = {}  # events .recover gave, hash-checked
         self.shell_raw: dict[str, set[Any]] = {t: set() for t in tables.TABLES}  # no check
         # rows SQLite read that no page-engine copy confirms byte for byte (revision-1 rows:
         # nothing checked their overflow chain or their bytes on a damaged page)
         self.unconfirmed: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
-        self._structural: dict[tuple[str, Any], Row] | None = None
         self.live_meta = False
 
     def vouched(self, table: str, key: Any, row: Row) -> bool:
@@ -132,7 +145,7 @@ class _Merger:
         if table != "events":
             return False
         page, found = self.page, self.found
-        if page is not None and key in page.verified and page.verified[key][0] == row:
+        if page is not None and (page.verified.get(key) or (None,))[0] == row:
             return True
         if found is not None and key in found.event_hashes and found.rows["events"].get(key) == row:
             return True
@@ -157,7 +170,7 @@ class _Merger:
         self.rows[table][key] = row
         self.sources[table][source] += 1
         if table == "events" and source in _GAP_FILLERS:
-            self.gap_filled.add(key)
+            self.gap_filled[key] = True
         return True
 
     def take_read(self) -> None:
@@ -165,50 +178,48 @@ class _Merger:
         an identical copy the page engine decoded itself, or noted as unconfirmed."""
         if self.found is None:
             return
-        structural = self.structural_copies() if self.page is not None else None
+        structural = self.page is not None
         for table, got in self.found.rows.items():
-            for key, row in got.items():
-                if not self.put(table, row, "rows") or structural is None:
+            for key, row in ordered(got):
+                if not self.put(table, row, "rows") or not structural:
                     continue
-                if structural.get((table, key)) != row and not self.vouched(table, key, row):
+                if self.structural(table, key) != row and not self.vouched(table, key, row):
                     self.unconfirmed[table].add(key)
 
     def take_engines(self, shell: ShellRows | None) -> None:
-        cands = self.page.candidates if self.page else []
+        page = self.page
         # session_meta is updated in place: the page engine's live copy also sees intact WAL
         # commits after a checksum break, so it is the newest; for append-only tables SQLite's
         # read leads.
-        for c in cands:
-            if c.tier == LIVE and c.table == "session_meta":
-                self.put(c.table, c.row, "live")
+        if page is not None:
+            for c in page.candidates.of_table("session_meta"):
+                if c.tier == LIVE:
+                    self.put(c.table, c.row, "live")
         self.take_read()
-        for c in cands:
-            if c.tier == LIVE:
+        if page is not None:
+            for c in page.candidates.of_tier(LIVE):
                 self.put(c.table, c.row, "live")
         self.live_meta = bool(self.rows["session_meta"])
         if shell is not None:
             self.take_shell(shell)
-        for tier, name in ((STRAY, "stray"), (STALE, "stale")):
-            for c in cands:
-                if c.tier == tier:
+        if page is not None:
+            for tier, name in ((STRAY, "stray"), (STALE, "stale")):
+                for c in page.candidates.of_tier(tier):
                     self.put(c.table, c.row, name)
         self.take_free_space()
 
-    def known_hashes(self) -> dict[int, set[bytes]]:
-        hashes: dict[int, set[bytes]] = {}
-        if self.page:
-            for seq, hs in self.page.event_hashes.items():
-                hashes.setdefault(seq, set()).update(hs)
+    def known_hashes(self, seq: int) -> set[bytes]:
+        """Every stored content hash an engine saw for event ``seq`` (empty: none)."""
+        hashes = self.page.event_hashes.get(seq) if self.page else set()
         if self.found:
-            for seq, h in self.found.event_hashes.items():
-                hashes.setdefault(seq, set()).add(h)
+            h = self.found.event_hashes.get(seq)
+            if h is not None:
+                hashes.add(h)
         return hashes
 
     def take_shell(self, shell: ShellRows) -> None:
         """Rows from SQLite's recovery extension, re-validated; they only fill gaps. An event
         another engine saw a stored hash for must match it."""
-        hashes = self.known_hashes()
-        structural = self.structural_copies()
         rejected = 0
         for table, found_rows in shell.rows.items():
             if table not in self.rows:
@@ -219,30 +230,26 @@ class _Merger:
                 h = None
                 if why is None and table == "events":
                     h = shell.hashes.get(row[0]) or event_hash(*row)
-                if h is not None and row[0] in hashes and h not in hashes[row[0]]:
+                known = self.known_hashes(row[0]) if h is not None else set()
+                if h is not None and known and h not in known:
                     why = "content_hash does not match"
                 if why is not None:
                     rejected += 1
                     continue
                 key = tables.key_of(table, row)
-                vouched = h is not None and (row[0] in hashes or row[0] in shell.hashed)
+                vouched = h is not None and (bool(known) or row[0] in shell.hashed)
                 if not self.put(table, row, "sqlite-recover", vouched):
                     continue
                 if h is not None and vouched:
                     self.shell_verified[key] = h
-                elif row != structural.get((table, key)):
+                elif row != self.structural(table, key):
                     self.shell_raw[table].add(key)
         if rejected:
             self.notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
 
-    def structural_copies(self) -> dict[tuple[str, Any], Row]:
-        """Rows the page engine decoded itself (the first copy of each (table, key), in tier
-        order), by (table, key)."""
-        if self._structural is None:
-            self._structural = {}
-            for c in self.page.candidates if self.page else []:
-                self._structural.setdefault((c.table, tables.key_of(c.table, c.row)), c.row)
-        return self._structural
+    def structural(self, table: str, key: Any) -> Row | None:
+        """The row the page engine decoded itself for (table, key): its first copy found."""
+        return self.page.candidates.first(table, key) if self.page else None
 
     def take_free_space(self) -> None:
         """Lowest tier: stale records in free space inside pages; they only fill gaps."""
@@ -252,7 +259,7 @@ class _Merger:
         events = self.rows["events"]
         counter = page.sequences.get("events", 0)
         for table, row in freespace.iter_rows(
-            page.free, self.session_id, lambda: _missing(events, counter)
+            page.free, self.session_id, lambda: _missing(events, counter, freespace.MAX_GUESSES)
         ):
             self.put(table, row, "free-space")
 
@@ -315,7 +322,7 @@ class _Merger:
                 kept |= new
             if kept:
                 result.unverified[table] = kept
-            gone = self.dropped[table] - got.keys()
+            gone = {k for k in self.dropped[table] if k not in got}
             if gone:
                 self.notes.append(
                     f"{table}: {len(gone)} rows dropped: SQLite reads them through an overflow "
@@ -328,9 +335,11 @@ class _Merger:
 
     def keep_hashes(self, result: Merged) -> None:
         page, found = self.page, self.found
-        for seq, row in self.rows["events"].items():
-            if page is not None and seq in page.verified and page.verified[seq][0] == row:
-                result.hashes[seq] = page.verified[seq][1]
+        result.hashes = self.store.map("merged_hashes")
+        for seq, row in ordered(self.rows["events"]):
+            seen = page.verified.get(seq) if page is not None else None
+            if seen is not None and seen[0] == row:
+                result.hashes[seq] = seen[1]
             elif (
                 found is not None
                 and seq in found.event_hashes
@@ -366,14 +375,15 @@ def _rebuild_meta(result: Merged, session_id: str) -> None:
 def _count_lost(result: Merged) -> None:
     """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table."""
     for table in tables.AUTOINCREMENT_TABLES:
-        keys = result.rows[table].keys()
+        got = result.rows[table]
         seq = result.sequences
-        highest = max([seq.get(table, 0), *keys]) if keys or table in seq else 0
-        missing = sorted(set(range(1, highest + 1)) - set(keys)) if highest < 10_000_000 else []
-        if missing:
+        top = highest(got)
+        top = max(seq.get(table, 0), top or 0) if top is not None or table in seq else 0
+        lost = _gaps(got, top) if top < 10_000_000 else []
+        if lost:
             name = "event_sequences" if table == "events" else f"{table}_sequences"
-            result.lost[name] = ranges(missing)
-            result.lost[f"{table}_missing"] = len(missing)
+            result.lost[name] = lost
+            result.lost[f"{table}_missing"] = sum(b - a + 1 for a, b in lost)
     for table, doubtful in result.unverified.items():
         if table in tables.AUTOINCREMENT_TABLES:
             name = (
@@ -402,8 +412,8 @@ def _structural_suspects(
         else:
             to_key = {
                 c.rowid: tables.key_of(table, c.row)
-                for c in page.candidates
-                if c.tier == LIVE and c.table == table
+                for c in page.candidates.of_table(table)
+                if c.tier == LIVE
             }
             to_key.update(mapping)
         for rowid in page.broken.get(table, set()) | page.crosslinked.get(table, set()):
@@ -417,17 +427,42 @@ def _structural_suspects(
     return drop, unverified
 
 
-def _missing(events: dict[Any, Row], counter: int) -> set[int]:
-    """Event sequences below the highest one known that no tier has."""
-    highest = max([counter, *events.keys()]) if events or counter else 0
-    if highest > 10_000_000:
+def _gaps(got: MutableMapping[Any, Row], top: int) -> list[list[int]]:
+    """The ranges of 1..top that are not keys of ``got``, streamed in key order."""
+    out: list[list[int]] = []
+    nxt = 1
+    for k in _keys(got):
+        if k > top:
+            break
+        if k > nxt:
+            out.append([nxt, k - 1])
+        nxt = max(nxt, k + 1)
+    if nxt <= top:
+        out.append([nxt, top])
+    return out
+
+
+def _keys(m: MutableMapping[Any, Row]) -> Iterator[Any]:
+    return iter(m) if isinstance(m, DiskMap) else iter(sorted(m))
+
+
+def _missing(events: MutableMapping[Any, Row], counter: int, cap: int) -> set[int]:
+    """Event sequences below the highest one known that no tier has; once more than ``cap``
+    are found, no more are looked for (the caller then gives up)."""
+    top = max(counter, highest(events) or 0)
+    if top > 10_000_000:
         return set()
-    return set(range(1, highest + 1)) - set(events)
+    out: set[int] = set()
+    for a, b in _gaps(events, top):
+        out.update(range(a, min(b, a + cap + 1) + 1))
+        if len(out) > cap:
+            break
+    return out
 
 
 def _derive_producers(m: Merged) -> None:
     seen: dict[tuple[str, str, str], int] = {}
-    for row in m.rows["events"].values():
+    for _, row in ordered(m.rows["events"]):
         key = (row[4], row[5], row[6])
         seen[key] = min(row[0], seen.get(key, row[0]))
     for key, first in sorted(seen.items(), key=lambda kv: kv[1]):
@@ -443,13 +478,13 @@ def _derive_producers(m: Merged) -> None:
         )
 
 
-def rebuilt_meta(session_id: str, events: dict[Any, Row]) -> Row:
+def rebuilt_meta(session_id: str, events: MutableMapping[Any, Row]) -> Row:
     import ulid  # only when session_meta is lost (its import costs a recover's start-up ~30 ms)
 
     started = _iso(ulid.ULID.from_str(session_id).datetime)
     ended = started
     if events:
-        ended = str(events[max(events)][2])
+        ended = str(events[highest(events)][2])
     return (session_id, None, REBUILT_PROFILE, REBUILT_STATUS, 0, started, ended)
 
 

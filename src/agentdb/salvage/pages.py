@@ -43,6 +43,8 @@ from agentdb.fileformat import (
 from agentdb.fileformat.btree import TableInteriorCell
 from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED, WalScan
 from agentdb.salvage import freespace, tables
+from agentdb.salvage.diskrows import Candidate, Candidates, DiskMap, HashSets
+from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 
 LIVE, STRAY, STALE = 0, 1, 2
@@ -52,26 +54,14 @@ Keep = Callable[[Row], Row]
 _MIN_KEY = -(1 << 63) - 1
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One validated row found in the file."""
-
-    table: str  # one of our five tables
-    row: Row  # revision-1 columns
-    tier: int  # LIVE, STRAY or STALE
-    where: str  # "page 7" / "wal frame 12 (page 7)" / "file page 7 (older)"
-    rowid: int | None = None  # the cell's rowid
-    chain: tuple[int, ...] = ()  # the overflow pages its payload was read from
-
-
 @dataclass
 class PageSalvage:
     """What engine c found."""
 
-    candidates: list[Candidate] = field(default_factory=list)  # in tier order, then page order
+    candidates: Candidates  # in the order found (live walks first)
+    event_hashes: HashSets  # every stored content hash seen, by sequence
+    verified: DiskMap  # sequence -> (row, its matching stored hash), the first copy found
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters seen
-    event_hashes: dict[int, set[bytes]] = field(default_factory=dict)  # stored hashes by sequence
-    verified: dict[int, tuple[Row, bytes]] = field(default_factory=dict)  # row + matching hash
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)
     page_size: int | None = None
@@ -205,7 +195,7 @@ class _PageReader:
         hashed = why is None and isinstance(stored, bytes)
         if why is None and stored is not tables.NO_HASH:
             if isinstance(stored, bytes):
-                self.out.event_hashes.setdefault(row[0], set()).add(stored)
+                self.out.event_hashes.add(row[0], stored)
             why = tables.hash_problem(row, stored)
         if why is None and not hashed and tier != LIVE and self.foreign_chain(table, rowid):
             why = "an older copy whose overflow chain runs through another row's pages"
@@ -217,7 +207,9 @@ class _PageReader:
         if hashed:
             self.out.verified.setdefault(row[0], (row, stored))
         chain = tuple(self.chain or ())
-        self.out.candidates.append(Candidate(table, row, tier, where, rowid, chain))
+        self.out.candidates.append(
+            Candidate(table, row, tier, where, rowid, chain), tables.key_of(table, row)
+        )
 
     def foreign_chain(self, table: str, rowid: int) -> bool:
         """The overflow chain just read runs through a page a live row's chain uses (another
@@ -328,36 +320,34 @@ def salvage_pages(
     db: Path | bytes,
     wal: WalScan | bytes | None,
     session_id: str,
-    keep: Keep | None = None,
+    store: Scratch | None = None,
     *,
     rolled_back: bool = False,
 ) -> PageSalvage:
     """Run engine c over a database file (read page by page as needed; or its bytes) and
     (optionally) its WAL: a scan of it (:func:`~agentdb.fileformat.scan_wal`, whose pages are
-    read as needed) or its bytes. ``keep`` takes each validated row (the scratch database's
-    :meth:`~agentdb.salvage.scratch.Scratch.keep`); by default rows are kept as they are.
+    read as needed) or its bytes. The rows found go into ``store``, the job's scratch database
+    (long values apart, :meth:`~agentdb.salvage.scratch.Scratch.keep`; by default one in memory).
     ``rolled_back``: the file is a hot journal's rollback, whose freelist pages are not read
     (SQLite does not journal a free page it reuses, so after the rollback such a page may still
     hold the killed transaction's uncommitted rows)."""
     scan = scan_wal(wal) if isinstance(wal, bytes) and wal else wal or None
     assert scan is None or isinstance(scan, WalScan)
+    store = store or Scratch(None)
     if isinstance(db, bytes):
-        return _salvage_pages(db, scan, session_id, keep or _as_is, rolled_back)
+        return _salvage_pages(db, scan, session_id, store, rolled_back)
     fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return _salvage_pages(FileBytes(fd), scan, session_id, keep or _as_is, rolled_back)
+        return _salvage_pages(FileBytes(fd), scan, session_id, store, rolled_back)
     finally:
         os.close(fd)
 
 
-def _as_is(row: Row) -> Row:
-    return row
-
-
 def _salvage_pages(
-    db: bytes | FileBytes, wal: WalScan | None, session_id: str, keep: Keep, rolled_back: bool
+    db: bytes | FileBytes, wal: WalScan | None, session_id: str, store: Scratch, rolled_back: bool
 ) -> PageSalvage:
-    out = PageSalvage()
+    out = PageSalvage(store.candidates(), store.hash_sets(), store.map("verified"))
+    keep = store.keep
     if wal is not None and wal.resumed_commits:
         out.notes.append(
             f"WAL: {len(wal.resumed_commits)} intact commits after a checksum break were read "
@@ -565,10 +555,8 @@ def _scan_leaf(r: _PageReader, data: bytes, pgno: int, tier: int, where: str, ge
 def _doubtful(r: _PageReader) -> None:
     """Rows no hash vouches for, read from a page image on which something did not parse."""
     out = r.out
-    for c in out.candidates:
-        if c.where not in r.anomalous:
-            continue
-        if c.table == "events" and c.row[0] in out.verified and out.verified[c.row[0]][0] == c.row:
+    for c in out.candidates.found_at(r.anomalous):
+        if c.table == "events" and (out.verified.get(c.row[0]) or (None,))[0] == c.row:
             continue
         out.doubtful.setdefault(c.table, set()).add(tables.key_of(c.table, c.row))
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import fsutil, recoverylog
+from agentdb.salvage import diskrows, replacement, rows, snapshot
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
-from agentdb.salvage import replacement, rows, snapshot
 from agentdb.salvage import tables as tables_mod
 from agentdb.salvage.outcome import RecoveryOutcome
 from agentdb.salvage.scratch import Scratch
@@ -97,19 +97,19 @@ def _salvage(
                 snap.copy,
                 snap.wal_scan,
                 session_id,
-                store.keep,
+                store,
                 rolled_back=snap.had_journal and snap.journal_note is None,
             )
         found = None
         if conn is not None and diag.refused is None:
             revision = diag.revision or 2
             with out.timed("rows"):
-                found = rows.salvage_rows(conn, session_id, revision, page.verified, store.keep)
+                found = rows.salvage_rows(conn, session_id, revision, page.verified, store)
     finally:
         if conn is not None:
             conn.close()
     with out.timed("merge"):
-        got = _merge(snap, diag, found, page, session_id, work, store.keep)
+        got = _merge(snap, diag, found, page, session_id, work, store)
     snap.release()
     return got
 
@@ -162,12 +162,12 @@ def _merge(
     page: pages_mod.PageSalvage,
     session_id: str,
     work: Path,
-    keep: Any = None,
+    store: Scratch,
 ) -> Salvage:
     """Merge the engines' rows; when rows are still known lost and the page engine did not
     understand every page, SQLite's own recovery extension may fill gaps."""
-    rebuild = tables_intact(diag, found, page)
-    merged = merge_mod.merge(session_id, None if rebuild else page, found, None)
+    rebuild = tables_intact(diag, found, page, store)
+    merged = merge_mod.merge(session_id, None if rebuild else page, found, None, store)
     got = Salvage(found, page, merged, None, [], rebuild)
     if rebuild:
         got.shell_notes.append(
@@ -182,9 +182,9 @@ def _merge(
                 "cell decoded, so the rows still missing are on pages with nothing left"
             )
     elif merged.lost or not merged.rows["session_meta"]:
-        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, keep)
+        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store.keep)
         if got.shell is not None and any(got.shell.rows.values()):
-            got.merged = merge_mod.merge(session_id, page, found, got.shell)
+            got.merged = merge_mod.merge(session_id, page, found, got.shell, store)
     return got
 
 
@@ -229,7 +229,10 @@ def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path, store: S
 
 
 def tables_intact(
-    diag: rows.Diagnosis, found: rows.RowSalvage | None, page: pages_mod.PageSalvage
+    diag: rows.Diagnosis,
+    found: rows.RowSalvage | None,
+    page: pages_mod.PageSalvage,
+    store: Scratch,
 ) -> bool:
     """True when only integrity_check complains and every table b-tree is intact: SQLite read
     every table start to end with no error and no rejected row (content hashes included), and
@@ -241,14 +244,19 @@ def tables_intact(
         return False
     if page.broken or page.crosslinked or page.crosslink_owner or page.doubtful:
         return False  # a live row's payload is structurally wrong: not an index-only damage
-    live: dict[str, dict[Any, Any]] = {t: {} for t in TABLES}
-    for c in page.candidates:
-        key = tables_mod.key_of(c.table, c.row)
-        if c.tier == pages_mod.LIVE:
-            live[c.table][key] = c.row
-        elif c.tier == pages_mod.STRAY and key not in found.rows[c.table]:
-            return False  # a row in a leaf no b-tree reaches
-    return all(live[t] == found.rows[t] for t in TABLES)
+    for t in TABLES:
+        live = store.map("live") if t in tables_mod.AUTOINCREMENT_TABLES else {}
+        for c in page.candidates.of_table(t):
+            key = tables_mod.key_of(c.table, c.row)
+            if c.tier == pages_mod.LIVE:
+                live[key] = c.row
+            elif c.tier == pages_mod.STRAY and key not in found.rows[c.table]:
+                return False  # a row in a leaf no b-tree reaches
+        if len(live) != len(found.rows[t]) or any(
+            found.rows[t].get(k) != row for k, row in diskrows.ordered(live)
+        ):
+            return False
+    return True
 
 
 def _found_by(got: Salvage) -> dict[str, dict[str, dict[str, int]]]:
@@ -264,7 +272,7 @@ def _found_by(got: Salvage) -> dict[str, dict[str, dict[str, int]]]:
             "found": {t: len(v) for t, v in found.rows.items() if v},
             "used": used("rows"),
         }
-    tiers = Counter(c.table for c in page.candidates)
+    tiers = page.candidates.counts()
     out["pages"] = {
         "found": {t: tiers[t] for t in TABLES if t in tiers},
         "used": {} if rebuild else used("live", "stray", "stale"),

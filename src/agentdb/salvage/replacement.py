@@ -12,6 +12,7 @@ from agentdb import db, errors
 from agentdb.checks import check_path
 from agentdb.hashing import event_hash
 from agentdb.salvage import tables
+from agentdb.salvage.diskrows import ordered
 from agentdb.salvage.merge import Merged
 from agentdb.salvage.tables import Row
 from agentdb.schema.migrations import create_schema
@@ -41,10 +42,9 @@ def _as_is(row: Row) -> Row:
 
 def _rows(merged: Merged, table: str, resolve: Resolve) -> Iterator[Row]:
     """The rows of ``table`` in key order, long values read back one row at a time."""
-    rows = merged.rows[table]
     known = merged.hashes  # verified against these very rows
-    for k in sorted(rows):
-        r = resolve(rows[k])
+    for _, row in ordered(merged.rows[table]):
+        r = resolve(row)
         yield (*r, known.get(r[0]) or event_hash(*r)) if table == "events" else r
 
 
@@ -129,6 +129,6 @@ def _orphans(merged: Merged) -> int:
     return sum(
         1
         for t in ("cost_ledger", "plan_items")
-        for row in merged.rows[t].values()
+        for _, row in ordered(merged.rows[t])
         if row[1] not in events
     )

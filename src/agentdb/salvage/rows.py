@@ -11,7 +11,7 @@ is saved; what lies under a damaged page is left to engine c.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import apsw
 from agentdb import db, errors, paths
 from agentdb.hashing import as_bytes_sql, mismatch_sql, text_mask_sql
 from agentdb.salvage import tables
+from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
@@ -42,9 +43,10 @@ class Diagnosis:
 class RowSalvage:
     """What engine b read."""
 
-    rows: dict[str, dict[Any, Row]] = field(default_factory=dict)  # table -> key -> row
+    # table -> key -> row (the AUTOINCREMENT tables' in the scratch database, the others dicts)
+    rows: dict[str, MutableMapping[Any, Row]]
+    event_hashes: MutableMapping[int, bytes]  # stored content hashes (scratch database)
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters
-    event_hashes: dict[int, bytes] = field(default_factory=dict)  # stored content hashes
     rejected: Counter[str] = field(default_factory=Counter)
     damaged_regions: int = 0  # times a read had to step around damage (all tables)
     restarts: dict[str, int] = field(default_factory=dict)  # table -> scans run again
@@ -169,24 +171,25 @@ def salvage_rows(
     conn: apsw.Connection,
     session_id: str,
     revision: int,
-    verified: dict[int, tuple[Row, bytes]] | None = None,
-    keep: Callable[[Row], Row] | None = None,
+    verified: Mapping[int, tuple[Row, bytes]] | None = None,
+    store: Scratch | None = None,
 ) -> RowSalvage:
     """Read every table of the copy, stepping around damaged regions.
 
     ``verified`` holds (row, content_hash) pairs another engine already checked: an identical
-    row with an identical stored hash is not hashed again. ``keep`` takes each validated row
-    (the scratch database's :meth:`~agentdb.salvage.scratch.Scratch.keep`).
+    row with an identical stored hash is not hashed again. The rows go into ``store``, the job's
+    scratch database (long values apart: :meth:`~agentdb.salvage.scratch.Scratch.keep`; by
+    default one in memory).
     """
-    out = RowSalvage()
+    store = store or Scratch(None)
+    out = RowSalvage({}, store.map("read_hashes"))
     rev = min(max(revision, 1), CURRENT_REVISION)
     complete = True
     for table in tables.TABLES:
-        out.rows[table] = {}
+        out.rows[table] = store.map(f"read_{table}") if table in tables.AUTOINCREMENT_TABLES else {}
         cols = _columns(table, rev)
         taker = _Taker(out, table, cols, session_id, rev >= 2, verified or {})
-        if keep is not None:
-            taker.keep = keep
+        taker.keep = store.keep
         reader = _RowReader(conn, table, cols, taker.take)
         try:
             complete &= reader.read()
@@ -218,7 +221,7 @@ class _Taker:
         cols: list[str],
         session_id: str,
         hashed: bool,
-        known: dict[int, tuple[Row, bytes]],
+        known: Mapping[int, tuple[Row, bytes]],
     ) -> None:
         self.out = out
         self.table = table

@@ -22,6 +22,7 @@ from typing import Any
 import apsw
 
 from agentdb import db
+from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets
 
 SPILL_AT = 4096  # values this long or longer are kept apart from the rows
 MEMORY_BUDGET = 8 << 20  # bytes of such values kept in memory before they go to the database
@@ -69,11 +70,13 @@ class Spilled:
 
 
 class Scratch:
-    """A new scratch database at ``path`` (private: 0600, not durable, no journal)."""
+    """A new scratch database at ``path`` (private: 0600, not durable, no journal); None: in
+    memory (the engines' default when called alone, as tests do)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path  # created when the first value goes past the memory budget
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # created when first needed
         self._conn: apsw.Connection | None = None
+        self._tables = 0  # tables made for the engines' rows (see :mod:`.diskrows`)
         self.memory: dict[bytes, bytes] = {}  # digest -> value, while within MEMORY_BUDGET
         self.memory_bytes = 0
         self.spilled = 0  # values written to the database
@@ -121,15 +124,34 @@ class Scratch:
             data = bytes(got[0])
         return data.decode("utf-8", "surrogatepass") if s.text else data
 
+    def table_name(self, prefix: str) -> str:
+        """A new table name for one of the engines' collections."""
+        self._tables += 1
+        return f"{prefix}_{self._tables}"
+
+    def map(self, prefix: str) -> DiskMap:
+        """A new integer-keyed mapping in this database."""
+        return DiskMap(self.conn, self.table_name(prefix))
+
+    def hash_sets(self) -> HashSets:
+        return HashSets(self.conn, self.table_name("hashes"))
+
+    def candidates(self) -> Candidates:
+        return Candidates(self.conn, self.table_name("candidates"))
+
     @property
     def conn(self) -> apsw.Connection:
         if self._conn is None:
-            conn = db.open_private(self.path)
-            os.chmod(self.path, 0o600)  # owner-only, whatever the umask (the directory is 0700)
+            if self.path is None:
+                conn = apsw.Connection(":memory:")
+                db.harden(conn)
+            else:
+                conn = db.open_private(self.path)
+                os.chmod(self.path, 0o600)  # owner-only, whatever the umask (the dir is 0700)
             conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)
             db.exec_script(
                 conn,
-                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; "
                 "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL); "
                 # one transaction for the whole job: a value is written when the page cache
                 # spills, not in a commit of its own (the file is thrown away, never read by
