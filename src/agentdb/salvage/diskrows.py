@@ -14,6 +14,7 @@ Iteration is in key (or insertion) order, streamed from SQLite.
 from __future__ import annotations
 
 import pickle
+from array import array
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ import apsw
 Row = tuple[Any, ...]
 _MIN_KEY, _MAX_KEY = -(1 << 63), (1 << 63) - 1
 _PICKLE = pickle.HIGHEST_PROTOCOL
+_BATCH = 1000  # writes buffered before they go to SQLite
 
 
 def _dumps(v: Any) -> bytes:
@@ -34,71 +36,134 @@ def _int_key(k: Any) -> bool:
 
 
 class DiskMap(MutableMapping[Any, Any]):
-    """An integer-keyed mapping held in table ``name`` of ``conn``. Other keys are never in it."""
+    """An integer-keyed mapping held in table ``name`` of ``conn``. Other keys are never in it.
+
+    Writes are buffered (:data:`_BATCH` at a time); a point read looks in the buffer first, a
+    scan writes it out first. :meth:`first` keeps the value of the first write of a key (the
+    others replace it); a map uses one or the other."""
 
     def __init__(self, conn: apsw.Connection, name: str) -> None:
         self.conn = conn
         self.name = name
-        self._n = 0
+        self._cur = conn.cursor()  # point queries only (a scan gets its own cursor)
+        self._n: int | None = 0
+        self._put: dict[int, bytes] = {}  # writes not yet in the table (replace)
+        self._first: list[tuple[int, bytes]] = []  # writes not yet in the table (keep first)
         conn.execute(f"CREATE TABLE {name}(k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
         self._get = f"SELECT v FROM {name} WHERE k = ?"
-        self._has = f"SELECT 1 FROM {name} WHERE k = ?"
-        self._add = f"INSERT OR IGNORE INTO {name}(k, v) VALUES (?, ?)"
-        self._set = f"UPDATE {name} SET v = ? WHERE k = ?"
+
+    def flush(self) -> None:
+        """Write the buffered writes out."""
+        if self._put:
+            sql = f"INSERT OR REPLACE INTO {self.name}(k, v) VALUES (?, ?)"
+            self.conn.executemany(sql, list(self._put.items()))
+            self._put.clear()
+        if self._first:
+            sql = f"INSERT OR IGNORE INTO {self.name}(k, v) VALUES (?, ?)"
+            self.conn.executemany(sql, self._first)
+            self._first.clear()
+
+    def _raw(self, k: Any) -> bytes | None:
+        if not _int_key(k):
+            return None
+        data = self._put.get(k)
+        if data is not None:
+            return data
+        if self._first:
+            self.flush()
+        got = self._cur.execute(self._get, (k,)).fetchone()
+        return None if got is None else got[0]
 
     def __getitem__(self, k: Any) -> Any:
-        got = self.conn.execute(self._get, (k,)).fetchone() if _int_key(k) else None
-        if got is None:
+        data = self._raw(k)
+        if data is None:
             raise KeyError(k)
-        return pickle.loads(got[0])
+        return pickle.loads(data)
 
     def get(self, k: Any, default: Any = None) -> Any:
-        got = self.conn.execute(self._get, (k,)).fetchone() if _int_key(k) else None
-        return default if got is None else pickle.loads(got[0])
+        data = self._raw(k)
+        return default if data is None else pickle.loads(data)
 
     def __contains__(self, k: object) -> bool:
-        return _int_key(k) and self.conn.execute(self._has, (k,)).fetchone() is not None
+        return self._raw(k) is not None
 
     def __setitem__(self, k: Any, v: Any) -> None:
         if not _int_key(k):
             raise KeyError(k)
-        data = _dumps(v)
-        self.conn.execute(self._add, (k, data))
-        if self.conn.changes():
-            self._n += 1
-        else:
-            self.conn.execute(self._set, (data, k))
+        self._put[k] = _dumps(v)
+        self._n = None
+        if len(self._put) >= _BATCH:
+            self.flush()
 
-    def setdefault(self, k: Any, default: Any = None) -> Any:
-        if not _int_key(k):
-            raise KeyError(k)
-        self.conn.execute(self._add, (k, _dumps(default)))
-        if self.conn.changes():
-            self._n += 1
-            return default
-        return self[k]
+    def put_raw(self, k: int, data: bytes) -> None:
+        """Set ``k`` to a value already pickled."""
+        self._put[k] = data
+        self._n = None
+        if len(self._put) >= _BATCH:
+            self.flush()
+
+    def first(self, k: Any, v: Any) -> None:
+        """Set ``k`` to ``v`` unless it is set already."""
+        if _int_key(k):
+            self._first.append((k, _dumps(v)))
+            self._n = None
+            if len(self._first) >= _BATCH:
+                self.flush()
 
     def __delitem__(self, k: Any) -> None:
         if k not in self:
             raise KeyError(k)
+        self.flush()
         self.conn.execute(f"DELETE FROM {self.name} WHERE k = ?", (k,))
-        self._n -= 1
+        self._n = None
 
     def __len__(self) -> int:
+        if self._n is None:
+            self.flush()
+            got = self.conn.execute(f"SELECT count(*) FROM {self.name}").fetchall()
+            self._n = int(got[0][0])  # type: ignore[arg-type]
         return self._n
 
     def __iter__(self) -> Iterator[Any]:
         """Keys in ascending order (do not write to this map while iterating)."""
+        self.flush()
         for (k,) in self.conn.execute(f"SELECT k FROM {self.name} ORDER BY k"):
             yield k
 
     def ordered(self) -> Iterator[tuple[Any, Any]]:
         """(key, value) in ascending key order, streamed."""
+        self.flush()
         for k, v in self.conn.execute(f"SELECT k, v FROM {self.name} ORDER BY k"):
             yield k, pickle.loads(v)
 
+    def raw(self, other: DiskMap | None = None) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(key, pickled value, ``other``'s pickled value for the key or None) in key order."""
+        self.flush()
+        if other is None:
+            yield from (
+                (k, v, None)
+                for k, v in self.conn.execute(f"SELECT k, v FROM {self.name} ORDER BY k")
+            )
+            return
+        other.flush()
+        sql = (
+            f"SELECT a.k, a.v, b.v FROM {self.name} a LEFT JOIN {other.name} b ON b.k = a.k "
+            "ORDER BY a.k"
+        )
+        yield from self.conn.execute(sql)
+
+    def copy_from(self, other: DiskMap) -> int:
+        """Every entry of ``other`` whose key is not here yet, added; how many."""
+        self.flush()
+        other.flush()
+        self.conn.execute(f"INSERT OR IGNORE INTO {self.name}(k, v) SELECT k, v FROM {other.name}")
+        n = self.conn.changes()
+        self._n = None
+        return n
+
     def highest(self) -> Any:
         """The largest key (None when empty)."""
+        self.flush()
         return self.conn.execute(f"SELECT max(k) FROM {self.name}").fetchone()[0]  # type: ignore[index]
 
 
@@ -123,35 +188,33 @@ class HashSets:
         self.conn = conn
         self.name = name
         conn.execute(f"CREATE TABLE {name}(k INTEGER NOT NULL, h BLOB NOT NULL, UNIQUE(k, h))")
+        self._pending: list[tuple[int, bytes]] = []
+        self._cur = conn.cursor()
 
     def add(self, k: int, h: bytes) -> None:
         if _int_key(k):
-            self.conn.execute(f"INSERT OR IGNORE INTO {self.name}(k, h) VALUES (?, ?)", (k, h))
+            self._pending.append((k, h))
+            if len(self._pending) >= _BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            sql = f"INSERT OR IGNORE INTO {self.name}(k, h) VALUES (?, ?)"
+            self.conn.executemany(sql, self._pending)
+            self._pending.clear()
 
     def get(self, k: Any) -> set[bytes]:
         """The hashes seen for sequence ``k`` (empty when none)."""
         if not _int_key(k):
             return set()
-        return {
-            bytes(h) for (h,) in self.conn.execute(f"SELECT h FROM {self.name} WHERE k = ?", (k,))
-        }
+        self.flush()
+        sql = f"SELECT h FROM {self.name} WHERE k = ?"
+        return {bytes(h) for (h,) in self._cur.execute(sql, (k,))}
 
     def __contains__(self, k: object) -> bool:
+        self.flush()
         sql = f"SELECT 1 FROM {self.name} WHERE k = ?"
-        return _int_key(k) and self.conn.execute(sql, (k,)).fetchone() is not None
-
-    def items(self) -> Iterator[tuple[int, set[bytes]]]:
-        """(sequence, its hashes) in ascending order."""
-        cur: int | None = None
-        got: set[bytes] = set()
-        for k, h in self.conn.execute(f"SELECT k, h FROM {self.name} ORDER BY k, h"):
-            if k != cur:
-                if cur is not None:
-                    yield cur, got
-                cur, got = k, set()
-            got.add(bytes(h))
-        if cur is not None:
-            yield cur, got
+        return _int_key(k) and self._cur.execute(sql, (k,)).fetchone() is not None
 
 
 @dataclass(frozen=True)
@@ -172,33 +235,57 @@ def key_text(key: Any) -> Any:
     return key if isinstance(key, int | str) else repr(key)
 
 
+_CAND = "tbl, tier, at, r, rowid_, chain"
+
+
+def _candidate(got: Any) -> Candidate:
+    tbl, tier, at, r, rowid, chain = got
+    return Candidate(
+        tbl, pickle.loads(r), tier, at, rowid, tuple(array("q", chain)) if chain else ()
+    )
+
+
 class Candidates:
-    """The page engine's rows in the order found."""
+    """The page engine's rows in the order found (appends buffered; a read writes them out)."""
 
     def __init__(self, conn: apsw.Connection, name: str) -> None:
         self.conn = conn
         self.name = name
         self._n = 0
+        self._pending: list[tuple[Any, ...]] = []
         conn.execute(
             f"CREATE TABLE {name}(id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, k, "
-            "tier INTEGER NOT NULL, at TEXT NOT NULL, v BLOB NOT NULL)"
+            "tier INTEGER NOT NULL, at TEXT NOT NULL, r BLOB NOT NULL, rowid_ INTEGER, chain BLOB)"
         )
         self._indexed = False
+        self._cur = conn.cursor()
 
-    def append(self, c: Candidate, key: Any) -> None:
-        sql = f"INSERT INTO {self.name}(tbl, k, tier, at, v) VALUES (?, ?, ?, ?, ?)"
-        data = _dumps((c.row, c.rowid, c.chain))
-        self.conn.execute(sql, (c.table, key_text(key), c.tier, c.where, data))
+    def append(self, c: Candidate, key: Any, data: bytes | None = None) -> None:
+        """Add ``c`` (``data``: its row pickled already)."""
+        chain = array("q", c.chain).tobytes() if c.chain else None
+        data = _dumps(c.row) if data is None else data
+        self._pending.append((c.table, key_text(key), c.tier, c.where, data, c.rowid, chain))
         self._n += 1
+        if len(self._pending) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            sql = (
+                f"INSERT INTO {self.name}(tbl, k, tier, at, r, rowid_, chain) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)"
+            )
+            self.conn.executemany(sql, self._pending)
+            self._pending.clear()
 
     def __len__(self) -> int:
         return self._n
 
     def _rows(self, where: str = "", args: tuple[Any, ...] = ()) -> Iterator[Candidate]:
-        sql = f"SELECT tbl, tier, at, v FROM {self.name} {where} ORDER BY id"
-        for tbl, tier, at, v in self.conn.execute(sql, args):
-            row, rowid, chain = pickle.loads(v)
-            yield Candidate(tbl, row, tier, at, rowid, chain)
+        self.flush()
+        # in id order, no index: a scan without a sort (not even a spilled one)
+        sql = f"SELECT {_CAND} FROM {self.name} NOT INDEXED {where} ORDER BY id"
+        return map(_candidate, self.conn.execute(sql, args))
 
     def __iter__(self) -> Iterator[Candidate]:
         return self._rows()
@@ -209,6 +296,15 @@ class Candidates:
     def of_table(self, table: str) -> Iterator[Candidate]:
         return self._rows("WHERE tbl = ?", (table,))
 
+    def not_in(self, table: str, tier: int, m: DiskMap) -> Iterator[Candidate]:
+        """The candidates of ``table`` and ``tier`` in the order found, but for those whose key
+        the table of ``m`` already holds (``m`` only grows while this runs)."""
+        m.flush()
+        where = f"WHERE tbl = ? AND tier = ? AND NOT EXISTS (SELECT 1 FROM {m.name} WHERE k = c.k)"
+        self.flush()
+        sql = f"SELECT {_CAND} FROM {self.name} c NOT INDEXED {where} ORDER BY id"
+        return map(_candidate, self.conn.execute(sql, (table, tier)))
+
     def found_at(self, places: set[str]) -> Iterator[Candidate]:
         """The candidates read from any of these page images, in the order found."""
         todo = sorted(places)
@@ -218,14 +314,78 @@ class Candidates:
 
     def counts(self) -> dict[str, int]:
         """Candidates per table."""
+        self.flush()
         sql = f"SELECT tbl, count(*) FROM {self.name} GROUP BY tbl"
         return {str(t): int(n) for t, n in self.conn.execute(sql)}
 
-    def first(self, table: str, key: Any) -> Row | None:
-        """The row of the first candidate of (table, key) in the order found (None: none)."""
+    def _index(self) -> None:
+        self.flush()
         if not self._indexed:
             self.conn.execute(f"CREATE INDEX {self.name}_key ON {self.name}(tbl, k, id)")
             self._indexed = True
-        sql = f"SELECT v FROM {self.name} WHERE tbl = ? AND k = ? ORDER BY id LIMIT 1"
-        got = self.conn.execute(sql, (table, key_text(key))).fetchone()
-        return None if got is None else pickle.loads(got[0])[0]
+
+    def first(self, table: str, key: Any) -> Row | None:
+        """The row of the first candidate of (table, key) in the order found (None: none)."""
+        self._index()
+        sql = f"SELECT r FROM {self.name} WHERE tbl = ? AND k = ? ORDER BY id LIMIT 1"
+        got = self._cur.execute(sql, (table, key_text(key))).fetchone()
+        return None if got is None else pickle.loads(got[0])
+
+    def beside(self, table: str, m: DiskMap) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(key, pickled row, pickled row of the first candidate of ``table`` with that key or
+        None) for every entry of ``m``, in key order."""
+        self._index()
+        m.flush()
+        sql = (
+            f"SELECT m.k, m.v, (SELECT c.r FROM {self.name} c WHERE c.tbl = ? AND c.k = +m.k "
+            f"ORDER BY c.id LIMIT 1) FROM {m.name} m ORDER BY m.k"
+        )
+        yield from self.conn.execute(sql, (table,))
+
+
+class Verified:
+    """Revision-2 events whose stored content hash matches their bytes: sequence -> (row, hash)
+    of the first such copy found (writes buffered; a read writes them out)."""
+
+    def __init__(self, conn: apsw.Connection, name: str) -> None:
+        self.conn = conn
+        self.name = name
+        self._cur = conn.cursor()
+        self._pending: list[tuple[int, bytes, bytes]] = []
+        conn.execute(
+            f"CREATE TABLE {name}(k INTEGER PRIMARY KEY, v BLOB NOT NULL, h BLOB NOT NULL)"
+        )
+
+    def first(self, k: int, row: Row, h: bytes, data: bytes | None = None) -> None:
+        """Keep (row, h) for ``k`` unless a copy is kept already (``data``: the row pickled)."""
+        if _int_key(k):
+            self._pending.append((k, _dumps(row) if data is None else data, h))
+            if len(self._pending) >= _BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            sql = f"INSERT OR IGNORE INTO {self.name}(k, v, h) VALUES (?, ?, ?)"
+            self.conn.executemany(sql, self._pending)
+            self._pending.clear()
+
+    def get(self, k: Any) -> tuple[Row, bytes] | None:
+        if not _int_key(k):
+            return None
+        self.flush()
+        got = self._cur.execute(f"SELECT v, h FROM {self.name} WHERE k = ?", (k,)).fetchone()
+        return None if got is None else (pickle.loads(got[0]), bytes(got[1]))
+
+    def __contains__(self, k: object) -> bool:
+        return self.get(k) is not None
+
+    def beside(self, m: DiskMap) -> Iterator[tuple[int, bytes, bytes | None, bytes | None]]:
+        """(key, pickled value, the pickled verified row and its hash, or None, None) for every
+        entry of ``m``, in key order."""
+        m.flush()
+        self.flush()
+        sql = (
+            f"SELECT a.k, a.v, b.v, b.h FROM {m.name} a LEFT JOIN {self.name} b ON b.k = a.k "
+            "ORDER BY a.k"
+        )
+        yield from m.conn.execute(sql)

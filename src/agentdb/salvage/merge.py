@@ -24,81 +24,45 @@ history (money was spent).
 
 from __future__ import annotations
 
-import datetime as dt
+import pickle
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
-from agentdb.salvage.diskrows import DiskMap, highest, ordered
+from agentdb.salvage.diskrows import DiskMap, ordered
+from agentdb.salvage.merged import (
+    REBUILT_PROFILE,
+    REBUILT_STATUS,
+    Merged,
+    ShellRows,
+    count_lost,
+    derive_producers,
+    missing,
+    ranges,
+    rebuild_meta,
+    rebuilt_meta,
+)
 from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
 from agentdb.salvage.rows import RowSalvage
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
-from agentdb.schema import enums
 
-REBUILT_PROFILE = "unknown"
-REBUILT_STATUS = "failed"
+__all__ = [  # the merged result is defined in .merged; re-exported here, where it is made
+    "REBUILT_PROFILE",
+    "REBUILT_STATUS",
+    "Merged",
+    "ShellRows",
+    "merge",
+    "ranges",
+    "rebuilt_meta",
+]
+
 # Sources whose copy is read through the live b-tree (or as SQLite reads it): when the page
 # engine found that key's payload structurally broken, such a copy never wins.
 _THROUGH_LIVE = ("rows", "live", "sqlite-recover")
 _GAP_FILLERS = ("stray", "stale", "free-space", "sqlite-recover")
-
-
-@dataclass
-class ShellRows:
-    """What SQLite's ``.recover`` gave, validated (see :mod:`.shell_rows`)."""
-
-    rows: dict[str, list[tuple[Any, ...]]]  # table -> rows in revision-1 column order
-    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
-    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
-
-
-@dataclass
-class Merged:
-    """The rows a replacement will hold, and how they were found."""
-
-    # table -> key -> row (revision-1 columns; the AUTOINCREMENT tables' in the scratch database)
-    rows: dict[str, MutableMapping[Any, Row]]
-    sources: dict[str, Counter[str]]  # table -> source -> rows taken from it
-    sequences: dict[str, int]  # AUTOINCREMENT counters to restore (at least)
-    lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
-    notes: list[str] = field(default_factory=list)
-    # verified content_hash by sequence (in the scratch database)
-    hashes: MutableMapping[int, bytes] = field(default_factory=dict)
-    rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
-    # keys kept although no check vouches for their bytes (table -> keys)
-    unverified: dict[str, set[Any]] = field(default_factory=dict)
-    derived_producers: int = 0  # producers rows derived from events
-
-    def count(self) -> int:
-        return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
-
-    def levels(self, table: str) -> dict[str, int]:
-        """How far each kept row of ``table`` is vouched for: ``verified`` (its stored content
-        hash matches these bytes: revision-2 events), ``unverified`` (kept although nothing
-        vouches for its bytes: listed under ``lost``), ``structural_only`` (the rest: a valid
-        record, complete non-looping overflow chain, valid UTF-8, every column validated)."""
-        n = len(self.rows[table])
-        verified = len(self.hashes) if table == "events" else 0
-        unverified = len(self.unverified.get(table, ()))
-        return {
-            "verified": verified,
-            "structural_only": n - verified - unverified,
-            "unverified": unverified,
-        }
-
-
-def ranges(missing: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for n in missing:
-        if out and out[-1][1] == n - 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return out
 
 
 def merge(
@@ -178,13 +142,40 @@ class _Merger:
         an identical copy the page engine decoded itself, or noted as unconfirmed."""
         if self.found is None:
             return
-        structural = self.page is not None
         for table, got in self.found.rows.items():
+            dst = self.rows[table]
+            if isinstance(got, DiskMap) and isinstance(dst, DiskMap) and not len(dst):
+                self.take_read_all(table, got, dst)
+                continue
             for key, row in ordered(got):
-                if not self.put(table, row, "rows") or not structural:
+                if not self.put(table, row, "rows") or self.page is None:
                     continue
                 if self.structural(table, key) != row and not self.vouched(table, key, row):
                     self.unconfirmed[table].add(key)
+
+    def take_read_all(self, table: str, got: DiskMap, dst: DiskMap) -> None:
+        """:meth:`take_read` for a table the merge holds nothing of yet, in one statement:
+        only the keys the page engine rejected structurally are judged one by one."""
+        barred = set()
+        for key in self.drop[table]:
+            row = got.get(key)
+            if row is not None and not self.vouched(table, key, row):
+                barred.add(key)  # what put() refuses
+        n = dst.copy_from(got)
+        for key in barred:
+            del dst[key]
+        self.dropped[table] |= barred
+        if n > len(barred):
+            self.sources[table]["rows"] += n - len(barred)
+        if self.page is None:
+            return
+        for key, mine, theirs in self.page.candidates.beside(table, dst):
+            if mine == theirs:  # the same pickle: the same row
+                continue
+            row = pickle.loads(mine)
+            copy = None if theirs is None else pickle.loads(theirs)
+            if copy != row and not self.vouched(table, key, row):
+                self.unconfirmed[table].add(key)
 
     def take_engines(self, shell: ShellRows | None) -> None:
         page = self.page
@@ -196,17 +187,27 @@ class _Merger:
                 if c.tier == LIVE:
                     self.put(c.table, c.row, "live")
         self.take_read()
-        if page is not None:
-            for c in page.candidates.of_tier(LIVE):
-                self.put(c.table, c.row, "live")
+        self.take_tier(LIVE, "live")
         self.live_meta = bool(self.rows["session_meta"])
         if shell is not None:
             self.take_shell(shell)
-        if page is not None:
-            for tier, name in ((STRAY, "stray"), (STALE, "stale")):
-                for c in page.candidates.of_tier(tier):
-                    self.put(c.table, c.row, name)
+        self.take_tier(STRAY, "stray")
+        self.take_tier(STALE, "stale")
         self.take_free_space()
+
+    def take_tier(self, tier: int, name: str) -> None:
+        """The page engine's rows of one tier, in the order found (a key already held is
+        skipped in SQL: put() would refuse it)."""
+        if self.page is None:
+            return
+        for table in tables.TABLES:
+            dst = self.rows[table]
+            if isinstance(dst, DiskMap):
+                cands = self.page.candidates.not_in(table, tier, dst)
+            else:
+                cands = (c for c in self.page.candidates.of_table(table) if c.tier == tier)
+            for c in cands:
+                self.put(c.table, c.row, name)
 
     def known_hashes(self, seq: int) -> set[bytes]:
         """Every stored content hash an engine saw for event ``seq`` (empty: none)."""
@@ -259,7 +260,7 @@ class _Merger:
         events = self.rows["events"]
         counter = page.sequences.get("events", 0)
         for table, row in freespace.iter_rows(
-            page.free, self.session_id, lambda: _missing(events, counter, freespace.MAX_GUESSES)
+            page.free, self.session_id, lambda: missing(events, counter, freespace.MAX_GUESSES)
         ):
             self.put(table, row, "free-space")
 
@@ -268,10 +269,10 @@ class _Merger:
         result = Merged(self.rows, self.sources, self.sequences(), notes=self.notes)
         self.mark_unverified(result)
         self.keep_hashes(result)
-        _derive_producers(result)
+        derive_producers(result)
         if not self.rows["session_meta"] and result.count():
-            _rebuild_meta(result, self.session_id)
-        _count_lost(result)
+            rebuild_meta(result, self.session_id)
+        count_lost(result)
         return result
 
     def note_meta_source(self) -> None:
@@ -336,11 +337,19 @@ class _Merger:
     def keep_hashes(self, result: Merged) -> None:
         page, found = self.page, self.found
         result.hashes = self.store.map("merged_hashes")
-        for seq, row in ordered(self.rows["events"]):
-            seen = page.verified.get(seq) if page is not None else None
-            if seen is not None and seen[0] == row:
-                result.hashes[seq] = seen[1]
-            elif (
+        events = self.rows["events"]
+        assert isinstance(events, DiskMap)
+        for seq, mine, theirs, h in _beside_verified(events, page):
+            row: Row | None = None
+            if h is not None and theirs is not None and theirs != mine:
+                row = pickle.loads(mine)
+                if pickle.loads(theirs) != row:
+                    h = None  # another copy was verified, not this one
+            if h is not None:
+                result.hashes.put_raw(seq, pickle.dumps(bytes(h), pickle.HIGHEST_PROTOCOL))
+                continue
+            row = pickle.loads(mine) if row is None else row
+            if (
                 found is not None
                 and seq in found.event_hashes
                 and found.rows["events"].get(seq) == row
@@ -360,40 +369,15 @@ class _Merger:
                 )
 
 
-def _rebuild_meta(result: Merged, session_id: str) -> None:
-    result.rebuilt_meta = True
-    result.rows["session_meta"][session_id] = rebuilt_meta(session_id, result.rows["events"])
-    result.sources["session_meta"]["rebuilt"] += 1
-    result.unverified.setdefault("session_meta", set()).add(session_id)
-    result.lost["session_meta"] = "rebuilt from the file name (profile, status, depth unknown)"
-    result.notes.append(
-        f"session_meta lost: rebuilt with profile {REBUILT_PROFILE!r}, status "
-        f"{REBUILT_STATUS!r}, depth 0, no parent (unknown); session_id from the file name"
-    )
-
-
-def _count_lost(result: Merged) -> None:
-    """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table."""
-    for table in tables.AUTOINCREMENT_TABLES:
-        got = result.rows[table]
-        seq = result.sequences
-        top = highest(got)
-        top = max(seq.get(table, 0), top or 0) if top is not None or table in seq else 0
-        lost = _gaps(got, top) if top < 10_000_000 else []
-        if lost:
-            name = "event_sequences" if table == "events" else f"{table}_sequences"
-            result.lost[name] = lost
-            result.lost[f"{table}_missing"] = sum(b - a + 1 for a, b in lost)
-    for table, doubtful in result.unverified.items():
-        if table in tables.AUTOINCREMENT_TABLES:
-            name = (
-                "unverified_event_sequences"
-                if table == "events"
-                else f"unverified_{table}_sequences"
-            )
-            result.lost[name] = ranges(sorted(doubtful))
-        elif table != "session_meta":  # a rebuilt session_meta is already listed above
-            result.lost[f"unverified_{table}"] = len(doubtful)
+def _beside_verified(
+    events: DiskMap, page: PageSalvage | None
+) -> Iterator[tuple[int, bytes, bytes | None, bytes | None]]:
+    """(sequence, pickled row, the page engine's verified copy and its hash, or None, None)."""
+    if page is None:
+        for k, v, _ in events.raw():
+            yield k, v, None, None
+    else:
+        yield from page.verified.beside(events)
 
 
 def _structural_suspects(
@@ -425,72 +409,3 @@ def _structural_suspects(
             if k is not None:
                 unverified[table].add(k)
     return drop, unverified
-
-
-def _gaps(got: MutableMapping[Any, Row], top: int) -> list[list[int]]:
-    """The ranges of 1..top that are not keys of ``got``, streamed in key order."""
-    out: list[list[int]] = []
-    nxt = 1
-    for k in _keys(got):
-        if k > top:
-            break
-        if k > nxt:
-            out.append([nxt, k - 1])
-        nxt = max(nxt, k + 1)
-    if nxt <= top:
-        out.append([nxt, top])
-    return out
-
-
-def _keys(m: MutableMapping[Any, Row]) -> Iterator[Any]:
-    return iter(m) if isinstance(m, DiskMap) else iter(sorted(m))
-
-
-def _missing(events: MutableMapping[Any, Row], counter: int, cap: int) -> set[int]:
-    """Event sequences below the highest one known that no tier has; once more than ``cap``
-    are found, no more are looked for (the caller then gives up)."""
-    top = max(counter, highest(events) or 0)
-    if top > 10_000_000:
-        return set()
-    out: set[int] = set()
-    for a, b in _gaps(events, top):
-        out.update(range(a, min(b, a + cap + 1) + 1))
-        if len(out) > cap:
-            break
-    return out
-
-
-def _derive_producers(m: Merged) -> None:
-    seen: dict[tuple[str, str, str], int] = {}
-    for _, row in ordered(m.rows["events"]):
-        key = (row[4], row[5], row[6])
-        seen[key] = min(row[0], seen.get(key, row[0]))
-    for key, first in sorted(seen.items(), key=lambda kv: kv[1]):
-        if key not in m.rows["producers"]:
-            m.rows["producers"][key] = (*key, first)
-            m.sources["producers"]["derived"] += 1
-            m.unverified.setdefault("producers", set()).add(key)
-            m.derived_producers += 1
-    if m.derived_producers:
-        m.notes.append(
-            f"producers: {m.derived_producers} rows derived from salvaged events "
-            "(first_seen_sequence is the earliest salvaged event, perhaps not the first)"
-        )
-
-
-def rebuilt_meta(session_id: str, events: MutableMapping[Any, Row]) -> Row:
-    import ulid  # only when session_meta is lost (its import costs a recover's start-up ~30 ms)
-
-    started = _iso(ulid.ULID.from_str(session_id).datetime)
-    ended = started
-    if events:
-        ended = str(events[highest(events)][2])
-    return (session_id, None, REBUILT_PROFILE, REBUILT_STATUS, 0, started, ended)
-
-
-def _iso(t: dt.datetime) -> str:
-    t = t.astimezone(dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
-
-
-assert REBUILT_STATUS in enums.TERMINAL_STATUSES

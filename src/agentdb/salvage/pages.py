@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import pickle
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from agentdb.fileformat import (
 from agentdb.fileformat.btree import TableInteriorCell
 from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED, WalScan
 from agentdb.salvage import freespace, tables
-from agentdb.salvage.diskrows import Candidate, Candidates, DiskMap, HashSets
+from agentdb.salvage.diskrows import Candidate, Candidates, HashSets, Verified
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 
@@ -60,7 +61,7 @@ class PageSalvage:
 
     candidates: Candidates  # in the order found (live walks first)
     event_hashes: HashSets  # every stored content hash seen, by sequence
-    verified: DiskMap  # sequence -> (row, its matching stored hash), the first copy found
+    verified: Verified  # sequence -> (row, its matching stored hash), the first copy found
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters seen
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)
@@ -204,11 +205,12 @@ class _PageReader:
             self.anomalous.add(where)
             return
         row = self.keep(row)
+        data = pickle.dumps(row, pickle.HIGHEST_PROTOCOL)  # once for both
         if hashed:
-            self.out.verified.setdefault(row[0], (row, stored))
+            self.out.verified.first(row[0], row, stored, data)
         chain = tuple(self.chain or ())
         self.out.candidates.append(
-            Candidate(table, row, tier, where, rowid, chain), tables.key_of(table, row)
+            Candidate(table, row, tier, where, rowid, chain), tables.key_of(table, row), data
         )
 
     def foreign_chain(self, table: str, rowid: int) -> bool:
@@ -346,7 +348,7 @@ def salvage_pages(
 def _salvage_pages(
     db: bytes | FileBytes, wal: WalScan | None, session_id: str, store: Scratch, rolled_back: bool
 ) -> PageSalvage:
-    out = PageSalvage(store.candidates(), store.hash_sets(), store.map("verified"))
+    out = PageSalvage(store.candidates(), store.hash_sets(), store.verified())
     keep = store.keep
     if wal is not None and wal.resumed_commits:
         out.notes.append(

@@ -3,6 +3,7 @@ private work directory), and check it once."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from agentdb import db, errors
 from agentdb.checks import check_path
 from agentdb.hashing import event_hash
 from agentdb.salvage import tables
-from agentdb.salvage.diskrows import ordered
+from agentdb.salvage.diskrows import DiskMap, ordered
 from agentdb.salvage.merge import Merged
 from agentdb.salvage.tables import Row
 from agentdb.schema.migrations import create_schema
@@ -42,10 +43,18 @@ def _as_is(row: Row) -> Row:
 
 def _rows(merged: Merged, table: str, resolve: Resolve) -> Iterator[Row]:
     """The rows of ``table`` in key order, long values read back one row at a time."""
-    known = merged.hashes  # verified against these very rows
-    for _, row in ordered(merged.rows[table]):
-        r = resolve(row)
-        yield (*r, known.get(r[0]) or event_hash(*r)) if table == "events" else r
+    rows, known = merged.rows[table], merged.hashes  # hashes verified against these rows
+    if table != "events":
+        for _, row in ordered(rows):
+            yield resolve(row)
+    elif isinstance(rows, DiskMap) and isinstance(known, DiskMap):
+        for _, v, h in rows.raw(known):
+            r = resolve(pickle.loads(v))
+            yield (*r, pickle.loads(h) if h is not None else event_hash(*r))
+    else:
+        for _, row in ordered(rows):
+            r = resolve(row)
+            yield (*r, known.get(r[0]) or event_hash(*r))
 
 
 def write(path: Path, merged: Merged, resolve: Resolve | None = None) -> None:

@@ -11,7 +11,7 @@ is saved; what lies under a damaged page is left to engine c.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import apsw
 from agentdb import db, errors, paths
 from agentdb.hashing import as_bytes_sql, mismatch_sql, text_mask_sql
 from agentdb.salvage import tables
+from agentdb.salvage.diskrows import Verified
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
@@ -171,7 +172,7 @@ def salvage_rows(
     conn: apsw.Connection,
     session_id: str,
     revision: int,
-    verified: Mapping[int, tuple[Row, bytes]] | None = None,
+    verified: Verified | None = None,
     store: Scratch | None = None,
 ) -> RowSalvage:
     """Read every table of the copy, stepping around damaged regions.
@@ -188,7 +189,7 @@ def salvage_rows(
     for table in tables.TABLES:
         out.rows[table] = store.map(f"read_{table}") if table in tables.AUTOINCREMENT_TABLES else {}
         cols = _columns(table, rev)
-        taker = _Taker(out, table, cols, session_id, rev >= 2, verified or {})
+        taker = _Taker(out, table, cols, session_id, rev >= 2, verified)
         taker.keep = store.keep
         reader = _RowReader(conn, table, cols, taker.take)
         try:
@@ -221,7 +222,7 @@ class _Taker:
         cols: list[str],
         session_id: str,
         hashed: bool,
-        known: Mapping[int, tuple[Row, bytes]],
+        known: Verified | None,
     ) -> None:
         self.out = out
         self.table = table
@@ -240,7 +241,7 @@ class _Taker:
             why = tables.problem(self.table, values, self.session_id)
         if why is None and self.hashed:
             stored = raw[-1]
-            if self.known.get(values[0]) != (values, stored):
+            if self.known is None or self.known.get(values[0]) != (values, stored):
                 why = tables.hash_problem(values, stored)
             if why is None:
                 self.out.event_hashes[values[0]] = stored

@@ -1,6 +1,7 @@
-"""The job's private scratch database: large values are streamed into it as the engines find
-them, so a salvage holds at most :data:`MEMORY_BUDGET` bytes of a session's payloads in memory
-(small sessions never touch the disk for them).
+"""The job's private scratch database: the rows the engines find go into it as they are found
+(:mod:`.diskrows`: the page engine's candidates, SQLite's reads, verified rows and hashes, the
+merged rows), and so do their large values, so a salvage's memory is flat in the number of rows
+and holds at most :data:`MEMORY_BUDGET` bytes of a session's long payloads.
 
 Each engine validates a row (and, for a revision-2 event, checks its content hash) with the
 value in hand, then :meth:`Scratch.keep` writes every value of :data:`SPILL_AT` bytes or more
@@ -22,7 +23,7 @@ from typing import Any
 import apsw
 
 from agentdb import db
-from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets
+from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets, Verified
 
 SPILL_AT = 4096  # values this long or longer are kept apart from the rows
 MEMORY_BUDGET = 8 << 20  # bytes of such values kept in memory before they go to the database
@@ -85,9 +86,10 @@ class Scratch:
     def keep(self, row: Row) -> Row:
         """``row`` with every long value written to the scratch database and replaced by a
         :class:`Spilled`."""
-        if not any(isinstance(v, bytes | str) and len(v) >= SPILL_AT for v in row):
-            return row
-        return tuple(self._spill(v) for v in row)
+        for v in row:
+            if isinstance(v, bytes | str) and len(v) >= SPILL_AT:
+                return tuple(self._spill(v) for v in row)
+        return row
 
     def _spill(self, v: Any) -> Any:
         if not isinstance(v, bytes | str) or len(v) < SPILL_AT:
@@ -133,6 +135,9 @@ class Scratch:
         """A new integer-keyed mapping in this database."""
         return DiskMap(self.conn, self.table_name(prefix))
 
+    def verified(self) -> Verified:
+        return Verified(self.conn, self.table_name("verified"))
+
     def hash_sets(self) -> HashSets:
         return HashSets(self.conn, self.table_name("hashes"))
 
@@ -151,7 +156,7 @@ class Scratch:
             conn.limit(apsw.SQLITE_LIMIT_LENGTH, 1_000_000_000)
             db.exec_script(
                 conn,
-                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; "
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
                 "CREATE TABLE value(digest BLOB NOT NULL UNIQUE, data BLOB NOT NULL); "
                 # one transaction for the whole job: a value is written when the page cache
                 # spills, not in a commit of its own (the file is thrown away, never read by

@@ -1,0 +1,180 @@
+"""The merged rows of a salvage (:class:`Merged`) and what is derived from them: the producers
+a salvaged event names, a lost ``session_meta`` rebuilt (the rule is in :mod:`.merge`), and the
+sequence ranges no engine found, computed in key order over the scratch database (no set of
+every sequence is ever built).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentdb.salvage import tables
+from agentdb.salvage.diskrows import DiskMap, highest, ordered
+from agentdb.salvage.tables import Row
+from agentdb.schema import enums
+
+REBUILT_PROFILE = "unknown"
+REBUILT_STATUS = "failed"
+
+
+@dataclass
+class ShellRows:
+    """What SQLite's ``.recover`` gave, validated (see :mod:`.shell_rows`)."""
+
+    rows: dict[str, list[tuple[Any, ...]]]  # table -> rows in revision-1 column order
+    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
+    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
+
+
+@dataclass
+class Merged:
+    """The rows a replacement will hold, and how they were found."""
+
+    # table -> key -> row (revision-1 columns; the AUTOINCREMENT tables' in the scratch database)
+    rows: dict[str, MutableMapping[Any, Row]]
+    sources: dict[str, Counter[str]]  # table -> source -> rows taken from it
+    sequences: dict[str, int]  # AUTOINCREMENT counters to restore (at least)
+    lost: dict[str, Any] = field(default_factory=dict)  # what is known lost
+    notes: list[str] = field(default_factory=list)
+    # verified content_hash by sequence (in the scratch database)
+    hashes: MutableMapping[int, bytes] = field(default_factory=dict)
+    rebuilt_meta: bool = False  # session_meta was rebuilt from the file name
+    # keys kept although no check vouches for their bytes (table -> keys)
+    unverified: dict[str, set[Any]] = field(default_factory=dict)
+    derived_producers: int = 0  # producers rows derived from events
+
+    def count(self) -> int:
+        return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
+
+    def levels(self, table: str) -> dict[str, int]:
+        """How far each kept row of ``table`` is vouched for: ``verified`` (its stored content
+        hash matches these bytes: revision-2 events), ``unverified`` (kept although nothing
+        vouches for its bytes: listed under ``lost``), ``structural_only`` (the rest: a valid
+        record, complete non-looping overflow chain, valid UTF-8, every column validated)."""
+        n = len(self.rows[table])
+        verified = len(self.hashes) if table == "events" else 0
+        unverified = len(self.unverified.get(table, ()))
+        return {
+            "verified": verified,
+            "structural_only": n - verified - unverified,
+            "unverified": unverified,
+        }
+
+
+def ranges(missing: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for n in missing:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+def rebuild_meta(result: Merged, session_id: str) -> None:
+    result.rebuilt_meta = True
+    result.rows["session_meta"][session_id] = rebuilt_meta(session_id, result.rows["events"])
+    result.sources["session_meta"]["rebuilt"] += 1
+    result.unverified.setdefault("session_meta", set()).add(session_id)
+    result.lost["session_meta"] = "rebuilt from the file name (profile, status, depth unknown)"
+    result.notes.append(
+        f"session_meta lost: rebuilt with profile {REBUILT_PROFILE!r}, status "
+        f"{REBUILT_STATUS!r}, depth 0, no parent (unknown); session_id from the file name"
+    )
+
+
+def count_lost(result: Merged) -> None:
+    """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table."""
+    for table in tables.AUTOINCREMENT_TABLES:
+        got = result.rows[table]
+        seq = result.sequences
+        top = highest(got)
+        top = max(seq.get(table, 0), top or 0) if top is not None or table in seq else 0
+        lost = _gaps(got, top) if top < 10_000_000 else []
+        if lost:
+            name = "event_sequences" if table == "events" else f"{table}_sequences"
+            result.lost[name] = lost
+            result.lost[f"{table}_missing"] = sum(b - a + 1 for a, b in lost)
+    for table, doubtful in result.unverified.items():
+        if table in tables.AUTOINCREMENT_TABLES:
+            name = (
+                "unverified_event_sequences"
+                if table == "events"
+                else f"unverified_{table}_sequences"
+            )
+            result.lost[name] = ranges(sorted(doubtful))
+        elif table != "session_meta":  # a rebuilt session_meta is already listed above
+            result.lost[f"unverified_{table}"] = len(doubtful)
+
+
+def _gaps(got: MutableMapping[Any, Row], top: int) -> list[list[int]]:
+    """The ranges of 1..top that are not keys of ``got``, streamed in key order."""
+    out: list[list[int]] = []
+    nxt = 1
+    for k in _keys(got):
+        if k > top:
+            break
+        if k > nxt:
+            out.append([nxt, k - 1])
+        nxt = max(nxt, k + 1)
+    if nxt <= top:
+        out.append([nxt, top])
+    return out
+
+
+def _keys(m: MutableMapping[Any, Row]) -> Iterator[Any]:
+    return iter(m) if isinstance(m, DiskMap) else iter(sorted(m))
+
+
+def missing(events: MutableMapping[Any, Row], counter: int, cap: int) -> set[int]:
+    """Event sequences below the highest one known that no tier has; once more than ``cap``
+    are found, no more are looked for (the caller then gives up)."""
+    top = max(counter, highest(events) or 0)
+    if top > 10_000_000:
+        return set()
+    out: set[int] = set()
+    for a, b in _gaps(events, top):
+        out.update(range(a, min(b, a + cap + 1) + 1))
+        if len(out) > cap:
+            break
+    return out
+
+
+def derive_producers(m: Merged) -> None:
+    seen: dict[tuple[str, str, str], int] = {}
+    for _, row in ordered(m.rows["events"]):
+        key = (row[4], row[5], row[6])
+        seen[key] = min(row[0], seen.get(key, row[0]))
+    for key, first in sorted(seen.items(), key=lambda kv: kv[1]):
+        if key not in m.rows["producers"]:
+            m.rows["producers"][key] = (*key, first)
+            m.sources["producers"]["derived"] += 1
+            m.unverified.setdefault("producers", set()).add(key)
+            m.derived_producers += 1
+    if m.derived_producers:
+        m.notes.append(
+            f"producers: {m.derived_producers} rows derived from salvaged events "
+            "(first_seen_sequence is the earliest salvaged event, perhaps not the first)"
+        )
+
+
+def rebuilt_meta(session_id: str, events: MutableMapping[Any, Row]) -> Row:
+    import ulid  # only when session_meta is lost (its import costs a recover's start-up ~30 ms)
+
+    started = _iso(ulid.ULID.from_str(session_id).datetime)
+    ended = started
+    if events:
+        ended = str(events[highest(events)][2])
+    return (session_id, None, REBUILT_PROFILE, REBUILT_STATUS, 0, started, ended)
+
+
+def _iso(t: dt.datetime) -> str:
+    t = t.astimezone(dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+assert REBUILT_STATUS in enums.TERMINAL_STATUSES
