@@ -253,6 +253,7 @@ class Candidates:
         self.name = name
         self._n = 0
         self._pending: list[tuple[Any, ...]] = []
+        self._last = 0  # the id of the last candidate added (ids count from 1, in order)
         conn.execute(
             f"CREATE TABLE {name}(id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, k, "
             "tier INTEGER NOT NULL, at TEXT NOT NULL, r BLOB NOT NULL, rowid_ INTEGER, chain BLOB)"
@@ -264,7 +265,9 @@ class Candidates:
         """Add ``c`` (``data``: its row pickled already)."""
         chain = array("q", c.chain).tobytes() if c.chain else None
         data = _dumps(c.row) if data is None else data
-        self._pending.append((c.table, key_text(key), c.tier, c.where, data, c.rowid, chain))
+        self._last += 1
+        row = (self._last, c.table, key_text(key), c.tier, c.where, data, c.rowid, chain)
+        self._pending.append(row)
         self._n += 1
         if len(self._pending) >= _BATCH:
             self.flush()
@@ -272,14 +275,41 @@ class Candidates:
     def flush(self) -> None:
         if self._pending:
             sql = (
-                f"INSERT INTO {self.name}(tbl, k, tier, at, r, rowid_, chain) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO {self.name}(id, tbl, k, tier, at, r, rowid_, chain) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             )
             self.conn.executemany(sql, self._pending)
             self._pending.clear()
 
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def last_id(self) -> int:
+        """The id of the last candidate added (0: none yet); the next one gets the next id."""
+        return self._last
+
+    def keys_between(self, table: str, first: int, last: int) -> list[tuple[int, Any]]:
+        """(id, key) of the candidates of ``table`` with ids in [first, last]."""
+        self.flush()
+        sql = f"SELECT id, k FROM {self.name} WHERE tbl = ? AND id BETWEEN ? AND ? ORDER BY id"
+        return [(int(i), k) for i, k in self.conn.execute(sql, (table, first, last))]
+
+    def highest_key(self, table: str, skip: set[int]) -> Any:
+        """The largest key of ``table``'s candidates but for those whose id is in ``skip``
+        (None: no other)."""
+        self._index()
+        sql = f"SELECT id, k FROM {self.name} WHERE tbl = ? ORDER BY k DESC"
+        for i, k in self.conn.execute(sql, (table,)):
+            if i not in skip:
+                return k
+        return None
+
+    def remove(self, ids: set[int]) -> None:
+        """Forget the candidates with these ids."""
+        self.flush()
+        self.conn.executemany(f"DELETE FROM {self.name} WHERE id = ?", [(i,) for i in ids])
+        self._n -= len(ids)
 
     def _rows(self, where: str = "", args: tuple[Any, ...] = ()) -> Iterator[Candidate]:
         self.flush()

@@ -424,7 +424,7 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
     if src.header is not None:
         freelist = iter_freelist(get, src.header, src.page_count)
     maybe_opaque: list[int] = []
-    from_free: list[Candidate] = []
+    from_free: list[tuple[int, int]] = []  # id ranges of the candidates read from free pages
     for pgno in range(2, src.page_count + 1):
         data = get(pgno)
         if data is None:
@@ -434,10 +434,10 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
             out.free += freespace.classify_all(found)
         if pgno in r.live_btree_pages or (skip_free and pgno in freelist):
             continue
-        before = len(out.candidates)
+        before = out.candidates.last_id
         _scan_leaf(r, data, pgno, STALE if pgno in freelist else STRAY, f"page {pgno}", get)
-        if pgno in freelist:
-            from_free += out.candidates[before:]
+        if pgno in freelist and out.candidates.last_id > before:
+            from_free.append((before + 1, out.candidates.last_id))
         # Only a page that says it is a b-tree page can hold cells another engine could read
         # (SQLite's own recovery reads pages by the same type byte); the rest are overflow
         # pages of lost rows or noise.
@@ -456,23 +456,22 @@ def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
             out.opaque_pages.append(pgno)
 
 
-def _no_free_tail(out: PageSalvage, from_free: list[Candidate]) -> None:
+def _no_free_tail(out: PageSalvage, from_free: list[tuple[int, int]]) -> None:
     """A file not in WAL mode may have had a hot journal rolled back before anyone saw it (any
     normal SQLite open does that, and deletes the journal). SQLite does not journal a free page
     a transaction reuses, so after the rollback that page still holds the killed transaction's
     uncommitted rows. Events are append-only: a free page's event past the last event read
     anywhere else is such a row as likely as a lost tail, and is not kept; below it, a free
     page's copy only fills a gap, as before."""
-    free_events = [c for c in from_free if c.table == "events"]
+    cands = out.candidates
+    free_events = [e for lo, hi in from_free for e in cands.keys_between("events", lo, hi)]
     if not free_events:
         return
-    ids = {id(c) for c in from_free}
-    elsewhere = [c.row[0] for c in out.candidates if c.table == "events" and id(c) not in ids]
-    last = max(elsewhere, default=0)
-    beyond = {id(c) for c in free_events if c.row[0] > last}
+    last = cands.highest_key("events", {i for i, _ in free_events}) or 0  # an event's key: seq
+    beyond = {i for i, seq in free_events if seq > last}
     if not beyond:
         return
-    out.candidates = [c for c in out.candidates if id(c) not in beyond]
+    cands.remove(beyond)
     out.rejected["event past the last one, on a free page"] += len(beyond)
     out.notes.append(
         f"{len(beyond)} events on free pages lie past the last event read elsewhere: not kept "
