@@ -5,7 +5,8 @@ For each class of the test corpus (tests/salvage/corpus.py) the same damaged fil
 and, when ``agentdb.salvage.shell`` is importable and finds a capable sqlite3 shell, to SQLite's
 ``.recover`` (through that module). Rows count only when they are one of the original rows *of
 that table*; ``.recover`` rows it could only file in ``lost_and_found`` are shown apart.
-Then the cost table: sessions of ``--sizes`` MB (default 1,25,100,500), each damaged three ways
+Then the cost table: sessions of ``--sizes`` MB (default 1,25,100,500) of 20 KB events (and,
+with ``--small N``, one of N events of ~100 bytes: what grows with rows), each damaged three ways
 (a zeroed interior page of ``events``, a zeroed 512-byte sector inside an ``events`` leaf, the
 file's tail cut off inside a page), side by side in one run: ``agentdb recover`` as a process
 (start-up included) against ``sqlite3 damaged.db .recover | sqlite3 new.db`` (the shell from
@@ -14,8 +15,8 @@ RSS (``wait4``; the pipeline's is the sum of its two processes), rows kept byte-
 undamaged file (in ``events``: ``.recover``'s ``lost_and_found`` does not count), and agentdb's
 own time per stage (``--json``'s ``seconds``).
 
-Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N] [--sizes 1,25] [--no-corpus]``;
-writes bench/results/bench_recover.md. One pass each: the machine is shared.
+Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N] [--sizes 1,25] [--small 100000]
+[--no-corpus]``; writes bench/results/bench_recover.md. One pass each: the machine is shared.
 """
 
 from __future__ import annotations
@@ -317,10 +318,28 @@ def run_shell_pipeline(path: Path, shell: Path, new_db: Path) -> tuple[float, in
     return time.perf_counter() - t0, (u1.ru_maxrss + u2.ru_maxrss) // 1024
 
 
-def cost_rows(root: Path, mb: int, shell_path: Path | None, kinds: list[str]) -> list[list[str]]:
-    base_dir = root / f"base-{mb}"
+def small_session(d: Path, n: int) -> tuple[str, Path]:
+    """A closed session of ``n`` events of about 100 bytes: what grows with rows, not bytes."""
+    w = SessionWriter.create(d, profile="bench")
+    batch: list[Event] = []
+    for i in range(n):
+        batch.append(Event("tool_result", corpus.BIG, b"x%d" % i * 10))
+        if len(batch) == 1000 or i == n - 1:
+            w.emit_batch(batch)
+            batch = []
+    w.set_status("completed")
+    w.close()
+    return w.session_id, w.path
+
+
+def cost_rows(
+    root: Path, mb: int, shell_path: Path | None, kinds: list[str], small: int = 0
+) -> list[list[str]]:
+    """One row per damage kind: a session of about ``mb`` MB of 20 KB events, or (``small``)
+    one of that many small events."""
+    base_dir = root / f"base-{mb}-{small}"
     base_dir.mkdir()
-    sid, base = build_session(base_dir, mb)
+    sid, base = small_session(base_dir, small) if small else build_session(base_dir, mb)
     original = fingerprints(base)
     rows = []
     for kind in kinds:
@@ -339,7 +358,8 @@ def cost_rows(root: Path, mb: int, shell_path: Path | None, kinds: list[str]) ->
         shown = ", ".join(f"{k} {stages[k]:.2f}" for k in STAGES if stages.get(k, 0) >= 0.05)
         rows.append(
             [
-                f"{base.stat().st_size / 1e6:.0f} MB",
+                f"{base.stat().st_size / 1e6:.0f} MB"
+                + (f" ({small:,} small events)" if small else ""),
                 kind,
                 f"{len(original)}",
                 f"{kept} ({doc.get('outcome')})",
@@ -388,6 +408,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,25,100,500", help="MB of the cost table's sessions")
     ap.add_argument("--no-corpus", action="store_true", help="skip the per-class table")
     ap.add_argument("--kinds", default=",".join(KINDS), help="damage kinds of the cost table")
+    ap.add_argument(
+        "--small", type=int, default=0, help="also a session of this many ~100-byte events"
+    )
     args = ap.parse_args()
     text = ""
     with tempfile.TemporaryDirectory(prefix="bench-recover-") as t:
@@ -395,12 +418,14 @@ def main() -> None:
         if not args.no_corpus:
             text += corpus_text(root, args.big_mb)
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-        if sizes:
+        if sizes or args.small:
             compile_sources()
             shell_path = shell.find_capable_shell() if shell is not None else None
             cost: list[list[str]] = []
             for mb in sizes:
                 cost += cost_rows(root, mb, shell_path, args.kinds.split(","))
+            if args.small:
+                cost += cost_rows(root, 0, shell_path, args.kinds.split(","), args.small)
             text += "\n| " + " | ".join(COST_HEADERS) + " |\n|" + "---|" * len(COST_HEADERS)
             text += "\n" + "\n".join("| " + " | ".join(r) + " |" for r in cost) + "\n"
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -43,6 +43,7 @@ from agentdb.salvage.merged import (
     ranges,
     rebuild_meta,
     rebuilt_meta,
+    shell_rows,
 )
 from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
 from agentdb.salvage.rows import RowSalvage
@@ -225,7 +226,7 @@ class _Merger:
         for table, found_rows in shell.rows.items():
             if table not in self.rows:
                 continue
-            for raw in found_rows:
+            for raw in shell_rows(found_rows):
                 row = tables.normalise(table, raw)
                 why = tables.problem(table, row, self.session_id)
                 h = None

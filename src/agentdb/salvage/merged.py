@@ -25,9 +25,12 @@ REBUILT_STATUS = "failed"
 class ShellRows:
     """What SQLite's ``.recover`` gave, validated (see :mod:`.shell_rows`)."""
 
-    rows: dict[str, list[tuple[Any, ...]]]  # table -> rows in revision-1 column order
-    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
-    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
+    # table -> rows in revision-1 column order, in key order: a list, or a mapping in the job's
+    # scratch database (read with :func:`shell_rows`)
+    rows: dict[str, Any]
+    # events whose stored content_hash matched (as keys), each event's content hash
+    hashed: MutableMapping[int, Any] = field(default_factory=dict)
+    hashes: MutableMapping[int, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +66,13 @@ class Merged:
             "structural_only": n - verified - unverified,
             "unverified": unverified,
         }
+
+
+def shell_rows(found: Any) -> Iterator[Row]:
+    """The rows of one table of :class:`ShellRows`, in key order."""
+    if isinstance(found, DiskMap):
+        return (row for _, row in found.ordered())
+    return iter(found)
 
 
 def ranges(missing: list[int]) -> list[list[int]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agentdb import fsutil, recoverylog
 from agentdb.salvage import diskrows, replacement, rows, snapshot
@@ -182,14 +181,14 @@ def _merge(
                 "cell decoded, so the rows still missing are on pages with nothing left"
             )
     elif merged.lost or not merged.rows["session_meta"]:
-        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store.keep)
+        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store)
         if got.shell is not None and any(got.shell.rows.values()):
             got.merged = merge_mod.merge(session_id, page, found, got.shell, store)
     return got
 
 
 def _run_shell(
-    copy: Path, wal: Path | None, session_id: str, work: Path, keep: Any
+    copy: Path, wal: Path | None, session_id: str, work: Path, store: Scratch
 ) -> tuple[merge_mod.ShellRows | None, list[str]]:
     """SQLite's ``.recover`` on the private copy, when a capable shell exists; optional: it
     never sinks the other engines."""
@@ -202,10 +201,10 @@ def _run_shell(
             return None, []
         shell_dir = work / "shell"
         fsutil.ensure_dir(shell_dir)
-        got = shell.shell_salvage(copy, wal, session_id, shell_dir, keep=keep)
+        got = shell.shell_salvage(copy, wal, session_id, shell_dir, store=store)
     except Exception as e:  # the optional engine must never sink the others
         return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
-    found = merge_mod.ShellRows(dict(got.rows), set(got.hashed), dict(got.hashes))
+    found = merge_mod.ShellRows(got.rows, got.hashed, got.hashes)
     return found, list(got.notes)
 
 

@@ -148,8 +148,7 @@ class Scratch:
     def conn(self) -> apsw.Connection:
         if self._conn is None:
             if self.path is None:
-                conn = apsw.Connection(":memory:")
-                db.harden(conn)
+                conn = db.open_memory()
             else:
                 conn = db.open_private(self.path)
                 os.chmod(self.path, 0o600)  # owner-only, whatever the umask (the dir is 0700)

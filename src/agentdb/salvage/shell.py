@@ -24,15 +24,18 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
 from agentdb import db, fsutil
 from agentdb.hashing import event_hash
 from agentdb.salvage import shell_load, shell_rows
+from agentdb.salvage.scratch import Scratch
+from agentdb.salvage.tables import AUTOINCREMENT_TABLES
 from agentdb.schema.revisions import TABLES
 
 ENGINE = "sqlite-recover"
@@ -49,13 +52,16 @@ class ShellSalvage:
     """What SQLite's ``.recover`` salvaged from one session file."""
 
     engine: str  # "sqlite-recover"
-    rows: dict[str, list[tuple[object, ...]]]  # per table, revision-1 column order, validated
+    # per table, revision-1 column order, validated, in key order: a list, or (given a store)
+    # a mapping in the job's scratch database
+    rows: dict[str, Any]
     lost_and_found_mapped: int  # rows taken from lost_and_found and mapped to a table by shape
     rejected: int  # rows that failed validation (not returned), index records included
     notes: list[str] = field(default_factory=list)  # what happened, one line each
     seconds: float = 0.0  # wall time of the whole salvage
-    hashed: set[int] = field(default_factory=set)  # events whose stored content_hash matched
-    hashes: dict[int, bytes] = field(default_factory=dict)  # each event's content hash
+    # events whose stored content_hash matched (as keys), each event's content hash
+    hashed: MutableMapping[int, bool] = field(default_factory=dict)
+    hashes: MutableMapping[int, bytes] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- detection
@@ -275,6 +281,7 @@ def shell_salvage(
     timeout: float = 600,
     output_cap: int | None = None,
     keep: Keep | None = None,
+    store: Scratch | None = None,
 ) -> ShellSalvage:
     """Run SQLite's ``.recover`` on a copy of ``db_path`` (and its WAL) and validate its rows.
 
@@ -312,7 +319,8 @@ def shell_salvage(
             conn = shell_load.open_scratch(priv / "scratch.sqlite")
             try:
                 loaded = shell_load.load(conn, _pieces(fd, cap))
-                result = _collect(conn, loaded, header_version, session_id, notes, keep)
+                taken = _Taken(keep, store)
+                result = _collect(conn, loaded, header_version, session_id, notes, taken)
             finally:
                 conn.close()
         finally:
@@ -352,11 +360,17 @@ class _Taken:
     hash of its bytes is computed while they are in hand, then ``keep`` may move its long
     values into the job's scratch database."""
 
-    def __init__(self, keep: Keep | None) -> None:
+    def __init__(self, keep: Keep | None, store: Scratch | None = None) -> None:
         self.by_key = shell_rows.ByKey()
         self.keep = keep
-        self.hashed: set[int] = set()  # events whose stored content_hash matched
-        self.hashes: dict[int, bytes] = {}  # content hash of each event's bytes
+        # events whose stored content_hash matched (seq -> True), each event's content hash
+        self.hashed: MutableMapping[int, bool] = {}
+        self.hashes: MutableMapping[int, bytes] = {}
+        if store is not None:  # the rows go into the job's scratch database as they are taken
+            self.keep = store.keep
+            for t in AUTOINCREMENT_TABLES:
+                self.by_key.rows[t] = store.map(f"shell_{t}")
+            self.hashed, self.hashes = store.map("shell_hashed"), store.map("shell_hashes")
 
     def add(self, table: str, row: tuple[object, ...], stored_hash: bool) -> bool:
         h = event_hash(*row) if table == "events" else None  # type: ignore[arg-type]
@@ -367,7 +381,7 @@ class _Taken:
             seq = int(row[0])  # type: ignore[call-overload]
             self.hashes[seq] = h
             if stored_hash:
-                self.hashed.add(seq)
+                self.hashed[seq] = True
         return True
 
 
@@ -377,14 +391,13 @@ def _collect(
     header_version: int | None,
     session_id: str,
     notes: list[str],
-    keep: Keep | None = None,
+    taken: _Taken,
 ) -> ShellSalvage:
     """Validate the scratch tables' rows, map lost_and_found, merge by primary key."""
     revision = loaded.user_version if loaded.user_version in (1, 2) else header_version
     if revision not in (1, 2):
         revision = None
         notes.append("revision unknown (header unreadable): events accepted with or without hash")
-    taken = _Taken(keep)
     rejected = loaded.failed + loaded.denied
     for table in TABLES:
         for rowid, *values in shell_load.read_scratch(conn, table):
@@ -423,7 +436,7 @@ def _has_hash(values: list[object]) -> bool:
 
 
 def _describe(
-    rows: dict[str, list[tuple[object, ...]]],
+    rows: dict[str, Any],
     loaded: shell_load.LoadResult,
     mapped: int,
     reasons: dict[str, int],

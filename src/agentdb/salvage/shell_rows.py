@@ -13,8 +13,9 @@ an event's verified ``content_hash`` is not returned.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentdb.hashing import HASH_SIZE, event_hash
 from agentdb.paths import is_valid_id
@@ -219,7 +220,10 @@ def map_lost_and_found(
 class ByKey:
     """``.recover``'s rows per table keyed by primary key; the first valid row for a key wins."""
 
-    rows: dict[str, dict[object, Row]] = field(default_factory=lambda: {t: {} for t in TABLES})
+    # table -> key -> row (the caller may give mappings in the job's scratch database)
+    rows: dict[str, MutableMapping[Any, Row]] = field(
+        default_factory=lambda: {t: {} for t in TABLES}
+    )
     conflicts: int = 0  # a second, different row for a key already taken
 
     def add(self, table: str, row: Row) -> bool:
@@ -233,8 +237,13 @@ class ByKey:
             self.conflicts += 1
         return False
 
-    def as_lists(self) -> dict[str, list[Row]]:
-        return {t: [r for _, r in sorted(d.items(), key=_sort_key)] for t, d in self.rows.items()}
+    def as_lists(self) -> dict[str, Any]:
+        """Each table's rows in key order: a list, or the mapping itself when it is kept in the
+        scratch database (iterated in key order by :func:`~agentdb.salvage.diskrows.ordered`)."""
+        return {
+            t: d if not isinstance(d, dict) else [r for _, r in sorted(d.items(), key=_sort_key)]
+            for t, d in self.rows.items()
+        }
 
 
 def _sort_key(item: tuple[object, Row]) -> tuple[str, ...] | tuple[int]:
