@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import backup, paths, swap
 from tests.rows import all_rows
@@ -150,3 +151,32 @@ def test_kernel_open_during_prune_does_not_resurrect(sessions_dir: Path) -> None
     assert "Traceback" not in err
     assert not path.exists()
     assert sorted(os.listdir(sessions_dir)) == []  # no session, no -wal/-shm created anew
+
+
+def test_a_recover_job_between_the_kernels_judge_and_its_hook(
+    sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`recover --all` replaced the damaged file after the kernel's open judged it and before
+    its recovery hook ran: the hook found the job's replacement healthy, and the open raised
+    Corrupt ("recover finds no damage to salvage") on a session that was fine. Seen once in a
+    full-suite run at load 6 (test_writers_starting_while_recover_runs). The open now judges
+    the new file."""
+    from agentdb import demo, kernel
+    from agentdb.salvage import recover_session
+    from agentdb.store import Event, Producer
+
+    sid, path = make_session(sessions_dir, turns=4, status="running")
+    demo.damage_page(path, table="events")
+    real_judge = kernel.judge_hook
+
+    def judge_then_job(p: Path, session_id: str) -> str | None:
+        problem = real_judge(p, session_id)
+        if problem is not None and not p.with_name(p.name + ".corrupt").exists():
+            assert recover_session(sessions_dir, session_id).outcome == "recovered"
+        return problem
+
+    monkeypatch.setattr(kernel, "judge_hook", judge_then_job)
+    with kernel.open_session(sessions_dir, sid) as w:
+        w.emit(Event("tool_result", Producer("tool", "shell", "1.0.0"), b"{}"))
+    assert _integrity(path) == "ok"
+    assert len(list(sessions_dir.glob(f"{sid}.sqlite.corrupt*"))) == 1

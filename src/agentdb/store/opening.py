@@ -54,6 +54,7 @@ def open_checked(
     damage runs ``recover`` once and starts again; a file swapped meanwhile starts again."""
     recovered = False
     for _ in range(_PASSES):
+        seen = _identity(path)
         try:
             inode = _judge(path, session_id, judge)
             return _open_sound(path, session_id, judge is None, inode, migrate, lease)
@@ -64,9 +65,24 @@ def open_checked(
                 fix = f"agentdb recover {session_id}"
                 hint = "" if fix in d.problem else f"; run `{fix}`"
                 raise errors.Corrupt(f"{path}: {d.problem}{hint}", path=path) from None
-            recover(path, session_id)
             recovered = True
+            try:
+                recover(path, session_id)
+            except errors.Corrupt:
+                # The hook found nothing to salvage. When another job (``recover --all``)
+                # replaced the damaged file between the judge and the hook, that is its
+                # replacement: judge the new file. Otherwise the refusal stands.
+                if _identity(path) == seen:
+                    raise
     raise errors.Busy(f"{path}: replaced again and again while opening; retry later", path=path)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _judge(path: Path, session_id: str, judge: JudgeHook | None) -> tuple[int, int]:
