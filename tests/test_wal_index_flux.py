@@ -10,7 +10,6 @@ with ``read_only``). The reader begins the read again; a state that stays in flu
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import pytest
 
 from agentdb import db, errors
 from agentdb.store import SessionReader
+from tests.rows import write_at
 from tests.support import SRC, make_session
 
 # Opens the session in WAL mode, commits, and stays open without writing: the -wal and -shm
@@ -63,22 +63,14 @@ def _second_header(path: Path) -> tuple[Path, bytes]:
     return shm, shm.read_bytes()[48:96]
 
 
-def _write_at(path: Path, offset: int, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, data, offset)
-    finally:
-        os.close(fd)
-
-
 def test_reader_begins_again_while_the_wal_index_is_rewritten(held_wal: Path) -> None:
     path = held_wal
     with SessionReader(path) as r:
         expected = [e.sequence for e in r.iter_events(payload_cap=16)]
     shm, header = _second_header(path)
-    _write_at(shm, 48, bytes([header[0] ^ 0xFF]))  # the two copies now differ
+    write_at(shm, 48, bytes([header[0] ^ 0xFF]))  # the two copies now differ
     # The "writer" finishes its rewrite a moment later: the copies agree again.
-    t = threading.Timer(0.02, _write_at, (shm, 48, header[:1]))
+    t = threading.Timer(0.02, write_at, (shm, 48, header[:1]))
     t.start()
     try:
         with SessionReader(path) as r:
@@ -92,7 +84,7 @@ def test_reader_begins_again_while_the_wal_index_is_rewritten(held_wal: Path) ->
 def test_a_wal_index_that_stays_in_flux_is_busy_not_read_only(held_wal: Path) -> None:
     path = held_wal
     shm, header = _second_header(path)
-    _write_at(shm, 48, bytes([header[0] ^ 0xFF]))
+    write_at(shm, 48, bytes([header[0] ^ 0xFF]))
     started = time.monotonic()
     with pytest.raises(errors.Busy) as got, SessionReader(path) as r:
         list(r.iter_events(payload_cap=16))

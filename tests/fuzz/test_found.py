@@ -175,6 +175,12 @@ CAMPAIGN = [
     # (SQLite does not journal a reused free page), and recover kept them past the real tail
     "rev=1 wal=0 size=short layout=plain "
     "damages=hot_journal/136986984+invalid_utf8/677300552+overflow_out/930687683",
+    # another session's -wal (a commit checksum broken) over a file whose own b-tree is damaged:
+    # its valid commits hid the damaged page, SQLite read the mix without error and check said
+    # ok, while recover's evidence (36 of the file's events carry other ids in the WAL) set
+    # it aside and recovered. check now weighs the same evidence (foreign_wal)
+    "rev=2 wal=1 size=long layout=plain "
+    "damages=foreign_wal/408264436+wal_checksum/8745245+overflow_out/904348646",
 ]
 
 

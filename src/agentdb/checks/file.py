@@ -179,7 +179,16 @@ class _Run:
             fix = self.fix_recover if a.severity == "error" else None
             suffix = f"; run `{fix}`" if fix else ""
             self.add(a.code, f"WAL: {a.message}{suffix}", fix)
+        from agentdb.checks.walevidence import events_rewritten
+
         foreign = foreign_evidence(read_header(self.path), scan, (APPLICATION_ID,))
+        if foreign is None:
+            # Recover's evidence too (one verdict for both): another session's WAL may apply
+            # cleanly over this file, and SQLite then reads its events as this session's.
+            try:
+                foreign = events_rewritten(scan, self.path)
+            except OSError:
+                foreign = None  # the file went away or is unreadable: judged by its open
         if foreign is not None:
             self.foreign_wal(foreign)
         return key

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import errors, fsutil, swap
+from agentdb.checks import walevidence
 from agentdb.fileformat import FileBytes, WalScan, foreign_evidence, scan_wal
 from agentdb.paths import sidecar
 from agentdb.salvage import rows, sidecars
@@ -181,7 +182,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             foreign_evidence(snap.header, scan, (APPLICATION_ID,))
             or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
             or sidecars.meta_in_frames(scan, session_id)
-            or sidecars.events_rewritten(scan, snap.copy)
+            or walevidence.events_rewritten(scan, snap.copy)
         )
         if foreign is not None:
             # Another database's WAL: salvage this session from its file alone; the WAL goes
