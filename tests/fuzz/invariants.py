@@ -152,15 +152,33 @@ def _events_printed(step: dict[str, Any]) -> list[int]:
     return out
 
 
+def _stored_size(v: object) -> object:
+    """How many bytes SQLite's record format stores ``v`` in (what a flip in place keeps)."""
+    if isinstance(v, bytes | str):
+        return len(v)
+    if isinstance(v, float):
+        return 8
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v in (0, 1):
+            return v  # serial types 8 and 9 store no byte: nothing to flip
+        for n in (1, 2, 3, 4, 6):
+            if -(1 << (8 * n - 1)) <= v < 1 << (8 * n - 1):
+                return n
+        return 8
+    return v
+
+
 def _altered_in_place(row: oracle.Row, history: set[oracle.Row]) -> bool:
-    """``row`` is a row of ``history`` whose TEXT/BLOB values had bytes changed in place: the same
-    column types, the same integers and reals, each text or blob of the same length."""
+    """``row`` is a row of ``history`` whose values had bytes changed in place: the same column
+    types, each value stored in the same number of bytes (a text or blob of the same length, a
+    real, an integer of the same width), an integer key the same."""
 
     def shape(r: oracle.Row) -> tuple[object, ...]:
         out: list[object] = []
-        for pair in r:
+        for i, pair in enumerate(r):
             typ, v = pair  # type: ignore[misc]
-            out.append((typ, len(v)) if isinstance(v, bytes | str) else (typ, v))
+            key = i == 0 and isinstance(v, int)  # an integer key changed is another row
+            out.append((typ, v) if key else (typ, _stored_size(v)))
         return tuple(out)
 
     want = shape(row)

@@ -181,6 +181,10 @@ CAMPAIGN = [
     # it aside and recovered. check now weighs the same evidence (foreign_wal)
     "rev=2 wal=1 size=long layout=plain "
     "damages=foreign_wal/408264436+wal_checksum/8745245+overflow_out/904348646",
+    # a bit flipped inside a cost_ledger REAL (0.007 -> 0.00700000000045475): revision 2 has no
+    # hash for that table, so no structure can tell it; the invariant counted only text and
+    # blob changes in place, and called this one a failure (now counted as structural_only)
+    "rev=2 wal=0 size=long layout=plain damages=byte_flip/245397624",
 ]
 
 
