@@ -394,7 +394,9 @@ def _walk_live(r: _PageReader) -> None:
         for pgno, cell in r.walk(root, get):
             r.chain = []
             rec = r.record(cell, get)
-            if r.chain:
+            if r.chain and (rec is None or _shaped_as(rec, cell.rowid, name)):
+                # a cell of another table's shape (a page swapped into this tree) is a copy
+                # of that table's row: its chain is that row's, not a cross-link with it
                 chains[(name, cell.rowid)] = r.chain
             if rec is not None:
                 r.accept(rec, cell.rowid, LIVE, f"page {pgno}", want=name)
@@ -414,6 +416,11 @@ def _walk_live(r: _PageReader) -> None:
     for key, chain in chains.items():
         for pg in chain:
             r.chain_owner[pg] = key if r.chain_owner.get(pg, key) == key else None
+
+
+def _shaped_as(rec: list[Any], rowid: int, table: str) -> bool:
+    got = tables.classify(rec, rowid)
+    return got is not None and got[0] == table
 
 
 def _scan_unreached(r: _PageReader, *, skip_free: bool = False) -> None:
