@@ -387,7 +387,7 @@ def translated(path: Path | str, conn: apsw.Connection | None = None) -> Iterato
 _URI_PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*")
 
 
-def _uri(path: Path, **params: str) -> str:
+def _uri(path: Path | str, **params: str) -> str:
     q = "&".join(f"{k}={v}" for k, v in params.items())
     s = os.fspath(path)
     if not s.startswith("/"):
@@ -677,6 +677,63 @@ def roll_back_private(path: Path) -> None:
             scalar(conn, "SELECT count(*) FROM sqlite_schema")
     finally:
         conn.close()
+
+
+# ---------------------------------------------------------------------------- attached reads
+
+# The schema name a file is ATTACHed under on this process's shared reader.
+ATTACHED = "s"
+_SHARED: tuple[int, apsw.Connection] | None = None  # (pid that made it, the connection)
+
+
+def shared_reader() -> apsw.Connection:
+    """This process's one hardened reader: an in-memory main database, hardened once (defensive
+    mode, ``trusted_schema`` off, triggers and views disabled, limits, ``cell_size_check``,
+    ``mmap_size=0`` for every database attached later, the SQL functions), URI names on, the
+    value-size cap and the busy timeout. Session files are ATTACHed to it one at a time
+    (:func:`attached_immutable`): a file costs an ATTACH instead of a connection made and
+    hardened for it. Made again in a forked child (a connection is never shared across fork)."""
+    global _SHARED
+    pid = os.getpid()
+    if _SHARED is None or _SHARED[0] != pid:
+        conn = apsw.Connection(
+            ":memory:",
+            flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI,
+        )
+        harden(conn)
+        conn.limit(apsw.SQLITE_LIMIT_LENGTH, MAX_VALUE)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        _SHARED = (pid, conn)
+    return _SHARED[1]
+
+
+def _drop_shared() -> None:
+    global _SHARED
+    if _SHARED is not None and _SHARED[0] == os.getpid():
+        _SHARED[1].close(True)
+    _SHARED = None
+
+
+@contextmanager
+def attached_immutable(path: Path | str) -> Iterator[apsw.Connection]:
+    """The database file ``path`` ATTACHed read-only and ``immutable`` (no locks, nothing
+    created or written beside it) to :func:`shared_reader`, as schema :data:`ATTACHED`; detached
+    on leaving. Only for a file the caller has judged (a regular file, owner-only, no link) and
+    whose ``lstat`` showed no ``-wal``, ``-shm`` or ``-journal``: immutable ignores a WAL, so the
+    caller compares ``lstat`` before and after, as for :func:`open_readonly`'s ``immutable``.
+    Statements must name the schema (``s.sqlite_schema``, ``PRAGMA s.user_version``) where
+    SQLite would otherwise use the empty main database; a table name alone finds the file's.
+    Raises APSW's errors untranslated (the caller decides what they mean)."""
+    conn = shared_reader()
+    conn.execute(f"ATTACH ? AS {ATTACHED}", (_uri(path, mode="ro", immutable="1"),))
+    try:
+        yield conn
+    finally:
+        try:
+            conn.execute(f"DETACH {ATTACHED}")
+        except apsw.Error:
+            _drop_shared()  # a statement left open on the file: the next file gets a new one
 
 
 def open_readonly_alone(path: Path) -> ReadConnection:

@@ -100,7 +100,7 @@ def _lease_pid(fd: int) -> int | None:
     return got[1] if got is not None and got[1] > 0 else None
 
 
-def probe(db_path: Path) -> Holder | None:
+def probe(db_path: Path | str) -> Holder | None:
     """Who, if anyone, has this session open right now. Takes no lock, changes nothing.
 
     A writer's lease is reported first (``lease=True``, with the writer's pid), then SQLite's
@@ -109,19 +109,35 @@ def probe(db_path: Path) -> Holder | None:
     through SQLite: POSIX locks are per process, so a process never sees its own, and closing
     the probe's descriptor drops them.
     """
-    if _own_lease(db_path) is not None:
+    if _own_lease(db_path) is not None:  # before any descriptor: closing one drops its lock
         return Holder(os.path.basename(db_path), os.getpid(), True, lease=True)
     try:
-        fd = os.open(db_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(db_path, OPEN_FLAGS)
     except OSError:
         fd = None
-    if fd is not None:
-        try:
-            if _getlk(fd, LEASE_BYTE, 1) is not None:
-                return Holder(os.path.basename(db_path), _lease_pid(fd), True, lease=True)
-            got = _getlk(fd, PENDING_BYTE, LOCK_RANGE)
-        finally:
+    try:
+        return probe_open(fd, db_path)
+    finally:
+        if fd is not None:
             os.close(fd)
+
+
+# How a probe opens a database file: never following a link, never blocking on a FIFO.
+OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def probe_open(fd: int | None, db_path: Path | str) -> Holder | None:
+    """:func:`probe` through ``fd``, the caller's descriptor of ``db_path`` opened with
+    :data:`OPEN_FLAGS` (None: it could not be opened), kept open by the caller across a probe
+    before and one after an immutable read (which takes no lock), so the file is opened once.
+    The caller has asked :func:`leased_here` first: a process holding the file's lease must
+    not open (and close) a descriptor of it."""
+    if _own_lease(db_path) is not None:
+        return Holder(os.path.basename(db_path), os.getpid(), True, lease=True)
+    if fd is not None:
+        if _getlk(fd, LEASE_BYTE, 1) is not None:
+            return Holder(os.path.basename(db_path), _lease_pid(fd), True, lease=True)
+        got = _getlk(fd, PENDING_BYTE, LOCK_RANGE)
         if got is not None:
             ltype, pid = got
             return Holder(
@@ -236,6 +252,11 @@ _LEASES_LOCK = threading.Lock()
 
 def _key(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
+
+
+def leased_here(db_path: Path | str) -> bool:
+    """This process holds the sole-writer lease of ``db_path`` (answered without opening it)."""
+    return _own_lease(db_path) is not None
 
 
 def _own_lease(db_path: Path | str) -> Lease | None:

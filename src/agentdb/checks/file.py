@@ -31,6 +31,14 @@ _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", 
 _WAL_CODES |= {"wal_stale_frames"}
 
 
+# The session_meta row's columns a check judges (capped text, its count), before its FROM.
+META_SQL = (
+    "SELECT substr(session_id, 1, 64), substr(parent_session_id, 1, 64), "
+    "substr(status, 1, 64), depth, typeof(depth), ended_at IS NULL, "
+    "(SELECT count(*) FROM session_meta)"
+)
+
+
 def _name(obj: tuple[str, str]) -> str:
     return obj[1]
 
@@ -340,16 +348,15 @@ class _Run:
         return "session_meta" not in bad
 
     def session_meta(self, conn: apsw.Connection) -> None:
-        rows = conn.execute(
-            "SELECT substr(session_id, 1, 64), substr(parent_session_id, 1, 64), "
-            "substr(status, 1, 64), depth, typeof(depth), ended_at IS NULL, "
-            "(SELECT count(*) FROM session_meta) FROM session_meta LIMIT 1"
-        ).fetchall()
+        rows = conn.execute(META_SQL + " FROM session_meta LIMIT 1").fetchall()
         if not rows:
             self.add("meta_missing", "no session_meta row", self.fix_recover)
             return
-        row: tuple[Any, ...] = tuple(rows[0])
-        sid, parent, status, depth, depth_type, no_end, count = row
+        self.judge_meta(tuple(rows[0]))
+
+    def judge_meta(self, row: tuple[Any, ...]) -> None:
+        """The findings of the ``session_meta`` row (:data:`META_SQL`'s first columns)."""
+        sid, parent, status, depth, depth_type, no_end, count = row[:7]
         if int(count) > 1:
             self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
         if sid != self.session_id and isinstance(sid, str) and is_valid_id(sid):

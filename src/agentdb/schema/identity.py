@@ -184,6 +184,13 @@ def schema_differences(
     return list(decided)
 
 
+def decided_same(revision: int, rows: SchemaRows) -> bool:
+    """True when ``rows`` are already known to match ``revision`` with no difference at all
+    (agentdb's own text, or a text decided by fingerprint earlier in this process); False
+    when they differ or are not decided yet (:func:`schema_differences` decides)."""
+    return (revision in DDL and _is_known(revision, rows)) or _DECIDED.get((revision, rows)) == ()
+
+
 # Schemas decided by fingerprint, per (revision, schema rows); bounded in count and in the size
 # of what it keeps, so a directory of hostile files cannot grow it.
 _DECIDED: dict[tuple[int, SchemaRows], tuple[str, ...]] = {}

@@ -43,6 +43,16 @@ def _fast_sql(tables: tuple[str, ...]) -> str:
     return "SELECT " + ", ".join(parts)
 
 
+@functools.cache
+def small_tables_columns() -> str:
+    """The fast path's reads as result columns of a statement over ``session_meta`` (which
+    yields its rows): the row's own values passed whole (1), then per other small table the
+    count of rows whose values were not (0). The statement fails with ``UnicodeDecodeError``
+    when a TEXT value is not UTF-8. For a caller that reads the ``session_meta`` row anyway."""
+    own = f"{READ_ALL}({', '.join(COLUMNS[1]['session_meta'])})"
+    return ", ".join([own, _fast_sql(tuple(t for t in _SMALL if t != "session_meta"))[7:]])
+
+
 def invalid_text(conn: apsw.Connection, *, skip: tuple[str, ...] = ()) -> dict[str, int]:
     """Rows per table (revision-1 columns; tables in ``skip`` left out) with a TEXT value that
     is not valid UTF-8; tables without any are absent. Reads every value of every row: a row

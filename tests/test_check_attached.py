@@ -1,0 +1,250 @@
+"""The quick check of a healthy file at rest on the shared reader (``checks.quick.quick_ok``,
+files ATTACHed to one hardened connection per process): it answers ``ok`` exactly when
+``check_path`` would, hands every other file to ``check_path``, and keeps the hardened open's
+properties (no sidecar created, nothing written, defensive settings, no file's own SQL run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from agentdb import db
+from agentdb.checks import check_path, check_sessions
+from agentdb.checks.quick import quick_ok
+from agentdb.schema.revisions import CURRENT_REVISION
+from tests.support import held_open, make_session, tree_snapshot
+
+
+def _quick(path: Path) -> object:
+    return quick_ok(os.fspath(path), path.name[:26], db.file_stats(path))
+
+
+def _decided(path: Path) -> None:
+    """check_path once: it decides the file's schema text for this process (the memo)."""
+    check_path(path, path.name[:26], quick=True)
+
+
+def test_healthy_file_is_ok_with_the_same_result(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=2)
+    assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
+    _decided(path)
+    before = tree_snapshot(sessions_dir)
+    fast = _quick(path)
+    assert fast is not None  # the fast path answered
+    assert fast == check_path(path, sid, quick=True)
+    assert fast.verdict == "ok" and fast.revision == CURRENT_REVISION  # type: ignore[attr-defined]
+    assert tree_snapshot(sessions_dir) == before  # nothing created, nothing changed
+    assert sorted(os.listdir(sessions_dir)) == [path.name]
+
+
+def test_undecided_schema_text_goes_to_check_path(sessions_dir: Path) -> None:
+    """A schema text not decided in this process yet (another writer's, migrated) is never
+    taken as matching: check_path decides it, and the next file with that text is fast."""
+    _, path = make_session(sessions_dir, turns=1)
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute(
+        "UPDATE sqlite_schema SET sql = sql || ' -- formatted by another writer' "
+        "WHERE name = 'producers'"
+    )
+    conn.execute("PRAGMA writable_schema=OFF")
+    conn.close()
+    assert _quick(path) is None
+    _decided(path)
+    assert _quick(path) is not None
+
+
+def _edit(path: Path, sql: str) -> None:
+    conn = apsw.Connection(str(path))
+    conn.execute(sql)
+    conn.close()
+    for s in ("-wal", "-shm"):
+        assert not Path(f"{path}{s}").exists()
+
+
+CASES = {
+    "trigger": "CREATE TRIGGER t AFTER INSERT ON producers BEGIN SELECT 1; END",
+    "view": "CREATE VIEW v AS SELECT 1",
+    "invalid_text_meta": "UPDATE session_meta SET profile = CAST(x'ff' AS TEXT)",
+    "invalid_text_producers": "UPDATE producers SET version = CAST(x'c328' AS TEXT)",
+    "running": "UPDATE session_meta SET status = 'running', ended_at = NULL",
+    "meta_multiple": "INSERT INTO session_meta SELECT '01ARZ3NDEKTSV4RRFFQ69G5FAV', "
+    "parent_session_id, profile, status, depth, started_at, ended_at FROM session_meta",
+    "meta_missing": "DELETE FROM session_meta",
+    "bad_status": "PRAGMA ignore_check_constraints=ON; UPDATE session_meta SET status = 'weird'",
+    "application_id_zero": "PRAGMA application_id = 0",
+    "too_new": f"PRAGMA user_version = {CURRENT_REVISION + 1}",
+    "needs_migration": f"PRAGMA user_version = {CURRENT_REVISION - 1}",
+    "extra_table": "CREATE TABLE extra (x)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_anything_not_plainly_healthy_goes_to_check_path(sessions_dir: Path, case: str) -> None:
+    sid, path = make_session(sessions_dir, turns=2)
+    _decided(path)
+    assert _quick(path) is not None
+    _edit(path, "PRAGMA journal_mode=DELETE")
+    _edit(path, CASES[case])
+    assert _quick(path) is None
+    # and the stream (which tries the fast path first) reports what check_path reports
+    [got] = check_sessions(sessions_dir, quick=True).sessions
+    want = check_path(path, sid, quick=True)
+    assert (got.verdict, [f.code for f in got.findings]) == (
+        want.verdict,
+        [f.code for f in want.findings],
+    )
+    assert want.findings  # each case is a finding of check_path's (some only informative)
+
+
+def test_damaged_page_goes_to_check_path(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=4)
+    _decided(path)
+    data = bytearray(path.read_bytes())
+    page = 4096
+    n = len(data) // page
+    assert n >= 4
+    data[(n - 1) * page : n * page] = b"\xa5" * page  # a b-tree page overwritten
+    path.write_bytes(bytes(data))
+    assert _quick(path) is None
+    [got] = check_sessions(sessions_dir, quick=True).sessions
+    assert got.verdict == check_path(path, sid, quick=True).verdict != "ok"
+
+
+@pytest.mark.parametrize("how", ["readable", "writable", "hard_link", "wal", "journal", "symlink"])
+def test_entry_and_sidecars_go_to_check_path(sessions_dir: Path, tmp_path: Path, how: str) -> None:
+    sid, path = make_session(sessions_dir, turns=1)
+    _decided(path)
+    if how == "readable":
+        os.chmod(path, 0o640)
+    elif how == "writable":
+        os.chmod(path, 0o620)
+    elif how == "hard_link":
+        os.link(path, tmp_path / "other-name")
+    elif how == "wal":
+        Path(f"{path}-wal").write_bytes(b"")
+        os.chmod(f"{path}-wal", 0o600)
+    elif how == "journal":
+        Path(f"{path}-journal").write_bytes(b"")
+    else:
+        target = tmp_path / "real.sqlite"
+        path.rename(target)
+        path.symlink_to(target)
+    assert _quick(path) is None
+    [got] = check_sessions(sessions_dir, quick=True).sessions
+    want = check_path(path, sid, quick=True)
+    assert [f.code for f in got.findings] == [f.code for f in want.findings]
+
+
+def test_a_file_changed_after_its_stat_pass_goes_to_check_path(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=1)
+    _decided(path)
+    stats = db.file_stats(path)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # "written" meanwhile
+    assert quick_ok(os.fspath(path), sid, stats) is None
+    # replaced by another file under the same name: the descriptor is not the judged file
+    stats = db.file_stats(path)
+    copy = path.with_name("copy")
+    copy.write_bytes(path.read_bytes())
+    os.chmod(copy, 0o600)
+    copy.replace(path)
+    assert quick_ok(os.fspath(path), sid, stats) is None
+    assert quick_ok(os.fspath(path), sid, db.file_stats(path)) is not None
+
+
+def test_a_file_another_process_has_open_goes_to_check_path(sessions_dir: Path) -> None:
+    sid, path = make_session(sessions_dir, turns=1)
+    _decided(path)
+    stats = db.file_stats(path)  # taken before the other process opened it: no sidecars
+    with held_open(path) as pid:
+        assert quick_ok(os.fspath(path), sid, stats) is None  # the probe sees the holder
+        [got] = check_sessions(sessions_dir, quick=True).sessions
+        assert got.live == pid
+
+
+def test_a_live_writer_beside_the_checks(sessions_dir: Path) -> None:
+    """A writer committing in another process: every check of it goes to check_path (its
+    WAL and lock), which reports it live; a healthy file beside it is still fast."""
+    from tests.support import WriterProcess
+
+    sid, path = make_session(sessions_dir, turns=1, status="running")
+    _, quiet = make_session(sessions_dir, turns=1)
+    _decided(quiet)
+    w = WriterProcess(sessions_dir, sid)
+    try:
+        w.wait_for_commits(3)
+        assert _quick(path) is None
+        assert _quick(quiet) is not None
+        report = check_sessions(sessions_dir, quick=True)
+        by_id = {r.session_id: r for r in report.sessions}
+        assert by_id[sid].live == w.proc.pid
+        assert by_id[quiet.name[:26]].verdict == "ok"
+    finally:
+        w.stop()
+
+
+def test_shared_reader_is_hardened_and_reads_only(sessions_dir: Path) -> None:
+    _, path = make_session(sessions_dir, turns=1)
+    before = tree_snapshot(sessions_dir)
+    with db.attached_immutable(os.fspath(path)) as conn:
+        assert conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) == 1
+        assert conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) == 0
+        assert conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, -1) == 0
+        assert conn.config(apsw.SQLITE_DBCONFIG_ENABLE_VIEW, -1) == 0
+        assert conn.execute("PRAGMA s.mmap_size").fetchall() == [(0,)]
+        assert conn.execute("PRAGMA cell_size_check").fetchall() == [(1,)]
+        assert conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == db.MAX_VALUE
+        assert conn.execute("SELECT count(*) FROM session_meta").fetchall() == [(1,)]
+        with pytest.raises(apsw.ReadOnlyError):
+            conn.execute("UPDATE session_meta SET profile = 'x'")
+        with pytest.raises(apsw.Error):
+            conn.execute("PRAGMA s.journal_mode=DELETE").fetchall()
+            conn.execute("CREATE TABLE s.more (x)")
+    assert tree_snapshot(sessions_dir) == before
+
+
+def test_a_statement_left_open_does_not_break_the_next_file(sessions_dir: Path) -> None:
+    _, a = make_session(sessions_dir, turns=1)
+    _, b = make_session(sessions_dir, turns=1)
+    first = db.shared_reader()
+    with db.attached_immutable(os.fspath(a)) as conn:
+        cur = conn.execute("SELECT * FROM events")
+        next(cur)  # left mid-iteration: DETACH fails, the reader is made anew
+    assert db.shared_reader() is not first
+    with db.attached_immutable(os.fspath(b)) as conn:
+        assert conn.execute("SELECT count(*) FROM session_meta").fetchall() == [(1,)]
+
+
+def test_a_forked_child_makes_its_own_reader(sessions_dir: Path) -> None:
+    """Checked with two processes (forked workers) and with one: the same results."""
+    for _ in range(60):  # above the pool threshold
+        make_session(sessions_dir, turns=1)
+    one = check_sessions(sessions_dir, quick=True, jobs=1)
+    two = check_sessions(sessions_dir, quick=True, jobs=2)
+    assert [(r.session_id, r.verdict) for r in one.sessions] == [
+        (r.session_id, r.verdict) for r in two.sessions
+    ]
+    assert {r.verdict for r in one.sessions} == {"ok"}
+
+
+def test_no_shared_reader_state_crosses_into_a_child(sessions_dir: Path) -> None:
+    """The child of a fork never uses its parent's connection."""
+    _, path = make_session(sessions_dir, turns=1)
+    parent = db.shared_reader()
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[2]); from agentdb import db; "
+        "a = db.shared_reader(); pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    b = db.shared_reader(); os._exit(0 if b is not a else 3)\n"
+        "_, st = os.waitpid(pid, 0); sys.exit(os.waitstatus_to_exitcode(st))"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    r = subprocess.run([sys.executable, "-c", code, os.fspath(path), os.fspath(src)], check=False)
+    assert r.returncode == 0
+    assert db.shared_reader() is parent
