@@ -15,7 +15,10 @@ start-up included) beside a bare loop that runs as a process too:
   ``sqlite3`` shell.
 
 Run: ``.venv/bin/python bench/bench_check.py [--sizes 1000,10000] [--rss-n 100000]``; writes
-``bench/results/bench_check.md``. ``--keep DIR`` keeps (and reuses) the generated trees there;
+``bench/results/bench_check.md``. ``--in-process N`` prints instead the CPU per file measured
+inside one process over N warm files (bare loop, ``check_path`` on every file, the stream's
+own per-file check), alternating, best of 3 passes: finer than whole runs on a busy machine.
+``--keep DIR`` keeps (and reuses) the generated trees there;
 ``--only quick,prune`` runs only the rows naming one of those words (and their bare loops).
 Each row has its wall time and its CPU time (user + system, workers included).
 
@@ -31,6 +34,7 @@ actually has; ``other-rev1`` leaves it at revision 1 (``check`` says ``needs_mig
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -299,6 +303,64 @@ def _wanted(cmds: dict[str, list[str]], only: str) -> dict[str, list[str]]:
     return {k: v for k, v in cmds.items() if k in keep}
 
 
+def _every_file(work: list[tuple[str, str]], quick: bool) -> None:
+    from agentdb import db
+    from agentdb.checks.file import check_path
+
+    for sid, f in work:
+        check_path(Path(f), sid, quick=quick, stats=db.file_stats(f))
+
+
+def _stream(work: list[tuple[str, str]], quick: bool) -> None:
+    from agentdb.checks import run as checks_run
+
+    for sid, f in work:
+        checks_run._check_one((sid, f, quick, False))
+
+
+def in_process(root: Path, n: int, rounds: int = 3) -> str:
+    """CPU per file in this process (best pass of ``rounds``, alternating, over ``n`` warm
+    files per writer): the bare loop, ``check_path`` on every file (how each file was checked
+    before the shared reader), and the stream's own per-file check (a healthy file at rest on
+    the shared reader, anything else by ``check_path``), ``--quick`` and full."""
+    lines = [
+        f"In-process, CPU per file (µs), best of {rounds} alternating passes over {n} warm files;"
+        f" load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())} at the start",
+        "",
+        "| files | check | bare loop | `check_path` on every file | stream (shared reader) "
+        "| ratio before | ratio now |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for writer in ("other", "agentdb"):
+        d = tree(root, writer, n)
+        _warm(d)
+        files = sorted(str(p) for p in d.glob("*.sqlite"))
+        work = [(os.path.basename(f)[:26], f) for f in files]
+        for quick in (True, False):
+            kind = "quick" if quick else "full"
+
+            fns = {
+                "bare": functools.partial(bare, kind, d),
+                "check_path": functools.partial(_every_file, work, quick),
+                "stream": functools.partial(_stream, work, quick),
+            }
+            best = dict.fromkeys(fns, float("inf"))
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    t = time.process_time()
+                    fn()
+                    best[name] = min(best[name], (time.process_time() - t) / len(work) * 1e6)
+            b = best["bare"]
+            lines.append(
+                f"| {WRITERS[writer]} | {kind} | {b:.0f} | {best['check_path']:.0f} | "
+                f"{best['stream']:.0f} | {best['check_path'] / b:.2f}× | "
+                f"{best['stream'] / b:.2f}× |"
+            )
+            print(lines[-1], file=sys.stderr)
+    lines.append(f"\nload average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bare", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
@@ -318,9 +380,24 @@ def main() -> None:
         help="run only the rows whose name contains one of these comma-separated words "
         "(with the bare loops they are measured against)",
     )
+    ap.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the in-process CPU per file over N warm files (bare, check_path, stream)",
+    )
     args = ap.parse_args()
     if args.bare:
         bare(args.bare[0], Path(args.bare[1]))
+        return
+    if args.in_process:
+        root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+        try:
+            print(in_process(root, args.in_process))
+        finally:
+            if args.keep is None:
+                shutil.rmtree(root)
         return
     sizes = [int(x) for x in args.sizes.split(",") if x]
     writers = [w for w in args.writers.split(",") if w]

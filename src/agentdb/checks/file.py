@@ -464,9 +464,11 @@ class _Run:
                 "message's usage into cost_ledger); costs of this session are understated",
             )
 
-    def foreign_keys(self, conn: apsw.Connection) -> None:
+    def foreign_keys(self, conn: apsw.Connection, schema: str = "main") -> None:
+        """``schema``: where the file is (the shared reader's attached schema: the pragma
+        with no name checks the empty main database only)."""
         missing: dict[str, list[int]] = {}
-        for table, rowid, _parent, _fkid in conn.execute("PRAGMA foreign_key_check"):
+        for table, rowid, _parent, _fkid in conn.execute(f"PRAGMA {schema}.foreign_key_check"):
             missing.setdefault(str(table), []).append(int(rowid) if rowid is not None else -1)
         for table, rowids in sorted(missing.items()):
             text = (

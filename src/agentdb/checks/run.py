@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, paths, recoverylog
+from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
-from agentdb.checks.quick import quick_ok
 from agentdb.interrupts import Guarded
 from agentdb.results import OK, CheckReport, DirectoryFinding, Finding, SessionCheck
 
@@ -226,7 +226,7 @@ def _check_one(work: _Work) -> Checked:
     sid, path, quick, recovered = work
     t = time.time_ns()
     stats = db.file_stats(path)  # the check's own first (and only "before") stat pass
-    result = quick_ok(path, sid, stats) if quick else None  # a healthy file at rest, cheaply
+    result = ok_at_rest(path, sid, stats, quick=quick)  # a healthy file at rest, cheaply
     if result is None:
         result = check_path(Path(path), sid, quick=quick, recovered=recovered, stats=stats)
     return Checked(result, stats, t)

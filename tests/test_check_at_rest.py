@@ -1,4 +1,4 @@
-"""The quick check of a healthy file at rest on the shared reader (``checks.quick.quick_ok``,
+"""The check of a healthy file at rest on the shared reader (``checks.atrest.ok_at_rest``,
 files ATTACHed to one hardened connection per process): it answers ``ok`` exactly when
 ``check_path`` would, hands every other file to ``check_path``, and keeps the hardened open's
 properties (no sidecar created, nothing written, defensive settings, no file's own SQL run)."""
@@ -15,13 +15,17 @@ import pytest
 
 from agentdb import db
 from agentdb.checks import check_path, check_sessions
-from agentdb.checks.quick import quick_ok
+from agentdb.checks.atrest import ok_at_rest
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.support import held_open, make_session, tree_snapshot
 
 
-def _quick(path: Path) -> object:
-    return quick_ok(os.fspath(path), path.name[:26], db.file_stats(path))
+def _quick(path: Path, quick: bool = True) -> object:
+    return ok_at_rest(os.fspath(path), path.name[:26], db.file_stats(path), quick=quick)
+
+
+def quick_ok(path: str, sid: str, stats: db.FileStats) -> object:
+    return ok_at_rest(path, sid, stats, quick=True)
 
 
 def _decided(path: Path) -> None:
@@ -29,14 +33,15 @@ def _decided(path: Path) -> None:
     check_path(path, path.name[:26], quick=True)
 
 
-def test_healthy_file_is_ok_with_the_same_result(sessions_dir: Path) -> None:
+@pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
+def test_healthy_file_is_ok_with_the_same_result(sessions_dir: Path, quick: bool) -> None:
     sid, path = make_session(sessions_dir, turns=2)
     assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
     _decided(path)
     before = tree_snapshot(sessions_dir)
-    fast = _quick(path)
+    fast = _quick(path, quick)
     assert fast is not None  # the fast path answered
-    assert fast == check_path(path, sid, quick=True)
+    assert fast == check_path(path, sid, quick=quick)
     assert fast.verdict == "ok" and fast.revision == CURRENT_REVISION  # type: ignore[attr-defined]
     assert tree_snapshot(sessions_dir) == before  # nothing created, nothing changed
     assert sorted(os.listdir(sessions_dir)) == [path.name]
@@ -84,22 +89,63 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_anything_not_plainly_healthy_goes_to_check_path(sessions_dir: Path, case: str) -> None:
+def test_anything_not_plainly_healthy_goes_to_check_path(
+    sessions_dir: Path, case: str, quick: bool
+) -> None:
     sid, path = make_session(sessions_dir, turns=2)
     _decided(path)
-    assert _quick(path) is not None
+    assert _quick(path, quick) is not None
     _edit(path, "PRAGMA journal_mode=DELETE")
     _edit(path, CASES[case])
-    assert _quick(path) is None
+    assert _quick(path, quick) is None
     # and the stream (which tries the fast path first) reports what check_path reports
-    [got] = check_sessions(sessions_dir, quick=True).sessions
-    want = check_path(path, sid, quick=True)
+    [got] = check_sessions(sessions_dir, quick=quick).sessions
+    want = check_path(path, sid, quick=quick)
     assert (got.verdict, [f.code for f in got.findings]) == (
         want.verdict,
         [f.code for f in want.findings],
     )
     assert want.findings  # each case is a finding of check_path's (some only informative)
+
+
+FULL_CASES = {
+    "missing_event": "PRAGMA foreign_keys=OFF; DELETE FROM events WHERE sequence = "
+    "(SELECT min(event_sequence) FROM cost_ledger)",
+    "content_hash_mismatch": "UPDATE events SET payload = CAST('{}' AS BLOB) WHERE sequence = 2",
+    "bad_kind": "PRAGMA ignore_check_constraints=ON; UPDATE events SET kind = 'odd' "
+    "WHERE sequence = 1",
+}
+
+
+@pytest.mark.parametrize("case", sorted(FULL_CASES))
+def test_what_only_a_full_check_sees_goes_to_check_path(sessions_dir: Path, case: str) -> None:
+    """A quick check does not look (its fast answer is check_path's quick answer); a full
+    one hands the file to check_path, which reports it."""
+    sid, path = make_session(sessions_dir, turns=2)
+    _decided(path)
+    _edit(path, "PRAGMA journal_mode=DELETE")
+    _edit(path, FULL_CASES[case])
+    assert _quick(path, True) == check_path(path, sid, quick=True)
+    assert _quick(path, False) is None
+    [got] = check_sessions(sessions_dir, quick=False).sessions
+    assert case in {f.code for f in got.findings}
+    assert [f.code for f in got.findings] == [
+        f.code for f in check_path(path, sid, quick=False).findings
+    ]
+
+
+def test_a_child_whose_depth_disagrees_with_its_parent(sessions_dir: Path) -> None:
+    parent, ppath = make_session(sessions_dir, turns=1, depth=0)
+    child, cpath = make_session(sessions_dir, turns=1, parent=parent, depth=1)
+    _decided(cpath)
+    assert _quick(cpath, False) is not None  # depth 1 under a parent of depth 0: fine
+    _edit(ppath, "PRAGMA journal_mode=DELETE")
+    _edit(ppath, "UPDATE session_meta SET depth = 3")
+    assert _quick(cpath, False) is None
+    got = {r.session_id: r for r in check_sessions(sessions_dir).sessions}
+    assert "depth_mismatch" in {f.code for f in got[child].findings}
 
 
 def test_damaged_page_goes_to_check_path(sessions_dir: Path) -> None:

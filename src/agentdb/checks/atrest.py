@@ -1,11 +1,13 @@
-"""The quick check of a healthy file at rest, on this process's shared reader.
+"""The check of a healthy file at rest, on this process's shared reader.
 
-Most files ``check --all --quick`` meets are healthy and closed: no ``-wal``, ``-shm`` or
-``-journal``, nobody has them open, agentdb's revision. For those, :func:`quick_ok` proves
+Most files ``check --all`` meets are healthy and closed: no ``-wal``, ``-shm`` or
+``-journal``, nobody has them open, agentdb's revision. For those, :func:`ok_at_rest` proves
 the file healthy with the same checks as :func:`agentdb.checks.file.check_path` — the same
 stat pass and refusals, the lock probe before and after, the same hardened settings, the
-trigger/view refusal, identity and schema, ``quick_check``, the UTF-8 scan of the small
-tables, the ``session_meta`` row, the before/after comparison — but reads the file ATTACHed to
+trigger/view refusal, identity and schema, ``quick_check`` (or ``integrity_check``, foreign
+keys, consistency, content hashes and the parent's depth for a full check), the UTF-8 scan of
+the small tables, the ``session_meta`` row, the before/after comparison — but reads the file
+ATTACHed to
 one hardened connection per process (:func:`agentdb.db.attached_immutable`) instead of a
 connection made, hardened and closed for it. It never reports a problem itself: anything that
 is not plainly healthy (a finding of any kind, a sidecar, a live holder, an error, a schema
@@ -29,16 +31,19 @@ from agentdb.schema.text import small_tables_columns
 
 _S = db.ATTACHED
 _ROWS = f"SELECT type, name, tbl_name, sql FROM {_S}.sqlite_schema"
-_QUICK_CHECK = f"PRAGMA {_S}.quick_check(20)"
+_INTEGRITY = {True: f"PRAGMA {_S}.quick_check(20)", False: f"PRAGMA {_S}.integrity_check(20)"}
 
 
-def quick_ok(path: str, session_id: str, stats: db.FileStats) -> SessionCheck | None:
-    """The ``ok`` result of a quick check of the file at ``path`` (named ``session_id``), whose
-    :func:`agentdb.db.file_stats` (with its journal) the caller took just now; None when the file
-    is not plainly healthy and at rest: check it with ``check_path`` (see the module)."""
+def ok_at_rest(
+    path: str, session_id: str, stats: db.FileStats, *, quick: bool
+) -> SessionCheck | None:
+    """The ``ok`` result of a check (``quick`` or full) of the file at ``path`` (named
+    ``session_id``), whose :func:`agentdb.db.file_stats` (with its journal) the caller took just
+    now; None when the file is not plainly healthy and at rest: check it with ``check_path``
+    (see the module)."""
     if stats.wal is not None or stats.shm is not None or stats.journal is not None:
         return None  # read through the WAL or a rolled-back copy: check_path's ways
-    run = _Run(Path(path), session_id, True, False)
+    run = _Run(Path(path), session_id, quick, False)
     if not run.entry(stats) or run.findings:
         return None
     assert stats.db is not None  # entry() said so
@@ -61,7 +66,7 @@ def quick_ok(path: str, session_id: str, stats: db.FileStats) -> SessionCheck | 
             return None
         app = int.from_bytes(header[68:72], "big", signed=True)
         ver = int.from_bytes(header[60:64], "big", signed=True)
-        if app != APPLICATION_ID or ver != CURRENT_REVISION:
+        if app != APPLICATION_ID or ver != CURRENT_REVISION or (not quick and ver < 2):
             return None  # foreign, too_new, application_id_zero, needs_migration
         before = _snapshot(stats)
         try:
@@ -73,15 +78,21 @@ def quick_ok(path: str, session_id: str, stats: db.FileStats) -> SessionCheck | 
                         return None  # unsafe_schema, or a hostile sqlite_schema
                 if not decided_same(ver, rows):
                     return None  # differs, or not decided yet in this process
-                if x(_QUICK_CHECK).fetchall() != [("ok",)]:
+                if x(_INTEGRITY[quick]).fetchall() != [("ok",)]:
                     return None
                 got = x(_META_TEXT).fetchall()
+                if len(got) != 1 or got[0][7] != 1 or any(got[0][8:]):
+                    return None  # meta_missing, invalid_text
+                if not quick:  # revision 2 on: events are covered by their content hashes
+                    run.foreign_keys(conn, _S)
+                    run.consistency(conn)
+                    run.hashes(conn)
         except db.READ_ERRORS:
             return None  # damaged, unreadable, invalid text: check_path words it
-        if len(got) != 1 or got[0][7] != 1 or any(got[0][8:]):
-            return None  # meta_missing, invalid_text
         run.revision = ver
         run.judge_meta(tuple(got[0]))
+        if not quick:  # the parent's file, opened after this one is detached
+            run.parent_depth()
         if run.findings or run.status == enums.RUNNING:  # interrupted, unless someone has it
             return None
         # Read without locks (immutable): a writer that started meanwhile shows here.
