@@ -7,13 +7,13 @@ stat pass and refusals, the lock probe before and after, the same hardened setti
 trigger/view refusal, identity and schema, ``quick_check`` (or ``integrity_check``, foreign
 keys, consistency, content hashes and the parent's depth for a full check), the UTF-8 scan of
 the small tables, the ``session_meta`` row, the before/after comparison — but reads the file
-ATTACHed to
-one hardened connection per process (:func:`agentdb.db.attached_immutable`) instead of a
-connection made, hardened and closed for it. It never reports a problem itself: anything that
-is not plainly healthy (a finding of any kind, a sidecar, a live holder, an error, a schema
-text not yet decided in this process, a file that changed meanwhile) answers None, and the
-caller checks the file the ordinary way, which finds and words every problem. So a verdict
-other than ``ok`` always comes from ``check_path``, and this path can only save time.
+ATTACHed to one hardened connection per process (:func:`agentdb.db.attached_immutable`)
+instead of a connection made, hardened and closed for it. It never reports a problem itself:
+anything that is not plainly healthy (a finding of any kind, a sidecar, a live holder, an
+error, a schema text not yet decided in this process, a file that changed meanwhile) answers
+None, and the caller checks the file the ordinary way, which finds and words every problem.
+So a verdict other than ``ok`` always comes from ``check_path``, and this path can only save
+time.
 """
 
 from __future__ import annotations
