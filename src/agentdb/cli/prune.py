@@ -195,7 +195,7 @@ def prune_cmd(
 
 def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
     if as_json:
-        output.emit_json(result.to_json())
+        output.emit_json_stream(result.json_parts())
     else:
         _show(result, fmt)
     done = len(result.removed) + len(result.refused)

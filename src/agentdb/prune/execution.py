@@ -32,6 +32,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,23 +96,28 @@ class PruneResult:
         }
 
     def to_json(self) -> dict[str, object]:
+        return {k: list(v) if isinstance(v, Iterator) else v for k, v in self.json_parts().items()}
+
+    def json_parts(self) -> dict[str, object]:
+        """:meth:`to_json` with each per-session list as an iterator, for a renderer that
+        writes a document as it goes (one refusal's dict at a time, never all of them)."""
         return {
             "version": 1,
             "dry_run": self.dry_run,
             "confirmed": not self.dry_run,
-            "removed": self.removed,
-            "would_remove": self.would_remove,
-            "refused": [
+            "removed": iter(self.removed),
+            "would_remove": iter(self.would_remove),
+            "refused": (
                 {
                     "session_id": d.session_id,
                     "reasons": [{"code": r.code, "message": r.message} for r in d.reasons],
                 }
                 for d in self.refused
-            ],
+            ),
             "freed_bytes": self.freed_bytes,
             "would_free_bytes": self.would_free_bytes,
-            "files": self.files,
-            "would_remove_files": self.would_remove_files,
+            "files": iter(self.files),
+            "would_remove_files": iter(self.would_remove_files),
             "include_pinned": self.include_pinned,
             "pinned_versions": [v.to_json() for v in self.versions],
             "unreferenced_versions": [v.to_json() for v in self.unreferenced],

@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from agentdb import errors, index, locks, paths, plugins
 from agentdb.durations import parse_timestamp
 from agentdb.prune.scan import (
     INTENT,
+    NONE,
     Facts,
     Files,
+    Pins,
     Stamp,
     facts_from_index,
     group_names,
@@ -83,7 +86,10 @@ class Reason:
     message: str  # one line
 
 
-@dataclass
+FRESH_CHUNK = 4096  # files read afresh per batch: their facts replace the index's as they come
+
+
+@dataclass(slots=True)
 class PruneDecision:
     """One selected session (or an interrupted prune to finish) and what happens to it."""
 
@@ -95,7 +101,7 @@ class PruneDecision:
     damaged: bool = False  # its .corrupt copies are removed too (--include-damaged, explicit id)
     resume: bool = False  # an interrupted prune left an intent for it: this finishes that prune
     stamp: Stamp | None = None  # the main file and WAL as planned; execute re-checks under lock
-    pins: list[plugins.PluginVersion] = field(default_factory=list)  # cached versions it uses
+    pins: Sequence[plugins.PluginVersion] = ()  # cached versions it uses
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,9 @@ class PrunePlan:
     candidates: list[PruneDecision] = field(default_factory=list)  # in session id order
     notes: list[str] = field(default_factory=list)  # things the operator should know (stderr)
     include_pinned: bool = False  # --include-pinned: pinned sessions are removable
-    # cached versions each session with a file references (every session, selected or not)
-    references: dict[str, list[plugins.PluginVersion]] = field(default_factory=dict)
+    # cached versions each session with a file references (every session, selected or not;
+    # a session that references none is not listed)
+    references: dict[str, Sequence[plugins.PluginVersion]] = field(default_factory=dict)
     unknown_references: list[str] = field(default_factory=list)  # unreadable: refs not known
 
     def version_uses(self, removed: Iterable[str] | None = None) -> list[VersionUse]:
@@ -230,7 +237,7 @@ def _own_reasons(
     f: Facts,
     explicit: bool,
     allow_damaged: bool,
-    pins: list[plugins.PluginVersion],
+    pins: Sequence[plugins.PluginVersion],
     include_pinned: bool,
     judged: str | None,
 ) -> list[Reason]:
@@ -316,7 +323,7 @@ def plan(
     result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
     began = time.time_ns()  # before any lstat: every identity is at least this recent
     for s in index.stat.seen_all(sessions_dir):
-        result.seen[s.entry.session_id] = s.key
+        result.seen[sys.intern(s.entry.session_id)] = s.key
         if not s.settled(began):
             result.racy.add(s.entry.session_id)
     groups = group_names(sessions_dir)
@@ -329,22 +336,23 @@ def plan(
         index, _ = read_recovery_index_or_finding(paths.recovery_log_path(sessions_dir))
         return frozenset(sid for sid, entries in index.items() if was_recovered(entries))
 
-    cached = plugins.cached_versions(plugin_cache)
+    pins = Pins(plugins.cached_versions(plugin_cache))
     wanted = [
         (sid, files)
         for sid, files in groups.items()
         if files.main or sid in selectors.ids or files.intent
     ]
-    wanted += [(sid, Files()) for sid in selectors.ids if sid not in groups]
+    wanted += [(sys.intern(sid), NONE) for sid in selectors.ids if sid not in groups]
     facts: dict[str, Facts] = {}
     fresh: set[str] = set()  # read from its file by this plan (not taken from the index)
 
     def read_fresh(todo: list[tuple[str, Files]]) -> None:
-        for f in read_all_facts(sessions_dir, todo, jobs):
-            facts[f.session_id] = f
-            fresh.add(f.session_id)
+        # a batch at a time: a fresh read replaces what the index said of it as it comes
+        for i in range(0, len(todo), FRESH_CHUNK):
+            for f in read_all_facts(sessions_dir, todo[i : i + FRESH_CHUNK], jobs, pins):
+                facts[f.session_id] = f
+                fresh.add(f.session_id)
 
-    known: dict[str, Facts] = {}
     if use_index:
         # The index's records stream past (id order, a window at a time): only the facts of
         # each session are kept, never every record (with its costs) nor every stored row.
@@ -358,11 +366,11 @@ def plan(
                 and sid not in ids
                 and not files.intent
             ):
-                got = facts_from_index(sessions_dir, sid, files, rec)
+                got = facts_from_index(sessions_dir, sid, files, rec, pins)
                 if got is not None:
-                    known[sid] = got
-    read_fresh([(sid, files) for sid, files in wanted if sid not in known])
-    facts = {sid: known[sid] if sid in known else facts[sid] for sid, _ in wanted}
+                    facts[sid] = got
+    read_fresh([(sid, files) for sid, files in wanted if sid not in facts])
+    facts = {sid: facts[sid] for sid, _ in wanted}  # in id order
 
     # 1. The selection: explicit ids ∪ sessions matching every filter, minus --keep-last.
     matched: list[str] = []
@@ -379,14 +387,14 @@ def plan(
     if use_index:
         # Every selected session is judged from its file, never from the index: read afresh,
         # and dropped again if it no longer matches the filters that selected it.
-        read_fresh([(s, groups.get(s, Files())) for s in matched if s not in fresh])
+        read_fresh([(s, groups.get(s, NONE)) for s in matched if s not in fresh])
         matched = [
             s
             for s in matched
             if facts[s].entry_kind != "absent" and _matches(facts[s], selectors, now, [])
         ]
     selected = sorted(set(selectors.ids) | set(matched))
-    children = _links(facts, result, cached)
+    children = _links(facts, result)
     if wait:
         deadline = time.monotonic() + wait
         for sid in selected:
@@ -394,7 +402,7 @@ def plan(
                 continue
             main = paths.session_path(sessions_dir, sid)
             if locks.wait_free(main, max(0.0, deadline - time.monotonic())) is None:
-                facts[sid] = read_facts(sessions_dir, sid, groups.get(sid, Files()))
+                facts[sid] = read_facts(sessions_dir, sid, groups.get(sid, NONE), pins)
 
     # 2. --with-descendants: each selected session's subtree joins, grouped under its top.
     top: dict[str, str] = {sid: sid for sid in selected}
@@ -413,8 +421,8 @@ def plan(
                 r = top[r]
             top[sid] = r
         if use_index:  # the descendants that joined are read from their files too
-            read_fresh([(s, groups.get(s, Files())) for s in top if s not in fresh])
-            children = _links(facts, result, cached)
+            read_fresh([(s, groups.get(s, NONE)) for s in top if s not in fresh])
+            children = _links(facts, result)
     # Interrupted prunes are finished whatever this run selects.
     resumes = {sid for sid, f in facts.items() if f.files.intent}
 
@@ -433,7 +441,7 @@ def plan(
         f = facts[sid]
         explicit = sid in selectors.ids or sid in resumes
         damaged = sid in selectors.ids and selectors.include_damaged
-        d = PruneDecision(sid, False, stamp=f.stamp, pins=result.references.get(sid, []))
+        d = PruneDecision(sid, False, stamp=f.stamp, pins=result.references.get(sid, ()))
         if sid in resumes:
             intent = read_intent(sessions_dir, sid)
             d.resume = True
@@ -488,9 +496,7 @@ def plan(
     return result
 
 
-def _links(
-    facts: dict[str, Facts], result: PrunePlan, cached: set[plugins.PluginVersion]
-) -> dict[str, list[str]]:
+def _links(facts: dict[str, Facts], result: PrunePlan) -> dict[str, list[str]]:
     """Fill the plan's references and parent links from ``facts``; the children of each id."""
     result.references.clear()
     result.unknown_references.clear()
@@ -498,7 +504,8 @@ def _links(
         if f.entry_kind == "absent":
             continue
         if f.readable:
-            result.references[sid] = plugins.pinning(f.producers, cached)
+            if f.producers:  # the cached versions it references (Facts keeps no others)
+                result.references[sid] = f.producers
         else:
             result.unknown_references.append(sid)
     children: dict[str, list[str]] = {}

@@ -8,10 +8,11 @@ import json
 import os
 import re
 import stat
-from collections.abc import Sequence
+import sys
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import ulid
 
@@ -31,9 +32,10 @@ _SIDECAR_RE = re.compile(r"-(?:wal|shm|journal)")
 _CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
 
 
-@dataclass
+@dataclass(slots=True)
 class Files:
-    """The agentdb-known names for one session id, as found in the directory."""
+    """The agentdb-known names for one session id, as found in the directory. Never changed
+    once :func:`group_names` returns it (sessions with only their file share :data:`PLAIN`)."""
 
     main: bool = False  # the session file <id>.sqlite exists (whatever it is)
     sidecars: list[str] = field(default_factory=list)  # "<id>.sqlite-wal", "-shm", "-journal"
@@ -41,15 +43,20 @@ class Files:
     intent: bool = False  # an interrupted prune left "<id>.sqlite.agentdb-prune-intent"
 
 
+PLAIN = Files(main=True)  # the common case, a closed session: its file and nothing beside it
+NONE = Files()  # an explicit id with no file at all
+
+
 def group_names(sessions_dir: Path) -> dict[str, Files]:
-    """One ``scandir``: each session id and its known files. Other names are not looked at."""
+    """One ``scandir``: each session id and its known files. Other names are not looked at.
+    Ids are interned (every table of a plan shares one string per session)."""
     out: dict[str, Files] = {}
     with os.scandir(sessions_dir) as it:
         for de in it:
             m = _NAME_RE.fullmatch(de.name)
             if m is None:
                 continue
-            f = out.setdefault(m.group("id"), Files())
+            f = out.setdefault(sys.intern(m.group("id")), Files())
             rest = m.group("rest")
             if rest == "":
                 f.main = True
@@ -59,13 +66,15 @@ def group_names(sessions_dir: Path) -> dict[str, Files]:
                 f.corrupt.append(de.name)
             elif rest == INTENT:
                 f.intent = True
-    for f in out.values():
+    for sid, f in out.items():
         f.sidecars.sort()
         f.corrupt.sort()
+        if f == PLAIN:
+            out[sid] = PLAIN
     return dict(sorted(out.items()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stamp:
     """Who the main file and its WAL are: if either changed since the plan, nothing is removed."""
 
@@ -111,25 +120,70 @@ def stamp_of(main: Path) -> Stamp:
     return Stamp(one(main), one(main.with_name(main.name + "-wal")))
 
 
-@dataclass
+class Meta(NamedTuple):
+    """What a plan needs of a session's session_meta row (a tuple: one per session is kept)."""
+
+    parent_session_id: str | None
+    profile: str
+    status: str
+    ended_at: str | None
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> Meta:
+        parent = info.parent_session_id
+        return cls(
+            None if parent is None else sys.intern(parent),
+            sys.intern(info.profile),
+            sys.intern(info.status),
+            info.ended_at,
+        )
+
+
+STAMPLESS = Stamp(None, None)
+_NO_PINS: tuple[plugins.PluginVersion, ...] = ()
+
+
+@dataclass(slots=True)
 class Facts:
-    """What prune knows about one session id."""
+    """What prune knows about one session id: kept for every session of the directory while
+    a plan is made, so only what the plan needs (slots; shared files, meta strings, pins)."""
 
     session_id: str
     files: Files
-    started: dt.datetime  # the ULID's time
     entry_kind: str  # "regular" | "symlink" | "directory" | "other" | "absent"
     stamp: Stamp
     holder: locks.Holder | None = None  # someone has it open (probed before our own open)
-    info: SessionInfo | None = None  # session_meta, when the file could be read
-    producers: list[plugins.PluginVersion] = field(default_factory=list)
+    info: Meta | None = None  # session_meta, when the file could be read
+    # the cached plugin versions its producers reference (plugins.pinning), when readable
+    producers: tuple[plugins.PluginVersion, ...] = _NO_PINS
     problem: str | None = None  # why it cannot be read (foreign, corrupt, ...), one line
     foreign: bool = False  # another application's file: reported, never removed
     bytes: int = 0  # size of the main file and its sidecars
 
     @property
+    def started(self) -> dt.datetime:
+        """The ULID's time (computed when asked: only an age filter needs it)."""
+        return ulid_time(self.session_id)
+
+    @property
     def readable(self) -> bool:
         return self.info is not None and self.problem is None
+
+
+class Pins:
+    """The cached plugin versions, each kept once: what a session's producers reference in
+    the cache is a tuple of these very objects (one per version, not one per session)."""
+
+    def __init__(self, cached: Collection[plugins.PluginVersion]) -> None:
+        self.cached = {v: v for v in cached}
+        self.set = set(self.cached)
+        self.seen: dict[tuple[plugins.PluginVersion, ...], tuple[plugins.PluginVersion, ...]] = {}
+
+    def of(self, producers: Sequence[plugins.PluginVersion]) -> tuple[plugins.PluginVersion, ...]:
+        if not producers:
+            return _NO_PINS
+        got = tuple(self.cached[v] for v in plugins.pinning(producers, self.set))
+        return self.seen.setdefault(got, got)
 
 
 def ulid_time(session_id: str) -> dt.datetime:
@@ -158,12 +212,15 @@ def _size(path: Path) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
-    """Probe for a holder first, then read session_meta and producers read-only."""
+def read_facts(
+    sessions_dir: Path, session_id: str, files: Files, pins: Pins | None = None
+) -> Facts:
+    """Probe for a holder first, then read session_meta and producers read-only. ``pins``:
+    the plugin cache (default: none cached, so no producer pins it)."""
     faults.point("prune_read_facts")
     main = paths.session_path(sessions_dir, session_id)
     kind, size = _entry_kind(main)
-    facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main))
+    facts = Facts(session_id, files, kind, stamp_of(main))
     facts.bytes = size + sum(_size(sessions_dir / n) for n in files.sidecars)
     if kind == "absent":
         if files.sidecars:  # orphan -wal/-shm (an interrupted prune): is the -shm in use?
@@ -175,8 +232,8 @@ def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
     facts.holder = locks.probe(main)
     try:
         with SessionReader(main, session_id=session_id) as reader:
-            facts.info = reader.info()
-            facts.producers = plugins.session_producers(reader)
+            facts.info = Meta.of(reader.info())
+            facts.producers = (pins or _NOTHING_CACHED).of(plugins.session_producers(reader))
     except errors.ForeignFile as e:
         facts.problem, facts.foreign = _short(e, main), True
     except errors.UnsafeSchema as e:
@@ -188,27 +245,39 @@ def read_facts(sessions_dir: Path, session_id: str, files: Files) -> Facts:
 
 
 def read_all_facts(
-    sessions_dir: Path, wanted: Sequence[tuple[str, Files]], jobs: int = 1
+    sessions_dir: Path,
+    wanted: Sequence[tuple[str, Files]],
+    jobs: int = 1,
+    pins: Pins | None = None,
 ) -> list[Facts]:
     """:func:`read_facts` for each of ``wanted``, in its order; with ``jobs`` > 1 and many
     files, in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``."""
     if jobs <= 1 or len(wanted) < workers.POOL_THRESHOLD:
-        return [read_facts(sessions_dir, sid, files) for sid, files in wanted]
+        return [read_facts(sessions_dir, sid, files, pins) for sid, files in wanted]
 
     def chunk(part: Sequence[tuple[str, Files]]) -> list[Facts]:
-        return [read_facts(sessions_dir, sid, files) for sid, files in part]
+        return [read_facts(sessions_dir, sid, files, pins) for sid, files in part]
 
     def died(part: Sequence[tuple[str, Files]], why: str) -> list[Facts]:
         return [_unread(sessions_dir, sid, files, f"not read: {why}") for sid, files in part]
 
-    ran = workers.run_each(chunk, _chunks(wanted, jobs), jobs, died=died, drain=False)
+    parts = _chunks(wanted, jobs)
+    ran = workers.run_each(chunk, parts, jobs, died=died, drain=False)
     if ran.interrupted:
         raise KeyboardInterrupt
-    return [f for part in ran.results for f in part]
+    out = []
+    for part, got in zip(parts, ran.results, strict=True):
+        for (sid, files), f in zip(part, got, strict=True):
+            # a worker's answer is a copy: share the parent's id, files and pins again
+            f.session_id, f.files = sid, files
+            if pins is not None:
+                f.producers = pins.of(f.producers)
+            out.append(f)
+    return out
 
 
 def facts_from_index(
-    sessions_dir: Path, session_id: str, files: Files, rec: index.Record
+    sessions_dir: Path, session_id: str, files: Files, rec: index.Record, pins: Pins | None = None
 ) -> Facts | None:
     """What a session that is *not* selected contributes to a plan (its session_meta, parent
     link and producers), from the index record the walk validated; None when the record holds
@@ -217,17 +286,17 @@ def facts_from_index(
     if not rec.stable or (rec.meta_error is not None and rec.meta_error[1] not in _FILE_CODES):
         return None
     main = paths.session_path(sessions_dir, session_id)
-    facts = Facts(session_id, files, ulid_time(session_id), "regular", Stamp(None, None))
+    facts = Facts(session_id, files, "regular", STAMPLESS)
     facts.bytes = rec.size
     if rec.meta_error is not None:
         facts.problem = _short_text(rec.meta_error[0], main)
         facts.foreign = rec.meta_error[1] == "foreign"
         return facts
-    facts.info = rec.info
+    facts.info = None if rec.info is None else Meta.of(rec.info)
     if rec.producers is None:
         facts.problem = "its producers cannot be read; run `agentdb check` on it"
     else:
-        facts.producers = list(rec.producers)
+        facts.producers = (pins or _NOTHING_CACHED).of(rec.producers)
     return facts
 
 
@@ -276,7 +345,7 @@ def _unread(sessions_dir: Path, session_id: str, files: Files, problem: str) -> 
     """Facts of a file whose reader died: unreadable, so prune refuses it."""
     main = paths.session_path(sessions_dir, session_id)
     kind, size = _entry_kind(main)
-    facts = Facts(session_id, files, ulid_time(session_id), kind, stamp_of(main), bytes=size)
+    facts = Facts(session_id, files, kind, stamp_of(main), bytes=size)
     if kind != "absent":
         facts.problem = problem
     return facts
@@ -315,6 +384,9 @@ def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> st
     if j.healthy:
         return None
     return f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}"
+
+
+_NOTHING_CACHED = Pins(())
 
 
 def _short(e: errors.AgentdbError, main: Path) -> str:
