@@ -5,9 +5,12 @@ read again (``changed``), and a plan from the index equals one from the files.""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 from pathlib import Path
+
+import apsw
 
 from agentdb import index, prune
 from agentdb.store import SessionWriter
@@ -99,3 +102,65 @@ def test_the_plan_from_the_index_selects_from_fresh_reads(
     scanned = prune.plan(sessions_dir, plugin_cache, sel, use_index=False)
     assert [d.session_id for d in again.candidates] == sorted([sid, other])
     assert prune.dry_run(again).to_json() == prune.dry_run(scanned).to_json()
+
+
+def _rewrite_index_status(sid: str, status: str) -> None:
+    """Change one session's status in the session index, checksum and all (a row that is
+    wrong though the file's identity is the one it was read at: what only damage or a bug
+    could leave)."""
+    from agentdb import verdicts
+
+    conn = apsw.Connection(str(verdicts.cache_path()))
+    try:
+        cols = ", ".join(verdicts.SESSION_COLUMNS)
+        rows = list(conn.execute(f"SELECT {cols} FROM sessions WHERE name = ?", (f"{sid}.sqlite",)))
+        assert len(rows) == 1, rows
+        values = list(rows[0])
+        values[verdicts.SESSION_COLUMNS.index("status")] = status
+        conn.execute(
+            "UPDATE sessions SET status = ?, checksum = ? WHERE name = ?",
+            (status, verdicts.row_sum(tuple(values)), f"{sid}.sqlite"),
+        )
+    finally:
+        conn.close()
+
+
+def test_a_selected_session_is_judged_from_its_file_not_from_a_wrong_index_row(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """A selected session the index knows is opened once, by check's judge; the status the
+    judge reads must be the index's, or the file is read afresh and the filters apply to what
+    it holds: a completed session the index calls failed is not pruned by --status failed."""
+    sid, path = make_session(sessions_dir, turns=2, status="completed")
+    other, _ = make_session(sessions_dir, turns=2, status="failed")
+    _settle()
+    sel = prune.Selectors(statuses=("failed",))
+    assert [d.session_id for d in prune.plan(sessions_dir, plugin_cache, sel).removals] == [other]
+    _rewrite_index_status(sid, "failed")
+    plan = prune.plan(sessions_dir, plugin_cache, sel)
+    assert [d.session_id for d in plan.candidates] == [other]
+    assert [d.session_id for d in plan.removals] == [other]
+    assert plan.statuses.get(sid) is None and plan.statuses[other] == "failed"
+    assert path.exists()
+
+
+def test_a_selected_session_the_index_knows_is_still_judged_whole(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """Facts from the index, the one open by check's full judge: a content hash that fails
+    (every page still sound, so quick_check passes) keeps a session a selector picked, from
+    a warm index as from the files."""
+    sid, path = make_session(sessions_dir, turns=3)
+    _settle()
+    sel = prune.Selectors(older_than=dt.timedelta(0))
+    assert [d.session_id for d in prune.plan(sessions_dir, plugin_cache, sel).removals] == [sid]
+    conn = apsw.Connection(str(path))
+    conn.execute("UPDATE events SET payload = CAST(x'7b7d' AS BLOB) WHERE sequence = 2")
+    conn.close()
+    _settle()
+    prune.plan(sessions_dir, plugin_cache, prune.Selectors(older_than=dt.timedelta(days=999)))
+    for use_index in (True, False):
+        plan = prune.plan(sessions_dir, plugin_cache, sel, use_index=use_index)
+        [d] = plan.candidates
+        assert not d.remove and [r.code for r in d.reasons] == ["unreadable"], d.reasons
+        assert "content_hash" in d.reasons[0].message or "hash" in d.reasons[0].message

@@ -22,8 +22,10 @@ from agentdb.prune.scan import (
     NONE,
     Facts,
     Files,
+    Judged,
     Pins,
     Stamp,
+    confirm,
     facts_from_index,
     group_names,
     judge_all,
@@ -384,10 +386,33 @@ def plan(
             readable = sorted((s for s in matched if facts[s].readable), reverse=True)
             kept = set(readable[: selectors.keep_last])
             matched = [s for s in matched if s not in kept]
+    confirmed: set[str] = set()  # facts from the index, its entry unchanged: the judge confirms
+    judged: dict[str, Judged] = {}  # check's judge, of each selected session nothing else refuses
     if use_index:
-        # Every selected session is judged from its file, never from the index: read afresh,
-        # and dropped again if it no longer matches the filters that selected it.
-        read_fresh([(s, groups.get(s, NONE)) for s in matched if s not in fresh])
+        # Every selected session is judged from its file, never from the index alone: what the
+        # index says stands only for a file nobody has open whose identity is still the one
+        # the plan began with, and whose status check's judge (which reads the file whole: its
+        # one open) reads as the index does; any other is read afresh, and dropped again if it
+        # no longer matches the filters that selected it.
+        confirmed.update(
+            s
+            for s in matched
+            if s not in fresh
+            and s not in result.racy
+            and s not in selectors.ids
+            and confirm(sessions_dir, facts[s], result.seen.get(s))
+        )
+        judged = judge_all(
+            sessions_dir, [(s, s in recovered_ids()) for s in sorted(confirmed)], jobs
+        )
+        for sid, (_, status) in list(judged.items()):
+            info = facts[sid].info
+            if info is None or status != info.status:
+                del judged[sid]  # the index's row is not the file's: read it afresh
+                confirmed.discard(sid)
+        read_fresh(
+            [(s, groups.get(s, NONE)) for s in matched if s not in fresh and s not in confirmed]
+        )
         matched = [
             s
             for s in matched
@@ -403,6 +428,7 @@ def plan(
             main = paths.session_path(sessions_dir, sid)
             if locks.wait_free(main, max(0.0, deadline - time.monotonic())) is None:
                 facts[sid] = read_facts(sessions_dir, sid, groups.get(sid, NONE), pins)
+                confirmed.discard(sid)
 
     # 2. --with-descendants: each selected session's subtree joins, grouped under its top.
     top: dict[str, str] = {sid: sid for sid in selected}
@@ -421,18 +447,19 @@ def plan(
                 r = top[r]
             top[sid] = r
         if use_index:  # the descendants that joined are read from their files too
-            read_fresh([(s, groups.get(s, NONE)) for s in top if s not in fresh])
+            known = fresh | confirmed
+            read_fresh([(s, groups.get(s, NONE)) for s in top if s not in known])
             children = _links(facts, result)
     # Interrupted prunes are finished whatever this run selects.
     resumes = {sid for sid, f in facts.items() if f.files.intent}
 
     # 3. Each session judged alone (by check's judge, when nothing simpler refuses it).
-    judged = judge_all(
+    judged |= judge_all(
         sessions_dir,
         [
             (sid, sid in recovered_ids())
             for sid in sorted(set(top) | resumes)
-            if _needs_judge(facts[sid])
+            if _needs_judge(facts[sid]) and sid not in judged
         ],
         jobs,
     )
@@ -457,7 +484,7 @@ def plan(
                 damaged,
                 d.pins,
                 selectors.include_pinned,
-                judged.get(sid),
+                judged[sid][0] if sid in judged else None,
             )
         d.damaged = damaged
         d.files = _files(f, damaged)

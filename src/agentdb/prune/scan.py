@@ -300,6 +300,27 @@ def facts_from_index(
     return facts
 
 
+def confirm(sessions_dir: Path, facts: Facts, planned: str | None) -> bool:
+    """For a selected session whose facts came from the index: probe it and take its stamp and
+    size now, as :func:`read_facts` would. True when nobody has it open and it is still the very
+    entry the plan began with (``planned``: its identity then, :mod:`agentdb.index.stat`), so
+    the index's record is of these bytes and check's judge, which reads the whole file, is its
+    one open; False when it must be read afresh (:func:`read_facts`)."""
+    sid = facts.session_id
+    main = sessions_dir / (sid + paths.SESSION_SUFFIX)
+    if planned is None or facts.problem is not None:
+        return False
+    holder = locks.probe(main)
+    if holder is not None:  # live: what its WAL holds now is read afresh, as before
+        return False
+    stamp = stamp_of(main)
+    if stamp.main is None or index.stat.seen(paths.Entry(sid, main)).key != planned:
+        return False
+    facts.stamp = stamp
+    facts.bytes = stamp.main[1] + sum(_size(sessions_dir / n) for n in facts.files.sidecars)
+    return True
+
+
 # Errors of a regular file's contents (a non-regular entry is never taken from the index).
 _FILE_CODES = frozenset({"corrupt", "unreadable", "foreign", "too_new", "unsafe_schema"})
 
@@ -310,19 +331,22 @@ def _short_text(msg: str, main: Path) -> str:
     return msg[len(prefix) :] if msg.startswith(prefix) else msg
 
 
+Judged = tuple[str | None, str | None]  # (problem, session_meta's status as the judge read it)
+
+
 def judge_all(
     sessions_dir: Path, wanted: Sequence[tuple[str, bool]], jobs: int = 1
-) -> dict[str, str | None]:
+) -> dict[str, Judged]:
     """:func:`judge` for each ``(session_id, recovered)``; with ``jobs`` > 1 and enough files,
     in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``."""
     if jobs <= 1 or len(wanted) < JUDGE_THRESHOLD:
         return {sid: judge(sessions_dir, sid, recovered=r) for sid, r in wanted}
 
-    def chunk(part: Sequence[tuple[str, bool]]) -> list[str | None]:
+    def chunk(part: Sequence[tuple[str, bool]]) -> list[Judged]:
         return [judge(sessions_dir, sid, recovered=r) for sid, r in part]
 
-    def died(part: Sequence[tuple[str, bool]], why: str) -> list[str | None]:
-        return [f"not judged: {why}" for _ in part]
+    def died(part: Sequence[tuple[str, bool]], why: str) -> list[Judged]:
+        return [(f"not judged: {why}", None) for _ in part]
 
     parts = _chunks(wanted, jobs, most=32)  # a full check per file: small pieces
     ran = workers.run_each(chunk, parts, jobs, died=died, drain=False)
@@ -371,19 +395,22 @@ def _foreign_behind_triggers(main: Path) -> bool:
         conn.close()
 
 
-def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> str | None:
-    """None when ``check``'s own judge calls the file ``ok`` or ``needs_migration``; else one
-    line with its verdict and first error. The same rules as ``agentdb check`` (integrity,
+def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> Judged:
+    """(problem, status): problem None when ``check``'s own judge calls the file ``ok`` or
+    ``needs_migration``, else one line with its verdict and first error; status is
+    session_meta's as the judge read it. The same rules as ``agentdb check`` (integrity,
     schema, content hashes, invalid text, every row read), so prune never removes a file that
     check calls damaged without --include-damaged. ``recovered``: the recovery log records a
     salvage of it (its orphan rows are expected), as ``check`` is told."""
-    from agentdb import checks  # only here: the one extra open for selected sessions
+    from agentdb import checks  # only here: the one open of a selected session the index knows
 
-    main = paths.session_path(sessions_dir, session_id)
-    j = checks.judgement_of(checks.judge(main, session_id, recovered=recovered), "full")
+    faults.point("prune_read_facts")  # the judge reads the file (its facts too, when confirmed)
+    main = sessions_dir / (session_id + paths.SESSION_SUFFIX)
+    result = checks.judge(main, session_id, recovered=recovered)
+    j = checks.judgement_of(result, "full")
     if j.healthy:
-        return None
-    return f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}"
+        return None, result.status
+    return f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}", result.status
 
 
 _NOTHING_CACHED = Pins(())
