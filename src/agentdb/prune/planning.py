@@ -316,8 +316,11 @@ def plan(
 
     With ``use_index``, what the sessions that are not selected contribute (session_meta,
     producers, parent links) comes from the session index (:mod:`agentdb.index`, validated by
-    stat); every selected session, and every one that joins a selected subtree, is read afresh
-    from its file and judged with check's rules, as without it.
+    stat); every selected session, and every one that joins a selected subtree, is judged
+    from its file with check's full rules, as without it. A selected one the index knows,
+    unchanged since the plan began (its identity) and held by nobody, is opened once, by the
+    judge, whose reading of its status must be the index's (else it is read afresh); every
+    other is read afresh from its file first.
     """
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
@@ -360,7 +363,7 @@ def plan(
         # each session are kept, never every record (with its costs) nor every stored row.
         ids = set(selectors.ids)
         for rec in index.records(sessions_dir, result.notes_index, jobs=jobs, extras=True):
-            sid = rec.entry.session_id
+            sid = sys.intern(rec.entry.session_id)  # the one copy the plan keeps of it
             files = groups.get(sid)
             if (
                 files is not None
