@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -171,15 +172,18 @@ def _init_worker(root: str, under_test: str | None, old_src: str | None, shell: 
 
 def _run_one(case: Case, guard: float) -> tuple[Case, Any, dict[str, int] | None]:
     w = _WORKER
-    r = run_case(
-        case,
-        w["bases"],
-        w["work"] / "case",
-        agentdb_src=w["under_test"],
-        shell=w["shell"],
-        guard=guard,
-        guard_per_dot=30.0,
-    )
+    try:
+        r = run_case(
+            case,
+            w["bases"],
+            w["work"] / "case",
+            agentdb_src=w["under_test"],
+            shell=w["shell"],
+            guard=guard,
+            guard_per_dot=30.0,
+        )
+    except Exception as e:  # the harness's own failure: said with its case, so it can be replayed
+        raise RuntimeError(f"{case}: {traceback.format_exc(limit=-3)}") from e
     old = None
     if w["old_src"] is not None:
         old = old_recover(case, w["bases"], w["work"] / "oldcase", w["old_src"], OLD_GUARD_S)

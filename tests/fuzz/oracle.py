@@ -131,6 +131,10 @@ def judge(path: Path, session_id: str) -> Judgement:
             except apsw.Error as e:
                 j.error = j.error or f"read: {e}"
                 return j
+            except UnicodeDecodeError as e:  # a column's name in the schema is not UTF-8
+                j.utf8 = False
+                j.error = j.error or f"read: a column name is not UTF-8 ({e.reason})"
+                return j
             for t in TABLES:
                 for row in rows.rows[t]:
                     for typ, v in row:
