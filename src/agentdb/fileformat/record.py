@@ -31,15 +31,24 @@ def serial_type_size(serial_type: int) -> int:
 
 def _read_header(payload: Buffer) -> tuple[list[int], int]:
     """Parse the record header; return the serial types and the offset of the body."""
-    header_size, pos = read_varint(payload, 0)
+    if len(payload) and payload[0] < 0x80:  # a one-byte varint (every header under 128 bytes)
+        header_size, pos = payload[0], 1
+    else:
+        header_size, pos = read_varint(payload, 0)
     if header_size < pos or header_size > len(payload):
         raise FormatError(
             f"record header size {header_size} outside the payload (length {len(payload)})"
         )
     types: list[int] = []
+    add = types.append
     while pos < header_size:
-        serial_type, pos = read_varint(payload, pos)
-        types.append(serial_type)
+        b = payload[pos]
+        if b < 0x80:  # a one-byte serial type: the common case, without the general decoder
+            add(b)
+            pos += 1
+        else:
+            serial_type, pos = read_varint(payload, pos)
+            add(serial_type)
     if pos != header_size:
         raise FormatError(f"record header overruns its declared size {header_size}")
     return types, header_size
@@ -68,7 +77,24 @@ def decode_record(
     data = bytes(payload)
     end = len(data)
     values: list[Value] = []
+    add = values.append
     for serial_type in types:
+        if serial_type >= 12:  # BLOB (even) or TEXT (odd), the most common: inline
+            stop = pos + ((serial_type - 12) >> 1)
+            if stop > end:
+                raise FormatError(
+                    f"record value of serial type {serial_type} runs past the payload end"
+                )
+            chunk = data[pos:stop]
+            pos = stop
+            if serial_type & 1:
+                try:
+                    add(chunk.decode(encoding, errors=text_errors))
+                except (UnicodeDecodeError, LookupError) as e:
+                    raise FormatError(f"record text is not valid {encoding}: {e}") from e
+            else:
+                add(chunk)
+            continue
         size = serial_type_size(serial_type)
         if pos + size > end:
             raise FormatError(
@@ -77,22 +103,15 @@ def decode_record(
         chunk = data[pos : pos + size]
         pos += size
         if serial_type == 0:
-            values.append(None)
+            add(None)
         elif serial_type in _INT_SIZES:
-            values.append(int.from_bytes(chunk, "big", signed=True))
+            add(int.from_bytes(chunk, "big", signed=True))
         elif serial_type == 7:
-            values.append(_FLOAT.unpack(chunk)[0])
+            add(_FLOAT.unpack(chunk)[0])
         elif serial_type == 8:
-            values.append(0)
-        elif serial_type == 9:
-            values.append(1)
-        elif serial_type % 2 == 0:
-            values.append(chunk)
-        else:
-            try:
-                values.append(chunk.decode(encoding, errors=text_errors))
-            except (UnicodeDecodeError, LookupError) as e:
-                raise FormatError(f"record text is not valid {encoding}: {e}") from e
+            add(0)
+        else:  # 9 (10 and 11 raised in serial_type_size)
+            add(1)
     if pos != end:
         raise FormatError(f"record values end at {pos} but the payload has {end} bytes")
     return values

@@ -32,6 +32,8 @@ def _dumps(v: Any) -> bytes:
 
 
 def _int_key(k: Any) -> bool:
+    if type(k) is int:  # the common case first: a plain int (never a bool)
+        return _MIN_KEY <= k <= _MAX_KEY
     return isinstance(k, int) and not isinstance(k, bool) and _MIN_KEY <= k <= _MAX_KEY
 
 
@@ -334,6 +336,48 @@ class Candidates:
         self.flush()
         sql = f"SELECT {_CAND} FROM {self.name} c NOT INDEXED {where} ORDER BY id"
         return map(_candidate, self.conn.execute(sql, (table, tier)))
+
+    def of_key(self, table: str, tier: int, key: Any) -> list[Candidate]:
+        """The candidates of (table, tier, key) in the order found."""
+        self._index()
+        sql = f"SELECT {_CAND} FROM {self.name} WHERE tbl = ? AND k = ? AND tier = ? ORDER BY id"
+        return [_candidate(g) for g in self.conn.execute(sql, (table, key_text(key), tier))]
+
+    def copy_tier(
+        self, table: str, tier: int, m: DiskMap, skip: set[Any], mark: DiskMap | None = None
+    ) -> int:
+        """Into ``m``, the first candidate (in the order found) of ``table`` and ``tier`` of
+        each integer key ``m`` does not hold yet and ``skip`` does not name; each such key is
+        also set to True in ``mark`` when given. Returns how many went in."""
+        self.flush()
+        m.flush()
+        if mark is not None:
+            mark.flush()
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS skip_keys(k INTEGER PRIMARY KEY)")
+        self.conn.execute("DELETE FROM skip_keys")
+        ints = [(k,) for k in skip if _int_key(k)]
+        if ints:
+            self.conn.executemany("INSERT OR IGNORE INTO skip_keys(k) VALUES (?)", ints)
+        new = (
+            f"FROM {self.name} c NOT INDEXED WHERE c.tbl = ? AND c.tier = ? "
+            f"AND typeof(c.k) = 'integer' AND c.k NOT IN (SELECT k FROM skip_keys) "
+            f"AND NOT EXISTS (SELECT 1 FROM {m.name} WHERE k = c.k)"
+        )
+        if mark is not None:
+            self.conn.execute(
+                f"INSERT OR IGNORE INTO {mark.name}(k, v) SELECT c.k, ? {new}",
+                (_dumps(True), table, tier),
+            )
+            mark._n = None
+        # INSERT OR IGNORE in id order: the first copy of a key found wins, as put() does
+        self.conn.execute(
+            f"INSERT OR IGNORE INTO {m.name}(k, v) SELECT c.k, c.r {new} ORDER BY c.id",
+            (table, tier),
+        )
+        n = self.conn.changes()
+        m._n = None
+        self.conn.execute("DELETE FROM skip_keys")
+        return n
 
     def found_at(self, places: set[str]) -> Iterator[Candidate]:
         """The candidates read from any of these page images, in the order found."""

@@ -203,12 +203,37 @@ class _Merger:
             return
         for table in tables.TABLES:
             dst = self.rows[table]
-            if isinstance(dst, DiskMap):
-                cands = self.page.candidates.not_in(table, tier, dst)
+            if isinstance(dst, DiskMap) and isinstance(self.gap_filled, DiskMap):
+                self.take_tier_all(table, tier, name, dst)
             else:
-                cands = (c for c in self.page.candidates.of_table(table) if c.tier == tier)
-            for c in cands:
-                self.put(c.table, c.row, name)
+                self.take_tier_rows(table, tier, name)
+
+    def take_tier_rows(self, table: str, tier: int, name: str) -> None:
+        """:meth:`take_tier` for one table, row by row through put()."""
+        assert self.page is not None
+        dst = self.rows[table]
+        if isinstance(dst, DiskMap):
+            cands = self.page.candidates.not_in(table, tier, dst)
+        else:
+            cands = (c for c in self.page.candidates.of_table(table) if c.tier == tier)
+        for c in cands:
+            self.put(c.table, c.row, name)
+
+    def take_tier_all(self, table: str, tier: int, name: str, dst: DiskMap) -> None:
+        """:meth:`take_tier` for a table held in the scratch database, in SQL: the first
+        candidate found of each key not held yet goes in (what put() keeps, in the same
+        order); only the keys the page engine rejected structurally are judged one by one."""
+        assert self.page is not None
+        cands = self.page.candidates
+        judged = self.drop[table] if name in _THROUGH_LIVE else set()
+        for key in judged:
+            for c in cands.of_key(table, tier, key):
+                self.put(c.table, c.row, name)  # keys are independent: order among them is moot
+        gap = self.gap_filled if table == "events" and name in _GAP_FILLERS else None
+        assert gap is None or isinstance(gap, DiskMap)
+        n = cands.copy_tier(table, tier, dst, judged, gap)
+        if n:
+            self.sources[table][name] += n
 
     def known_hashes(self, seq: int) -> set[bytes]:
         """Every stored content hash an engine saw for event ``seq`` (empty: none)."""

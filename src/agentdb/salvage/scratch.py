@@ -28,6 +28,7 @@ from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets, Verified
 SPILL_AT = 4096  # values this long or longer are kept apart from the rows
 MEMORY_BUDGET = 8 << 20  # bytes of such values kept in memory before they go to the database
 Row = tuple[Any, ...]
+_LONG = (bytes, str)  # the types a long value has (a tuple: isinstance is faster than with a union)
 _last: list[Any] = [None, b""]  # the last value digested and its digest (compared, then kept)
 
 
@@ -87,7 +88,7 @@ class Scratch:
         """``row`` with every long value written to the scratch database and replaced by a
         :class:`Spilled`."""
         for v in row:
-            if isinstance(v, bytes | str) and len(v) >= SPILL_AT:
+            if isinstance(v, _LONG) and len(v) >= SPILL_AT:
                 return tuple(self._spill(v) for v in row)
         return row
 

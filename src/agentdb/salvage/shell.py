@@ -372,8 +372,13 @@ class _Taken:
                 self.by_key.rows[t] = store.map(f"shell_{t}")
             self.hashed, self.hashes = store.map("shell_hashed"), store.map("shell_hashes")
 
-    def add(self, table: str, row: tuple[object, ...], stored_hash: bool) -> bool:
-        h = event_hash(*row) if table == "events" else None  # type: ignore[arg-type]
+    def add(
+        self, table: str, row: tuple[object, ...], stored_hash: bool, h: bytes | None = None
+    ) -> bool:
+        """Take ``row``; ``h``: its content hash when already known (a stored hash that was
+        checked against these very bytes)."""
+        if table == "events" and h is None:
+            h = event_hash(*row)  # type: ignore[arg-type]
         kept = self.keep(row) if self.keep is not None else row
         if not self.by_key.add(table, kept):
             return False
@@ -409,6 +414,11 @@ def _collect(
                 row = shell_rows.validate(table, values, session_id=session_id)
             if row is None:
                 rejected += 1
+            elif table == "events" and _has_hash(values):
+                # event_from_scratch kept it only if this stored hash is these bytes' hash
+                stored = values[9]
+                assert isinstance(stored, bytes)
+                taken.add(table, row, True, stored)
             else:
                 taken.add(table, row, _has_hash(values))
     mapped = 0
