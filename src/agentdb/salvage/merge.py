@@ -31,7 +31,7 @@ from typing import Any
 
 from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
-from agentdb.salvage.diskrows import DiskMap, ordered
+from agentdb.salvage.diskrows import DiskMap, HashSets, ordered
 from agentdb.salvage.merged import (
     REBUILT_PROFILE,
     REBUILT_STATUS,
@@ -251,18 +251,22 @@ class _Merger:
         for table, found_rows in shell.rows.items():
             if table not in self.rows:
                 continue
-            for raw in shell_rows(found_rows):
+            for raw, pre in self.shell_events(shell) if table == "events" else _plain(found_rows):
                 row = tables.normalise(table, raw)
                 why = tables.problem(table, row, self.session_id)
                 h = None
                 if why is None and table == "events":
-                    h = shell.hashes.get(row[0]) or event_hash(*row)
-                known = self.known_hashes(row[0]) if h is not None else set()
+                    h = (shell.hashes.get(row[0]) if pre is None else pre[0]) or event_hash(*row)
+                known: set[bytes] = set()
+                if h is not None:
+                    known = self.known_hashes(row[0]) if pre is None else pre[1]
                 if h is not None and known and h not in known:
                     why = "content_hash does not match"
                 if why is not None:
                     rejected += 1
                     continue
+                if pre is not None and pre[2]:
+                    continue  # its key is held: put() would refuse it
                 key = tables.key_of(table, row)
                 vouched = h is not None and (bool(known) or row[0] in shell.hashed)
                 if not self.put(table, row, "sqlite-recover", vouched):
@@ -273,6 +277,21 @@ class _Merger:
                     self.shell_raw[table].add(key)
         if rejected:
             self.notes.append(f"{rejected} rows from SQLite's recovery extension failed validation")
+
+    def shell_events(self, shell: ShellRows) -> Iterator[tuple[Row, _Known | None]]:
+        """``.recover``'s events in key order, each with (its content hash, the stored hashes
+        the other engines saw for its sequence, whether the merge holds that key already),
+        read in one pass over the scratch database; None instead when the rows are not all
+        held there (each is then looked up on its own)."""
+        got, mine, done = shell.rows["events"], shell.hashes, self.rows["events"]
+        pages = self.page.event_hashes if self.page is not None else None
+        read = self.found.event_hashes if self.found is not None else None
+        maps = (got, mine, done, *([read] if read is not None else []))
+        if not all(isinstance(m, DiskMap) for m in maps) or (
+            pages is not None and not isinstance(pages, HashSets)
+        ):
+            return _plain(got)
+        return _joined(got, mine, done, pages, read)  # type: ignore[arg-type]
 
     def structural(self, table: str, key: Any) -> Row | None:
         """The row the page engine decoded itself for (table, key): its first copy found."""
@@ -393,6 +412,38 @@ class _Merger:
                     f"events: {len(loose)} rows from older copies carry no content hash "
                     "(written before the file was migrated): kept, unverified"
                 )
+
+
+_Known = tuple[bytes | None, set[bytes], bool]
+
+
+def _plain(found_rows: Any) -> Iterator[tuple[Row, _Known | None]]:
+    return ((row, None) for row in shell_rows(found_rows))
+
+
+def _joined(
+    got: DiskMap, mine: DiskMap, done: DiskMap, pages: HashSets | None, read: DiskMap | None
+) -> Iterator[tuple[Row, _Known | None]]:
+    """See :meth:`_Merger.shell_events`. The merge only adds keys this scan has passed (each
+    key once), so what the scan reads of ``done`` for the key in hand is current."""
+    for m in (got, mine, done, read):
+        if m is not None:
+            m.flush()
+    if pages is not None:
+        pages.flush()
+    seen = (
+        f"(SELECT group_concat(hex(p.h)) FROM {pages.name} p WHERE p.k = s.k)" if pages else "NULL"
+    )
+    other = f"(SELECT r.v FROM {read.name} r WHERE r.k = s.k)" if read else "NULL"
+    sql = (
+        f"SELECT s.v, (SELECT h.v FROM {mine.name} h WHERE h.k = s.k), {seen}, {other}, "
+        f"EXISTS (SELECT 1 FROM {done.name} d WHERE d.k = s.k) FROM {got.name} s ORDER BY s.k"
+    )
+    for v, h, hexes, theirs, held in got.conn.execute(sql):
+        known = {bytes.fromhex(x) for x in hexes.split(",")} if hexes is not None else set()
+        if theirs is not None:
+            known.add(pickle.loads(theirs))
+        yield pickle.loads(v), (None if h is None else pickle.loads(h), known, bool(held))
 
 
 def _beside_verified(
