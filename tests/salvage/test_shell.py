@@ -429,3 +429,33 @@ def test_mapping_by_shape() -> None:
     assert m(2, 1, ("events", 7), revision=2, session_id=SID).reason == "shape"  # sqlite_sequence
     bad_enum = (None, *EVENT[:2], "KIND_UNSPECIFIED", *EVENT[3:])
     assert m(9, 7, bad_enum, revision=1, session_id=SID).reason == "invalid"
+
+
+def test_by_key_takes_the_first_row_of_a_key_in_any_order(tmp_path: Path) -> None:
+    """Keys in increasing order go in without a lookup; a key at or below the largest one is
+    looked up, so a repeated key keeps its first row and a different repeat is a conflict,
+    in the job's scratch database as in a dict."""
+    from agentdb.salvage.scratch import Scratch
+    from agentdb.salvage.shell_rows import ByKey
+
+    store = Scratch(tmp_path / "scratch.sqlite")
+    try:
+        for rows in ({}, store.map("shell_events")):
+            by = ByKey()
+            by.rows["events"] = rows
+            got = [by.add("events", (k, tag)) for k, tag in [(1, "a"), (3, "b"), (2, "c")]]
+            got += [
+                by.add("events", (3, "b")),
+                by.add("events", (1, "x")),
+                by.add("events", (4, "d")),
+            ]
+            assert got == [True, True, True, False, False, True]
+            assert by.conflicts == 1
+            assert dict(sorted(rows.items())) == {
+                1: (1, "a"),
+                2: (2, "c"),
+                3: (3, "b"),
+                4: (4, "d"),
+            }
+    finally:
+        store.close()

@@ -214,6 +214,7 @@ def load(
         return False
 
     db.exec_script(conn, "BEGIN")
+    cursor = conn.cursor()
     try:
         statements = split_statements(text) if isinstance(text, str) else iter_statements(text)
         for stmt in statements:
@@ -222,6 +223,7 @@ def load(
             words = _FIRST_WORD.findall(stmt[:40])[:2]
             first = words[0].upper() if words else ""
             if first != "INSERT":
+                conn.authorizer = None  # our own DDL for lost_and_found may run
                 _note_other(conn, stmt, words, res, allowed_tables)
                 continue
             try:
@@ -229,28 +231,35 @@ def load(
             except UnicodeEncodeError:
                 res.failed += 1  # text that was not UTF-8 in the file
                 continue
-            db.allow_only(conn, allowed)
+            if conn.authorizer is None:  # set once for a run of INSERTs
+                db.allow_only(conn, allowed)
             refused.clear()
-            try:
-                before = conn.total_changes()
-                for _ in conn.cursor().execute(stmt, can_cache=False):
-                    pass
-                res.inserted += conn.total_changes() - before
-            except apsw.Error as e:
-                m = _NO_SUCH_TABLE.match(str(e))
-                if refused:
-                    res.denied += 1
-                    if len(res.denied_examples) < 5:
-                        res.denied_examples.append(stmt[:80])
-                elif m:
-                    res.other_tables[m.group(1)[:60]] += 1
-                else:
-                    res.failed += 1
-            finally:
-                conn.authorizer = None
+            _insert(conn, cursor, stmt, res, refused)
     finally:
+        conn.authorizer = None
         db.exec_script(conn, "COMMIT")
     return res
+
+
+def _insert(
+    conn: apsw.Connection, cursor: apsw.Cursor, stmt: str, res: LoadResult, refused: list[int]
+) -> None:
+    """Run one INSERT under the authorizer already set; count what happened."""
+    try:
+        before = conn.total_changes()
+        for _ in cursor.execute(stmt, can_cache=False):
+            pass
+        res.inserted += conn.total_changes() - before
+    except apsw.Error as e:
+        m = _NO_SUCH_TABLE.match(str(e))
+        if refused:
+            res.denied += 1
+            if len(res.denied_examples) < 5:
+                res.denied_examples.append(stmt[:80])
+        elif m:
+            res.other_tables[m.group(1)[:60]] += 1
+        else:
+            res.failed += 1
 
 
 def _note_other(

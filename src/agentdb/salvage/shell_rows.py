@@ -216,6 +216,9 @@ def map_lost_and_found(
     return Mapped(table, valid)
 
 
+_UNKNOWN = -(1 << 80)  # ByKey.top when keys are not tracked (below every integer key)
+
+
 @dataclass
 class ByKey:
     """``.recover``'s rows per table keyed by primary key; the first valid row for a key wins."""
@@ -225,10 +228,23 @@ class ByKey:
         default_factory=lambda: {t: {} for t in TABLES}
     )
     conflicts: int = 0  # a second, different row for a key already taken
+    # table -> the largest integer key added, for a mapping that was empty when first added to
+    # (a larger key cannot be taken: no lookup needed; .recover prints rows in key order)
+    top: dict[str, int | None] = field(default_factory=dict)
 
     def add(self, table: str, row: Row) -> bool:
         """Add ``row`` unless its key is taken; True when it was added."""
         k = key_of(table, row)
+        if table not in self.top:
+            self.top[table] = None if not len(self.rows[table]) else _UNKNOWN
+        top = self.top[table]
+        if type(k) is int and top is not _UNKNOWN:
+            if top is None or k > top:
+                self.rows[table][k] = row
+                self.top[table] = k
+                return True
+        elif top is not _UNKNOWN:
+            self.top[table] = _UNKNOWN  # another kind of key: look every key up from now on
         have = self.rows[table].get(k)
         if have is None:
             self.rows[table][k] = row
