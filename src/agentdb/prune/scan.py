@@ -402,11 +402,19 @@ def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> Ju
     schema, content hashes, invalid text, every row read), so prune never removes a file that
     check calls damaged without --include-damaged. ``recovered``: the recovery log records a
     salvage of it (its orphan rows are expected), as ``check`` is told."""
-    from agentdb import checks  # only here: the one open of a selected session the index knows
+    from agentdb import checks, db  # only here: the one open of a selected session
+    from agentdb.checks.atrest import ok_at_rest
+    from agentdb.checks.file import check_path
 
     faults.point("prune_read_facts")  # the judge reads the file (its facts too, when confirmed)
     main = sessions_dir / (session_id + paths.SESSION_SUFFIX)
-    result = checks.judge(main, session_id, recovered=recovered)
+    # As `check --all` judges each file: a healthy file at rest is proved so on this process's
+    # shared reader (the same checks, no connection of its own); anything else, whatever it
+    # is, by check_path, which finds and words every problem.
+    stats = db.file_stats(main)
+    result = ok_at_rest(os.fspath(main), session_id, stats, quick=False)
+    if result is None:
+        result = check_path(main, session_id, recovered=recovered, stats=stats)
     j = checks.judgement_of(result, "full")
     if j.healthy:
         return None, result.status
