@@ -353,7 +353,8 @@ class Candidates:
         m.flush()
         if mark is not None:
             mark.flush()
-        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS skip_keys(k INTEGER PRIMARY KEY)")
+        # in the scratch database itself: a TEMP table could spill to SQLite's temp directory
+        self.conn.execute("CREATE TABLE IF NOT EXISTS skip_keys(k INTEGER PRIMARY KEY)")
         self.conn.execute("DELETE FROM skip_keys")
         ints = [(k,) for k in skip if _int_key(k)]
         if ints:
