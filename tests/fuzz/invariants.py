@@ -438,6 +438,11 @@ def run_case(
                         "fewer_than_dot_recover",
                         f"{t}: kept {r.kept.get(t, 0)}, .recover {r.dot_recover[t]}",
                     )
+    elif r.outcome == "unreadable" and dot is not None and r.dot_recover is not None:
+        # nothing salvaged: .recover must not have kept any of the session's own rows either
+        for t in oracle.TABLES:
+            if r.dot_recover[t]:
+                r.fail("fewer_than_dot_recover", f"{t}: unreadable, .recover {r.dot_recover[t]}")
     elif r.outcome == "healthy" and j.rows is not None:  # the file stays as the result
         r.kept = {t: len(j.rows.rows[t] & a.base.rows.rows[t]) for t in oracle.TABLES}
     if r.outcome != "recovered" and after != res[7]["listing"]:
