@@ -205,9 +205,8 @@ CAMPAIGN = [
 # .recover keeps 20-31 of this session's rows from the file alone. Dropping the stale row
 # alone would keep the other session's events (recover_row_differs): the fix is foreign-WAL
 # evidence for revision-1 events.
-# (`foreign_wal/1066250757+wal_checksum/849881917`, the same class, failed on this machine's
-# shared checkout but passed in a fresh clone's CI run: not pinned until that is understood.)
 KNOWN_OPEN = [
+    "rev=1 wal=1 size=short layout=plain damages=foreign_wal/1066250757+wal_checksum/849881917",
     "rev=1 wal=1 size=short layout=plain damages=foreign_wal/167739757+truncate_wal/781603943",
 ]
 
