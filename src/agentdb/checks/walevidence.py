@@ -9,10 +9,19 @@ pages then give this file's sequences other ids.
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from agentdb.fileformat.btree import FormatError, PageKind, TableLeafCell, parse_page
+from agentdb.fileformat.btree import (
+    BtreePage,
+    FormatError,
+    PageKind,
+    TableInteriorCell,
+    TableLeafCell,
+    parse_page,
+)
 from agentdb.fileformat.record import record_shape, serial_type_size
 from agentdb.fileformat.varint import read_varint
 from agentdb.fileformat.wal import WalScan
@@ -22,8 +31,10 @@ def events_rewritten(scan: WalScan, db_copy: Path) -> str | None:
     """Evidence that the WAL is another session's from its events alone (its session_meta page
     may be cut off): events are append-only, so a WAL of this file never gives an existing
     sequence another event id. The events on the WAL's newest committed page copies are matched
-    by sequence with those on the file's own copies of the same pages; evidence when at least 3
-    sequences appear in both and most carry another id (a few that differ are damage)."""
+    by sequence with those on the file's own copies of the same pages, and those not found there
+    with the file's own events b-tree (another session's pages need not lie where this file keeps
+    the same sequences); evidence when at least 3 sequences appear in both and most carry another
+    id (a few that differ are damage)."""
     size = scan.page_size
     if size is None:
         return None
@@ -35,6 +46,9 @@ def events_rewritten(scan: WalScan, db_copy: Path) -> str | None:
         for pgno, frame in newest.items():
             mine.update(_event_ids(os.pread(fd, size, (pgno - 1) * size), pgno, size))
             theirs.update(_event_ids(scan.frame_page(frame), pgno, size))
+        elsewhere = sorted(theirs.keys() - mine.keys())
+        if elsewhere:
+            mine.update(_tree_event_ids(fd, size, elsewhere))
     finally:
         os.close(fd)
     both = mine.keys() & theirs.keys()
@@ -42,6 +56,119 @@ def events_rewritten(scan: WalScan, db_copy: Path) -> str | None:
     if other >= 3 and other * 2 > len(both):
         return f"{other} of the file's events carry other ids in it (events are append-only)"
     return None
+
+
+_BUDGET = 512  # pages of the file read to find those sequences in its own events b-tree
+
+
+def _tree_event_ids(fd: int, size: int, wanted: list[int]) -> dict[int, bytes]:
+    """sequence -> event id of the file's own events rows (its WAL ignored) for the ``wanted``
+    sequences (sorted), found by descending the events b-tree its own page 1 names into the
+    subtrees that can hold them; at most ``_BUDGET`` pages read, and whatever does not parse
+    (damage) gives nothing rather than an error."""
+    pages = os.fstat(fd).st_size // size
+    budget = [_BUDGET]
+
+    def page(pgno: int) -> BtreePage | None:
+        if not 1 <= pgno <= pages or budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        try:
+            return parse_page(os.pread(fd, size, (pgno - 1) * size), pgno, size)
+        except FormatError:
+            return None
+
+    root = _events_root(page)
+    out: dict[int, bytes] = {}
+    if root is None:
+        return out
+    seen: set[int] = set()
+    stack = [(root, -(1 << 63), (1 << 63) - 1, 0)]  # (page, lowest key, highest key, depth)
+    while stack:
+        pgno, lo, hi, depth = stack.pop()
+        if pgno in seen or depth > 64:
+            continue
+        seen.add(pgno)
+        p = page(pgno)
+        if p is None:
+            continue
+        if p.kind is PageKind.LEAF_TABLE:
+            out.update((s, i) for s, i in _event_ids(p.data, pgno, size).items() if lo <= s <= hi)
+        elif p.kind is PageKind.INTERIOR_TABLE:
+            below = lo
+            for i in range(p.cell_count):
+                try:
+                    cell = p.cell(i)
+                except FormatError:
+                    continue
+                if isinstance(cell, TableInteriorCell):
+                    if _any_between(wanted, below, cell.key):
+                        stack.append((cell.left_child, below, cell.key, depth + 1))
+                    below = cell.key + 1
+            if p.right_child is not None and _any_between(wanted, below, hi):
+                stack.append((p.right_child, below, hi, depth + 1))
+    keep = set(wanted)
+    return {s: i for s, i in out.items() if s in keep}
+
+
+def _any_between(wanted: list[int], lo: int, hi: int) -> bool:
+    i = bisect.bisect_left(wanted, lo)
+    return i < len(wanted) and wanted[i] <= hi
+
+
+def _events_root(page: Callable[[int], BtreePage | None]) -> int | None:
+    """The root page of ``events`` named by the schema b-tree on page 1, None when unreadable."""
+    stack: list[int] = [1]
+    seen: set[int] = set()
+    while stack:
+        pgno = stack.pop()
+        if pgno in seen or len(seen) > 64:
+            continue
+        seen.add(pgno)
+        p = page(pgno)
+        if p is None:
+            continue
+        if p.kind is PageKind.INTERIOR_TABLE:
+            try:
+                stack.extend(p.children())
+            except FormatError:
+                continue
+            continue
+        if p.kind is not PageKind.LEAF_TABLE:
+            continue
+        for i in range(p.cell_count):
+            try:
+                cell = p.cell(i)
+                if not isinstance(cell, TableLeafCell):
+                    continue
+                head = _leading(cell.local, 4)  # type, name, tbl_name, rootpage: before the SQL
+            except FormatError:
+                continue
+            if head[:2] == [b"table", b"events"] and isinstance(head[3], int) and head[3] > 1:
+                return head[3]
+    return None
+
+
+def _leading(local: bytes, n: int) -> list[bytes | int | None]:
+    """The first ``n`` values of a record from its local bytes (TEXT and BLOB as bytes)."""
+    types = record_shape(local)
+    pos, _ = read_varint(local, 0)
+    out: list[bytes | int | None] = []
+    for t in types[:n]:
+        size = serial_type_size(t)
+        if pos + size > len(local):
+            raise FormatError("value past the local payload")
+        chunk = local[pos : pos + size]
+        pos += size
+        if t >= 12:
+            out.append(bytes(chunk))
+        elif 1 <= t <= 6:
+            out.append(int.from_bytes(chunk, "big", signed=True))
+        elif t in (8, 9):
+            out.append(t - 8)
+        else:
+            out.append(None)
+    return out
 
 
 def _event_ids(data: bytes, pgno: int, size: int) -> dict[int, bytes]:
