@@ -16,10 +16,14 @@ from pathlib import Path
 
 import apsw
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentdb import checks, demo, salvage
+from agentdb.checks import walevidence
+from agentdb.fileformat.wal import scan_wal
 from agentdb.paths import sidecar
-from agentdb.store import SessionWriter
+from agentdb.store import Event, SessionWriter
 from tests.fuzz import damage
 from tests.rows import row_sets
 from tests.runner import run_cli
@@ -115,3 +119,54 @@ def test_damaged_file_with_foreign_wal_salvages_the_file(
     assert got["events"] <= original["events"]  # nothing of the other session
     assert len(kept) >= 0.9 * len(original["events"])
     assert got["session_meta"] == original["session_meta"]
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=st.integers(0, 6),
+    after=st.integers(1, 12),
+    spill=st.sampled_from([0, 3000, 9000]),
+    seed=st.integers(0, 1000),
+)
+def test_own_wal_is_never_evidence(
+    tmp_path_factory: pytest.TempPathFactory, before: int, after: int, spill: int, seed: int
+) -> None:
+    """A session's own WAL never gives an existing sequence another id, however its pages split
+    and move: events_rewritten stays silent on any checkpoint point and any growth after it."""
+    root = tmp_path_factory.mktemp("own")
+    w = SessionWriter.create(root, profile="coder")
+    try:
+        demo._turns(w, demo.MODEL_OLD, before, seed=seed)
+        w.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        w.conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+        demo._turns(w, demo.MODEL_CACHED, after, seed=seed + 1)
+        for _ in range(after):
+            w.emit(Event("tool_result", demo.SHELL, os.urandom(spill // 2).hex().encode()))
+        scan = scan_wal(sidecar(w.path, "-wal").read_bytes())
+        assert scan.valid_frames
+        assert walevidence.events_rewritten(scan, w.path) is None
+    finally:
+        w.close()
+
+
+def test_other_sessions_events_on_other_pages_are_evidence(tmp_path: Path) -> None:
+    """Another session's WAL whose events leaves lie where this file keeps none (its own
+    schema on page 1 points elsewhere): the sequences are looked up in this file's own events
+    b-tree, and most carry other ids."""
+    mine = SessionWriter.create(tmp_path / "mine", profile="coder")
+    # big payloads first: this file's low pages past its tables' roots are overflow pages
+    for _ in range(6):
+        mine.emit(Event("tool_result", demo.SHELL, os.urandom(2000).hex().encode()))
+    demo._turns(mine, demo.MODEL_OLD, 6, seed=1)
+    mine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    path = mine.path
+    mine.close()
+    other = SessionWriter.create(tmp_path / "other", profile="coder")
+    other.conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    demo._turns(other, demo.MODEL_OLD, 12, seed=2)  # small events: its leaves on those pages
+    scan = scan_wal(sidecar(other.path, "-wal").read_bytes())
+    other.close()
+    why = walevidence.events_rewritten(scan, path)
+    assert why is not None and "other ids" in why
