@@ -47,6 +47,8 @@ def events_rewritten(scan: WalScan, db_copy: Path) -> str | None:
             mine.update(_event_ids(os.pread(fd, size, (pgno - 1) * size), pgno, size))
             theirs.update(_event_ids(scan.frame_page(frame), pgno, size))
         elsewhere = sorted(theirs.keys() - mine.keys())
+        if len(elsewhere) > _SAMPLE:  # evidence needs a majority, not every sequence
+            elsewhere = [elsewhere[i * len(elsewhere) // _SAMPLE] for i in range(_SAMPLE)]
         if elsewhere:
             mine.update(_tree_event_ids(fd, size, elsewhere))
     finally:
@@ -58,7 +60,8 @@ def events_rewritten(scan: WalScan, db_copy: Path) -> str | None:
     return None
 
 
-_BUDGET = 512  # pages of the file read to find those sequences in its own events b-tree
+_SAMPLE = 64  # sequences of the WAL's looked up in the file's own events b-tree, at most
+_BUDGET = 512  # pages of the file read to find them
 
 
 def _tree_event_ids(fd: int, size: int, wanted: list[int]) -> dict[int, bytes]:
@@ -95,25 +98,43 @@ def _tree_event_ids(fd: int, size: int, wanted: list[int]) -> dict[int, bytes]:
         if p.kind is PageKind.LEAF_TABLE:
             out.update((s, i) for s, i in _event_ids(p.data, pgno, size).items() if lo <= s <= hi)
         elif p.kind is PageKind.INTERIOR_TABLE:
-            below = lo
-            for i in range(p.cell_count):
-                try:
-                    cell = p.cell(i)
-                except FormatError:
-                    continue
-                if isinstance(cell, TableInteriorCell):
-                    if _any_between(wanted, below, cell.key):
-                        stack.append((cell.left_child, below, cell.key, depth + 1))
-                    below = cell.key + 1
-            if p.right_child is not None and _any_between(wanted, below, hi):
-                stack.append((p.right_child, below, hi, depth + 1))
+            try:
+                stack.extend((c, a, b, depth + 1) for c, a, b in _children_for(p, wanted, lo, hi))
+            except FormatError:
+                continue  # a divider that does not parse: nothing below this page is looked at
     keep = set(wanted)
     return {s: i for s, i in out.items() if s in keep}
 
 
-def _any_between(wanted: list[int], lo: int, hi: int) -> bool:
-    i = bisect.bisect_left(wanted, lo)
-    return i < len(wanted) and wanted[i] <= hi
+def _children_for(p: BtreePage, wanted: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(child, lowest key, highest key) of the children of an interior table page whose key
+    range holds one of the ``wanted`` sequences in [lo, hi]: a binary search over the dividers
+    per child, so a page of hundreds of cells costs a few cell decodes, not all of them."""
+    cells = p.cell_count
+
+    def key(i: int) -> int:
+        cell = p.cell(i)
+        if not isinstance(cell, TableInteriorCell):
+            raise FormatError("not a table divider")
+        return cell.key
+
+    out: list[tuple[int, int, int]] = []
+    j = bisect.bisect_left(wanted, lo)
+    while j < len(wanted) and wanted[j] <= hi:
+        i = bisect.bisect_left(range(cells), wanted[j], key=key)
+        first = key(i - 1) + 1 if i else lo
+        if i < cells:
+            cell = p.cell(i)
+            assert isinstance(cell, TableInteriorCell)
+            out.append((cell.left_child, first, cell.key))
+            last = cell.key
+        elif p.right_child is not None:
+            out.append((p.right_child, first, hi))
+            last = hi
+        else:
+            break
+        j = bisect.bisect_right(wanted, last)
+    return out
 
 
 def _events_root(page: Callable[[int], BtreePage | None]) -> int | None:
