@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import apsw
@@ -294,3 +296,93 @@ def test_no_shared_reader_state_crosses_into_a_child(sessions_dir: Path) -> None
     r = subprocess.run([sys.executable, "-c", code, os.fspath(path), os.fspath(src)], check=False)
     assert r.returncode == 0
     assert db.shared_reader() is parent
+
+
+NEIGHBOUR_CASES = {
+    "invalid_text": CASES["invalid_text_producers"],
+    "trigger": CASES["trigger"],
+    "meta_id_mismatch": "UPDATE session_meta SET session_id = '01ARZ3NDEKTSV4RRFFQ69G5FAV'",
+    "damaged_page": "",
+}
+
+
+def _codes(r: object) -> tuple[str, str, list[str]]:
+    return (r.session_id, r.verdict, [f.code for f in r.findings])  # type: ignore[attr-defined]
+
+
+def _row(n: int, sessions_dir: Path) -> list[tuple[str, Path]]:
+    made = [make_session(sessions_dir, turns=2) for _ in range(n)]
+    for _, p in made:
+        _edit(p, "PRAGMA journal_mode=DELETE")
+    _decided(made[0][1])
+    return sorted(made)
+
+
+def _damage_last_page(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    n = len(data) // 4096
+    data[(n - 1) * 4096 : n * 4096] = b"\xa5" * 4096
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
+@pytest.mark.parametrize("case", sorted(NEIGHBOUR_CASES))
+def test_a_bad_file_between_healthy_neighbours(sessions_dir: Path, case: str, quick: bool) -> None:
+    """One file in the middle of a run of healthy files has a problem: the stream, which
+    checks the healthy ones on the shared reader, gives every file check_path's verdict and
+    findings, the bad one included, in file-name order."""
+    row = _row(7, sessions_dir)
+    sid, middle = row[3]
+    if case == "damaged_page":
+        _damage_last_page(middle)
+    else:
+        _edit(middle, NEIGHBOUR_CASES[case])
+    got = [_codes(r) for r in check_sessions(sessions_dir, quick=quick).sessions]
+    want = [_codes(check_path(p, s, quick=quick)) for s, p in row]
+    assert got == want
+    assert [g[0] for g in got] == sorted(s for s, _ in row)
+    assert [g[1] == "ok" for g in got] == [i != 3 for i in range(7)]
+
+
+_READING = """
+import sys, time, apsw
+c = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)
+c.execute("BEGIN")
+c.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[int]:
+    """Another process inside a read transaction of ``path`` (a rollback-journal file: an
+    idle connection to one holds no lock, a reading one holds SQLite's shared lock)."""
+    p = subprocess.Popen([sys.executable, "-c", _READING, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+        yield p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_file_that_becomes_live_while_its_neighbours_are_checked(sessions_dir: Path) -> None:
+    """A file nobody held when the run began is read by another process from just before its
+    turn: the stream reports it live (check_path's answer), its neighbours ok."""
+    from agentdb.checks.run import CheckStream
+
+    row = _row(6, sessions_dir)
+    sid, middle = row[3]
+    with ExitStack() as stack:
+        pids: list[int] = []
+
+        def progress(done: int, total: int) -> None:
+            if done == 3:  # the next file checked is row[3]
+                pids.append(stack.enter_context(_reading(middle)))
+
+        results = list(CheckStream(sessions_dir, quick=True, progress=progress).results())
+        assert pids and results[3].live == pids[0]
+        assert _codes(results[3]) == _codes(check_path(middle, sid, quick=True))
+    assert [r.verdict for i, r in enumerate(results) if i != 3] == ["ok"] * 5
+    assert [r.session_id for r in results] == [s for s, _ in row]
