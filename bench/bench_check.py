@@ -361,6 +361,96 @@ def in_process(root: Path, n: int, rounds: int = 3) -> str:
     return "\n".join(lines)
 
 
+def _batched_sql(files: list[str], k: int, *, statements: bool) -> None:
+    """The SQL of the shared reader's quick check, ``k`` files ATTACHed at a time under
+    distinct names: one schema read and one ``session_meta`` + small-tables statement for the
+    whole batch (UNION ALL), ``quick_check`` per file. ``k`` = 0: one file at a time, the
+    statements ``checks.atrest`` runs. ``statements`` False: ATTACH and DETACH alone."""
+    import re
+
+    from agentdb import db
+    from agentdb.checks.atrest import _INTEGRITY, _META_TEXT, _ROWS
+
+    conn = db.shared_reader()
+    conn.limit(apsw.SQLITE_LIMIT_ATTACHED, max(k, 1))
+
+    def uri(f: str) -> str:
+        return f"file:{f}?mode=ro&immutable=1"
+
+    if k == 0:
+        for f in files:
+            conn.execute(f"ATTACH ? AS {db.ATTACHED}", (uri(f),))
+            if statements:
+                tuple(conn.execute(_ROWS))
+                conn.execute(_INTEGRITY[True]).fetchall()
+                conn.execute(_META_TEXT).fetchall()
+            conn.execute(f"DETACH {db.ATTACHED}")
+        return
+
+    def qualified(sql: str, name: str) -> str:
+        return re.sub(
+            r"FROM (session_meta|producers|cost_ledger|plan_items)\b", rf"FROM {name}.\1", sql
+        )
+
+    made: dict[int, tuple[str, str]] = {}
+    for i in range(0, len(files), k):
+        batch = files[i : i + k]
+        names = [f"s{j}" for j in range(len(batch))]
+        for name, f in zip(names, batch, strict=True):
+            conn.execute(f"ATTACH ? AS {name}", (uri(f),))
+        if statements:
+            if len(batch) not in made:
+                made[len(batch)] = (
+                    " UNION ALL ".join(
+                        f"SELECT {j}, type, name, tbl_name, sql FROM {n}.sqlite_schema"
+                        for j, n in enumerate(names)
+                    ),
+                    " UNION ALL ".join(
+                        f"SELECT * FROM ({qualified(_META_TEXT, n)})" for n in names
+                    ),
+                )
+            schema, meta = made[len(batch)]
+            tuple(conn.execute(schema))
+            for n in names:
+                conn.execute(f"PRAGMA {n}.quick_check(20)").fetchall()
+            conn.execute(meta).fetchall()
+        for name in names:
+            conn.execute(f"DETACH {name}")
+    conn.limit(apsw.SQLITE_LIMIT_ATTACHED, 2)
+
+
+def attach_batches(root: Path, n: int, rounds: int = 3) -> str:
+    """CPU per file of the shared reader's SQL (no stat pass, probe or Python around it), one
+    file ATTACHed at a time against batches of 4, 8 and 16 (best of ``rounds`` alternating
+    passes over ``n`` warm files of another writer, migrated), beside the bare loop."""
+    d = tree(root, "other", n)
+    _warm(d)
+    files = sorted(str(p) for p in d.glob("*.sqlite"))
+    fns = {"bare loop": functools.partial(bare, "quick", d)}
+    for statements in (False, True):
+        what = "quick-check SQL" if statements else "ATTACH + DETACH"
+        for k in (0, 4, 8, 16):
+            label = f"{what}, {'one at a time' if k == 0 else f'batches of {k}'}"
+            fns[label] = functools.partial(_batched_sql, files, k, statements=statements)
+    best = dict.fromkeys(fns, float("inf"))
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.process_time()
+            fn()
+            best[name] = min(best[name], (time.process_time() - t) / len(files) * 1e6)
+    lines = [
+        f"Shared reader's SQL, CPU per file (µs), best of {rounds} alternating passes over {n}"
+        f" warm files (another writer, migrated); load average {load} at the start",
+        "",
+        "| what | µs per file |",
+        "|---|---:|",
+    ]
+    lines += [f"| {name} | {v:.0f} |" for name, v in best.items()]
+    lines.append(f"\nload average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bare", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
@@ -387,9 +477,25 @@ def main() -> None:
         metavar="N",
         help="only the in-process CPU per file over N warm files (bare, check_path, stream)",
     )
+    ap.add_argument(
+        "--attach-batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the shared reader's SQL per file over N warm files, one file ATTACHed at a "
+        "time against batches of 4, 8 and 16",
+    )
     args = ap.parse_args()
     if args.bare:
         bare(args.bare[0], Path(args.bare[1]))
+        return
+    if args.attach_batch:
+        root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+        try:
+            print(attach_batches(root, args.attach_batch))
+        finally:
+            if args.keep is None:
+                shutil.rmtree(root)
         return
     if args.in_process:
         root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
