@@ -389,12 +389,17 @@ _URI_PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*")
 
 def _uri(path: Path | str, **params: str) -> str:
     q = "&".join(f"{k}={v}" for k, v in params.items())
+    return _uri_path(path) + ("?" + q if q else "")
+
+
+def _uri_path(path: Path | str) -> str:
+    """``file:`` and the absolute path, quoted where it must be (no query)."""
     s = os.fspath(path)
     if not s.startswith("/"):
         s = str(Path(s).absolute())
     if not _URI_PLAIN.fullmatch(s):  # measured: quote() was 5 % of a quick check of a file
         s = quote(s, safe="/")
-    return "file:" + s + ("?" + q if q else "")
+    return "file:" + s
 
 
 def harden(conn: apsw.Connection) -> None:
@@ -715,8 +720,7 @@ def _drop_shared() -> None:
     _SHARED = None
 
 
-@contextmanager
-def attached_immutable(path: Path | str) -> Iterator[apsw.Connection]:
+class attached_immutable:  # named as the function it replaced: ``with attached_immutable(p)``
     """The database file ``path`` ATTACHed read-only and ``immutable`` (no locks, nothing
     created or written beside it) to :func:`shared_reader`, as schema :data:`ATTACHED`; detached
     on leaving. Only for a file the caller has judged (a regular file, owner-only, no link) and
@@ -724,16 +728,32 @@ def attached_immutable(path: Path | str) -> Iterator[apsw.Connection]:
     caller compares ``lstat`` before and after, as for :func:`open_readonly`'s ``immutable``.
     Statements must name the schema (``s.sqlite_schema``, ``PRAGMA s.user_version``) where
     SQLite would otherwise use the empty main database; a table name alone finds the file's.
-    Raises APSW's errors untranslated (the caller decides what they mean)."""
-    conn = shared_reader()
-    conn.execute(f"ATTACH ? AS {ATTACHED}", (_uri(path, mode="ro", immutable="1"),))
-    try:
-        yield conn
-    finally:
+    Raises APSW's errors untranslated (the caller decides what they mean).
+
+    A class, not a generator-based context manager, and the URI's query fixed: both are paid
+    per file of ``check --all`` (measured: ~14 µs per file less in the loaded, cache-cold
+    loop, though ~3 µs alone)."""
+
+    __slots__ = ("conn", "path")
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+
+    def __enter__(self) -> apsw.Connection:
+        conn = shared_reader()
+        conn.execute(_ATTACH, (_uri_path(self.path) + "?mode=ro&immutable=1",))
+        self.conn = conn
+        return conn
+
+    def __exit__(self, *exc: object) -> None:
         try:
-            conn.execute(f"DETACH {ATTACHED}")
+            self.conn.execute(_DETACH)
         except apsw.Error:
             _drop_shared()  # a statement left open on the file: the next file gets a new one
+
+
+_ATTACH = f"ATTACH ? AS {ATTACHED}"
+_DETACH = f"DETACH {ATTACHED}"
 
 
 def open_readonly_alone(path: Path) -> ReadConnection:
