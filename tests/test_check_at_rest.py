@@ -302,6 +302,7 @@ NEIGHBOUR_CASES = {
     "invalid_text": CASES["invalid_text_producers"],
     "trigger": CASES["trigger"],
     "meta_id_mismatch": "UPDATE session_meta SET session_id = '01ARZ3NDEKTSV4RRFFQ69G5FAV'",
+    "meta_multiple": CASES["meta_multiple"],
     "damaged_page": "",
 }
 
