@@ -1,18 +1,24 @@
 """Every command the ``agentdb`` group has, one module each, imported only when it runs.
 
-``agentdb check`` should not pay for importing the salvage engines; the group resolves a
-command's module the first time the command is looked up (help and man pages included).
+``agentdb check`` should not pay for importing the salvage engines, nor ``agentdb --help`` for
+importing every command: the group resolves a command's module the first time the command is
+looked up to run it or show its own help (man pages too). The group's command list and shell
+completion of command names read :data:`SUMMARY` instead, a static copy of each command's short
+help that ``tests/cli/test_lazy.py`` compares with the real commands.
 """
 
 from __future__ import annotations
 
 import importlib
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from agentdb.cli import examples, output
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 # command name -> "module:attribute"
 LAZY: dict[str, str] = {
@@ -29,6 +35,34 @@ LAZY: dict[str, str] = {
     "restore": "agentdb.cli.restore:restore_cmd",
     "sessions": "agentdb.cli.sessions:sessions_cmd",
     "status": "agentdb.cli.status:status_cmd",
+}
+
+# command name -> its short help as ``agentdb --help`` lists it (``get_short_help_str(1000)``);
+# a test fails when a command's docstring and this line part
+SUMMARY: dict[str, str] = {
+    "backup": "Copy sessions consistently, even while the kernel is writing them; run it again "
+    "and again into the same folder.",
+    "check": "Verify session files: type, owner and mode, identity, integrity, schema, "
+    "consistency, content hashes and WAL, and report each session's verdict.",
+    "demo": "Build a realistic sample state in DIRECTORY (default: a new temporary directory) "
+    "and run check, recover, migrate and prune on it.",
+    "events": "Print a session's events in sequence order (the only ordering authority).",
+    "migrate": "Bring sessions to the current schema revision, ahead of the kernel's first open.",
+    "plugins": "The plugin cache as retained sessions see it (agentdb never deletes from it).",
+    "preflight": "List the producers the session used that the plugin cache lacks: what you "
+    "would need to install to replay it.",
+    "prune": "Remove the sessions you select, refusing those that must stay.",
+    "recover": "Salvage damaged sessions into replacements, keeping each original as "
+    "<id>.sqlite.corrupt (then .corrupt.1, ...) with its WAL beside it.",
+    "report": "One self-contained HTML page (inline SVG, no script, no network): health "
+    "overview, cost per day and per model, the session tree, the cached plugin versions "
+    "sessions pin, and the recovery history with the event sequences each recovery lost.",
+    "restore": "Put verified backup copies back in place of the session files.",
+    "sessions": "Cross-session queries: list sessions, show one, draw the parent/child tree; "
+    "end sessions whose kernel died.",
+    "status": "One screen: sessions by status and by verdict, interrupted sessions, sessions "
+    "needing migration, damaged ones, total size, recoveries logged, cached plugin versions "
+    "sessions pin, and the next commands to run.",
 }
 
 
@@ -114,9 +148,7 @@ def common_options(cmd: click.Command, path: str = "") -> click.Command:
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use; each gets
-    :func:`common_options`."""
-
-    format_commands = _format_commands
+    :func:`common_options`. Listing them (help, completion) imports none."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY})
@@ -127,3 +159,35 @@ class LazyGroup(click.Group):
             cmd: Any = getattr(importlib.import_module(module), attr)
             self.add_command(common_options(cmd, cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def summary(self, ctx: click.Context, cmd_name: str, limit: int = 1000) -> str | None:
+        """A command's short help, without importing it when :data:`SUMMARY` has it; None for
+        a hidden or unknown command."""
+        if cmd_name not in self.commands and cmd_name in SUMMARY:  # click's own shortening
+            return click.Command(cmd_name, help=SUMMARY[cmd_name]).get_short_help_str(limit)
+        sub = self.get_command(ctx, cmd_name)
+        return None if sub is None or sub.hidden else sub.get_short_help_str(limit=limit)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with whole summaries, wrapped rather than cut at the terminal width."""
+        rows = []
+        for name in self.list_commands(ctx):
+            text = self.summary(ctx, name)
+            if text is not None:
+                rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Command names (with click's 45-character summaries) and the group's options."""
+        from click.shell_completion import CompletionItem
+
+        results = []
+        for name in self.list_commands(ctx):
+            if name.startswith(incomplete):
+                text = self.summary(ctx, name, limit=45)
+                if text is not None:
+                    results.append(CompletionItem(name, help=text))
+        results.extend(click.Command.shell_complete(self, ctx, incomplete))
+        return results
