@@ -6,14 +6,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import click.shell_completion
 
 from agentdb import errors, paths
 from agentdb.cli import output
 from agentdb.cli.params import TABLE_FORMAT
+
+if TYPE_CHECKING:  # imported by completion itself, not by every command
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,7 +84,7 @@ class SessionIdType(click.ParamType):
 
     def shell_complete(
         self, ctx: click.Context, param: click.Parameter, incomplete: str
-    ) -> list[click.shell_completion.CompletionItem]:
+    ) -> list[CompletionItem]:
         """The session ids in the sessions directory that start with what was typed (file names
         only: completion never opens a session file)."""
         from click.shell_completion import CompletionItem

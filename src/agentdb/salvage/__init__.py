@@ -27,11 +27,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agentdb import db, errors, fsutil, locks, paths, recoverylog, swap
-from agentdb.salvage.execution import execute
+from agentdb import db, errors, fsutil, locks, paths, recoverylog
 from agentdb.salvage.outcome import OUTCOMES, Outcome, RecoveryOutcome, RecoveryReport
 from agentdb.salvage.planning import RecoveryPlan, plan
+
+if TYPE_CHECKING:  # imported when a job executes: `recover --dry-run` never needs it
+    from agentdb.salvage.execution import execute
 
 __all__ = [
     "OUTCOMES",
@@ -44,6 +47,15 @@ __all__ = [
     "recover_session",
     "recover_sessions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``salvage.execute``, imported on first use (with the swap protocol it runs)."""
+    if name == "execute":
+        from agentdb.salvage.execution import execute
+
+        return execute
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def recover_sessions(
@@ -102,6 +114,8 @@ def recover_session(
     try:
         with locks.hold_waiting(path, wait or 0.0) as fd:
             if not dry_run:
+                from agentdb import swap
+
                 swap.remove_job_files(path)
             with fsutil.private_workdir("agentdb-recover-") as work:
                 p = plan(path, session_id, fd, work, log)
@@ -111,6 +125,8 @@ def recover_session(
                         p.outcome.notes.append("dry run: nothing was changed")
                     return p.outcome
                 out = p.outcome
+                from agentdb.salvage.execution import execute
+
                 return execute(p, log)
     except errors.SessionLive as e:
         out.outcome = "skipped_live"
@@ -145,6 +161,8 @@ def _failed(
     failure = fsutil.os_error(e) if isinstance(e, OSError) else e
     out.error = failure
     if not dry_run:
+        from agentdb import swap
+
         with contextlib.suppress(OSError):  # the system may refuse this too (EROFS, EIO)
             swap.remove_job_files(path)
     out.outcome = "failed"

@@ -15,7 +15,6 @@ merge works on rows as before. The replacement is written row by row, each value
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,11 @@ import apsw
 
 from agentdb import db
 from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets, Verified
+
+try:  # CPython's own BLAKE2b, as agentdb.hashing takes it: hashlib would load OpenSSL
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - another Python: the same function through hashlib
+    from hashlib import blake2b
 
 SPILL_AT = 4096  # values this long or longer are kept apart from the rows
 MEMORY_BUDGET = 8 << 20  # bytes of such values kept in memory before they go to the database
@@ -35,7 +39,7 @@ _last: list[Any] = [None, b""]  # the last value digested and its digest (compar
 def _digest(data: bytes) -> bytes:
     if _last[0] is data:
         return bytes(_last[1])
-    digest = hashlib.blake2b(data, digest_size=20).digest()
+    digest = blake2b(data, digest_size=20).digest()
     _last[0], _last[1] = data, digest
     return digest
 
