@@ -15,8 +15,6 @@ from typing import Any
 
 import click
 
-from agentdb.durations import parse_duration
-
 INT64_MAX = 2**63 - 1  # SQLite's integers: a larger sequence number cannot exist
 
 
@@ -30,6 +28,8 @@ class DurationType(click.ParamType):
     ) -> dt.timedelta:
         if isinstance(value, dt.timedelta):
             return value
+        from agentdb.durations import parse_duration  # only a command given a duration uses it
+
         try:
             return parse_duration(str(value))
         except (ValueError, OverflowError) as e:
@@ -51,12 +51,13 @@ class AgeType(click.ParamType):
         if isinstance(value, dt.timedelta):
             return value
         text = str(value)
+        from agentdb.durations import parse_duration, parse_timestamp
+
         try:
             return parse_duration(text)
         except (ValueError, OverflowError) as e:
             if not text[:1].isdigit() or "-" not in text:
                 self.fail(str(e), param, ctx)
-        from agentdb.durations import parse_timestamp
 
         t = parse_timestamp(text)
         if t is None:
