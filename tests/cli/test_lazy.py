@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,9 @@ def test_a_command_imports_no_other_command(
     assert code in (0, 1)
     assert OWN[command] in modules  # the log is there
     assert others(command, modules) == []
+    # nor what neither path uses: OpenSSL (BLAKE2b comes from _blake2), a worker pool, ctypes
+    for unused in ("_hashlib", "multiprocessing", "ctypes", "csv"):
+        assert unused not in modules, unused
     if command == "recover" and "--dry-run" in args:  # planned, not executed
         assert "agentdb.salvage.execution" not in modules
 
@@ -135,3 +139,23 @@ def test_help_of_one_command_imports_that_command_only(tmp_path: Path) -> None:
     assert code == 0
     assert OWN["recover"] in modules
     assert others("recover", modules) == []
+
+
+def test_a_recovery_imports_no_other_command(tmp_path: Path, demo_state: demo.DemoState) -> None:
+    """The whole job on a copy of a damaged session: engines, replacement, swap, log."""
+    damaged = demo_state.by_role("damaged").path
+    sessions = tmp_path / "sessions"
+    sessions.mkdir(mode=0o700)
+    for suffix in ("", "-wal", "-journal"):  # the file and any sidecar
+        p = damaged.with_name(damaged.name + suffix)
+        if p.exists():
+            shutil.copyfile(p, sessions / p.name)
+            os.chmod(sessions / p.name, 0o600)
+    sid = damaged.name.removesuffix(".sqlite")
+    code, modules = loaded(tmp_path, "--sessions-dir", str(sessions), "recover", sid)
+    assert code == 0
+    assert (sessions / f"{sid}.sqlite.corrupt").exists()  # it did recover
+    assert "agentdb.salvage.execution" in modules
+    assert others("recover", modules) == []
+    for unused in ("_hashlib", "multiprocessing", "ctypes", "csv"):
+        assert unused not in modules, unused
