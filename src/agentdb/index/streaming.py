@@ -54,7 +54,7 @@ def stream(
     list and tree views, which do not show them."""
     out = Stream(sessions_dir, iter(()))
     stamped = time.time_ns()  # before any lstat: every identity is at least this recent
-    ids, names = stat.walk_ids(sessions_dir)
+    ids, others = stat.walk_ids(sessions_dir)
     directory = verdicts.directory_key(sessions_dir)
     conn = None
     if not store.usable_for(sessions_dir, cache_dir):
@@ -65,7 +65,7 @@ def stream(
     else:
         conn = _open(directory, cache_dir, out.notes)
     out.used_index = conn is not None
-    out.records = _merge(out, conn, ids, names, stamped, directory, cache_dir, extras, jobs)
+    out.records = _merge(out, conn, ids, others, stamped, directory, cache_dir, extras, jobs)
     return out
 
 
@@ -109,7 +109,7 @@ def _merge(
     out: Stream,
     conn: apsw.Connection | None,
     ids: list[str],
-    names: set[str],
+    others: set[str],
     stamped: int,
     directory: str,
     cache_dir: Path | None,
@@ -142,10 +142,9 @@ def _merge(
             for sid in ids[start : start + WINDOW]:
                 name = sid + paths.SESSION_SUFFIX
                 while pending is not None and pending[0] < name:
-                    if pending[0] not in names:
-                        gone.append(pending[0])
+                    gone.append(pending[0])  # ids come in order: a smaller one is not listed
                     pending = advance()
-                s = stat.seen(paths.Entry(sid, child(name)), names, where)
+                s = stat.seen(paths.Entry(sid, child(name)), others, where)
                 rec = None
                 if pending is not None and pending[0] == name:
                     row = pending[1]
@@ -178,8 +177,7 @@ def _merge(
                         writer.add(rec, s.name, s.key, stamped)
                 yield rec
         while pending is not None:
-            if pending[0] not in names:
-                gone.append(pending[0])
+            gone.append(pending[0])  # past the last listed id
             pending = advance()
         finished = True
     except KeyboardInterrupt:
