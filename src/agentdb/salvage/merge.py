@@ -95,6 +95,7 @@ class _Merger:
         self.sources: dict[str, Counter[str]] = {t: Counter() for t in tables.TABLES}
         self.notes: list[str] = []
         self.drop, self.suspect = _structural_suspects(page, rows)
+        self.in_bounds = _in_bounds_copies(page)
         # events taken from a tier below the live b-tree (key -> True)
         self.gap_filled: MutableMapping[Any, bool] = store.map("gap_filled")
         self.dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
@@ -132,11 +133,19 @@ class _Merger:
             return False
         if table == "session_meta" and self.rows[table] and source not in ("live", "rows"):
             return False
+        if source in _THROUGH_LIVE and source != "live" and self.misplaced(table, key, row):
+            return False  # the live tier gives this key's in-bounds copy
         self.rows[table][key] = row
         self.sources[table][source] += 1
         if table == "events" and source in _GAP_FILLERS:
             self.gap_filled[key] = True
         return True
+
+    def misplaced(self, table: str, key: Any, row: Row) -> bool:
+        """SQLite's copy of ``key`` came from a cell outside its leaf's key range (it differs
+        from the cell the page engine found for that key where the key belongs)."""
+        copy = self.in_bounds[table].get(key)
+        return copy is not None and copy != row and not self.vouched(table, key, row)
 
     def take_read(self) -> None:
         """The rows SQLite read (engine b); with the page engine's view, each is confirmed by
@@ -162,10 +171,14 @@ class _Merger:
             row = got.get(key)
             if row is not None and not self.vouched(table, key, row):
                 barred.add(key)  # what put() refuses
+        self.dropped[table] |= barred
+        for key in self.in_bounds[table]:
+            row = got.get(key)
+            if row is not None and self.misplaced(table, key, row):
+                barred.add(key)  # put() refuses it too: the live tier gives the in-bounds copy
         n = dst.copy_from(got)
         for key in barred:
             del dst[key]
-        self.dropped[table] |= barred
         if n > len(barred):
             self.sources[table]["rows"] += n - len(barred)
         if self.page is None:
@@ -455,6 +468,20 @@ def _beside_verified(
             yield k, v, None, None
     else:
         yield from page.verified.beside(events)
+
+
+def _in_bounds_copies(page: PageSalvage | None) -> dict[str, dict[Any, Row]]:
+    """table -> key -> the live, in-bounds copy the page engine decoded, for every key it also
+    found in a cell outside its leaf's key range."""
+    out: dict[str, dict[Any, Row]] = {t: {} for t in tables.TABLES}
+    if page is None:
+        return out
+    for table, keys in page.misplaced.items():
+        for key in keys:
+            live = page.candidates.of_key(table, LIVE, key)
+            if live:
+                out[table][key] = live[0].row
+    return out
 
 
 def _structural_suspects(

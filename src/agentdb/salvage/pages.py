@@ -82,6 +82,10 @@ class PageSalvage:
     # Keys (table -> keys) of rows no hash vouches for that were read from a page image on which
     # something else did not parse or validate (damage there may have rewritten their bytes too).
     doubtful: dict[str, set[Any]] = field(default_factory=dict)
+    # Keys (table -> keys) of rows read from a live leaf outside the key range its parent gives
+    # it: a flipped key, or a page in the wrong place. SQLite's own read returns such a cell as
+    # if it belonged there, so where an in-bounds live cell holds the same key, that one wins.
+    misplaced: dict[str, set[Any]] = field(default_factory=dict)
 
     @property
     def fully_understood(self) -> bool:
@@ -411,6 +415,10 @@ def _walk_live(r: _PageReader) -> None:
         rec = r.record(cell, get)
         if rec is not None:
             r.accept(rec, cell.rowid, STRAY, where)
+            got = tables.classify(rec, cell.rowid)
+            if got is not None and got[0] in tables.TABLES:
+                key = tables.key_of(got[0], tables.normalise(got[0], got[1]))
+                out.misplaced.setdefault(got[0], set()).add(key)
         r.chain = None
     _cross_links(chains, out)
     for key, chain in chains.items():
