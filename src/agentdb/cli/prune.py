@@ -160,6 +160,11 @@ def prune_cmd(
         use_index=not no_index,
         jobs=jobs or default_jobs(),
     )
+    with plan:  # its scratch database goes when the command ends, however it ends
+        return _run(plan, dry_run=dry_run, yes=yes, as_json=as_json, fmt=fmt)
+
+
+def _run(plan: prune.PrunePlan, *, dry_run: bool, yes: bool, as_json: bool, fmt: str) -> int:
     for n in plan.notes_index:
         output.note(n)
     for n in plan.notes:

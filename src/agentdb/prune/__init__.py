@@ -5,15 +5,10 @@ sessions the operator selects, and refuses those that must stay: running, live, 
 cached plugin version, parent of a session that stays, or unreadable. See ``docs/prune.md``.
 """
 
+from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.execution import PruneResult, dry_run, execute
-from agentdb.prune.planning import (
-    PruneDecision,
-    PrunePlan,
-    Reason,
-    Selectors,
-    VersionUse,
-    plan,
-)
+from agentdb.prune.planning import plan
+from agentdb.prune.selection import Selectors
 
 __all__ = [
     "PruneDecision",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from agentdb import errors, faults, fsutil, index, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
-from agentdb.prune.planning import PruneDecision, PrunePlan, Reason, VersionUse
+from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key, status_held
 from agentdb.results import PruneReasonCode
 from agentdb.schema.enums import RUNNING
@@ -137,12 +137,8 @@ def dry_run(plan: PrunePlan) -> PruneResult:
         would_remove_files=[n for d in plan.removals for n in d.files],
         versions=plan.version_uses(),
         include_pinned=plan.include_pinned,
-        unknown_references=_unknown(plan, {d.session_id for d in plan.removals}),
+        unknown_references=plan.unknown_count(d.session_id for d in plan.removals),
     )
-
-
-def _unknown(plan: PrunePlan, removed: set[str]) -> int:
-    return sum(1 for sid in plan.unknown_references if sid not in removed)
 
 
 class _Changed(Exception):
@@ -163,7 +159,7 @@ def execute(plan: PrunePlan) -> PruneResult:
         result.interrupted = True
     result.versions = plan.version_uses(result.removed)
     result.include_pinned = plan.include_pinned
-    result.unknown_references = _unknown(plan, set(result.removed))
+    result.unknown_references = plan.unknown_count(result.removed)
     return result
 
 
@@ -180,8 +176,10 @@ def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
         sid = s.entry.session_id
         if sid in removing:
             continue
-        if s.key is not None and plan.seen.get(sid) == s.key and sid in plan.parents:
-            parent = plan.parents[sid]
+        listed, key = plan.planned_identity(sid)
+        known, planned = plan.planned_parent(sid)
+        if s.key is not None and listed and key == s.key and known:
+            parent = planned
         else:
             rec = index.record.read(s.entry)
             parent = rec.info.parent_session_id if rec.info is not None else None
@@ -246,8 +244,9 @@ def _judge_held(plan: PrunePlan, d: PruneDecision, main: Path) -> None:
         problem = quick_problem(main, held=True)
         if problem is not None:
             raise _Damaged(problem)
-    changed = sid in plan.seen and index.stat.seen(paths.Entry(sid, main)).key != plan.seen[sid]
-    if (changed or sid in plan.racy) and sid in plan.statuses:
+    listed, key = plan.planned_identity(sid)
+    changed = listed and index.stat.seen(paths.Entry(sid, main)).key != key
+    if (changed or plan.is_racy(sid)) and sid in plan.statuses:
         status = status_held(main)
         if status != plan.statuses[sid] or status == RUNNING:
             raise _Changed(

@@ -27,9 +27,9 @@ JUDGE_THRESHOLD = 50  # fewer files than this are judged in this process (as che
 _T = TypeVar("_T")
 
 # Every name prune may ever touch: the session file and what SQLite and agentdb keep beside it.
-_NAME_RE = re.compile(rf"(?P<id>{ULID_RE.pattern})\.sqlite(?P<rest>.*)", re.DOTALL)
-_SIDECAR_RE = re.compile(r"-(?:wal|shm|journal)")
-_CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
+NAME_RE = re.compile(rf"(?P<id>{ULID_RE.pattern})\.sqlite(?P<rest>.*)", re.DOTALL)
+SIDECAR_RE = re.compile(r"-(?:wal|shm|journal)")
+CORRUPT_RE = re.compile(r"\.corrupt(?:\.[0-9]+)?(?:-(?:wal|shm|journal))?")
 
 
 @dataclass(slots=True)
@@ -53,16 +53,16 @@ def group_names(sessions_dir: Path) -> dict[str, Files]:
     out: dict[str, Files] = {}
     with os.scandir(sessions_dir) as it:
         for de in it:
-            m = _NAME_RE.fullmatch(de.name)
+            m = NAME_RE.fullmatch(de.name)
             if m is None:
                 continue
             f = out.setdefault(sys.intern(m.group("id")), Files())
             rest = m.group("rest")
             if rest == "":
                 f.main = True
-            elif _SIDECAR_RE.fullmatch(rest):
+            elif SIDECAR_RE.fullmatch(rest):
                 f.sidecars.append(de.name)
-            elif _CORRUPT_RE.fullmatch(rest):
+            elif CORRUPT_RE.fullmatch(rest):
                 f.corrupt.append(de.name)
             elif rest == INTENT:
                 f.intent = True
