@@ -159,16 +159,18 @@ def _plan(
             for sid in page:
                 f = store.get(sid)
                 if confirm(sessions_dir, f, store.identity(sid)):
-                    store.put(f, fresh=False)
+                    store.put(f, fresh=False, first=True)  # its stamp and size; refs as they were
                     ok.append(sid)
             store.set_flag("confirmed", ok)
-        for page in store.ids("f.confirmed"):
-            for sid, (problem, status) in judge_each(page).items():
-                info = store.get(sid).info
+        for rows in store.pages("f.confirmed"):
+            infos = {sid: info for sid, info, _ in rows}
+            said = judge_each(list(infos))
+            for sid, (_, status) in list(said.items()):
+                info = infos[sid]
                 if info is None or status != info.status:
                     store.set_flag("confirmed", [sid], 0)  # the index's row is not the file's
-                else:
-                    store.judged_as(sid, (problem, status))
+                    del said[sid]
+            store.judged_as(said)
         read_fresh_where("f.matched AND NOT f.fresh AND NOT f.confirmed")
         for rows in store.pages("f.matched"):
             store.set_flag(
@@ -238,8 +240,7 @@ def _plan(
             for s in candidates[i : i + PAGE]
             if store.judgement(s) is None and needs_judge(store.get(s))
         ]
-        for sid, j in judge_each(todo).items():
-            store.judged_as(sid, j)
+        store.judged_as(judge_each(todo))
     decisions: dict[str, PruneDecision] = {}
     for sid in candidates:
         f = store.get(sid)

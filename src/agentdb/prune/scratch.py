@@ -233,7 +233,7 @@ class PlanStore:
 
     def put(self, f: Facts, *, fresh: bool, first: bool = False) -> None:
         """Record (or replace) what the plan knows of one session; what it decided stays.
-        ``first``: the plan has recorded nothing of it yet."""
+        ``first``: the plan has recorded nothing of it yet, or not other references."""
         info = f.info
         absent = f.entry_kind == "absent"
         readable = f.readable
@@ -324,9 +324,11 @@ class PlanStore:
             (n,),
         )
 
-    def judged_as(self, sid: str, j: Judged) -> None:
-        self.conn.execute(
-            "UPDATE facts SET judged=1, jproblem=?, jstatus=? WHERE id=?", (j[0], j[1], sid)
+    def judged_as(self, judged: dict[str, Judged]) -> None:
+        """What check's judge said of each of these sessions."""
+        self.conn.executemany(
+            "UPDATE facts SET judged=1, jproblem=?, jstatus=? WHERE id=?",
+            ((j[0], j[1], sid) for sid, j in judged.items()),
         )
 
     def judgement(self, sid: str) -> Judged | None:
