@@ -85,8 +85,8 @@ class PrunePlan:
     notes_index: list[str] = field(default_factory=list)  # why the index was not used (stderr)
     store: PlanStore | None = field(default=None, repr=False)  # the scratch database
 
-    def open_store(self, pins: Pins) -> PlanStore:
-        self.store = PlanStore(pins)
+    def open_store(self, pins: Pins, *, memory: bool = False) -> PlanStore:
+        self.store = PlanStore(pins, memory=memory)
         return self.store
 
     def close(self) -> None:

@@ -38,7 +38,7 @@ from agentdb.prune.scan import (
     read_facts,
     read_intent,
 )
-from agentdb.prune.scratch import PAGE, PlanStore
+from agentdb.prune.scratch import FAILURES, PAGE, PlanStore
 from agentdb.prune.selection import Selectors, matches
 
 FRESH_CHUNK = PAGE  # files read afresh per batch: their facts replace the index's as they come
@@ -75,15 +75,29 @@ def plan(
     selectors.validate()
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
     pins = Pins(plugins.cached_versions(plugin_cache))
-    store = result.open_store(pins)
-    try:
-        _plan(result, store, pins, selectors, now, wait, use_index, jobs)
-    except BaseException:
-        result.close()
-        raise
-    return result
+    why = None
+    while True:
+        result = PrunePlan(sessions_dir, include_pinned=selectors.include_pinned, wait=wait or 0.0)
+        store = result.open_store(pins, memory=why is not None)
+        why = why or store.why_memory
+        if why is not None:
+            result.notes_index.append(
+                f"agentdb: the plan's scratch database could not be written ({why}); "
+                "planned in memory"
+            )
+        try:
+            _plan(result, store, pins, selectors, now, wait, use_index, jobs)
+        except FAILURES as e:
+            result.close()
+            if not store.on_disk:
+                raise
+            why = str(e).split("\n")[0][:200]  # a full disk midway: again, in memory
+            continue
+        except BaseException:
+            result.close()
+            raise
+        return result
 
 
 def _plan(

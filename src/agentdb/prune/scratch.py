@@ -29,7 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentdb import db, fsutil, locks, paths, plugins
+import apsw
+
+from agentdb import db, errors, fsutil, locks, paths, plugins
 from agentdb.index import stat
 from agentdb.prune.scan import (
     CORRUPT_RE,
@@ -48,6 +50,9 @@ from agentdb.prune.scan import (
 )
 
 PAGE = 4096  # rows fetched at a time when a pass walks a table
+# What the scratch database raises when it cannot be written (a full disk, a file size limit):
+# the plan is then made again with the database in memory.
+FAILURES: tuple[type[BaseException], ...] = (apsw.Error,)
 
 _SCHEMA = """
 CREATE TABLE entry(
@@ -90,23 +95,39 @@ class PlanStore:
     """One plan's scratch database (see the module's docstring). Not shared between
     processes: worker processes never touch it."""
 
-    def __init__(self, pins: Pins) -> None:
+    def __init__(self, pins: Pins, *, memory: bool = False) -> None:
+        """On disk in a private work directory; in memory with ``memory``, or when that
+        directory or its database cannot be written (a full disk, a file size limit, a
+        read-only cache): then :attr:`why_memory` says why."""
         self.pins = pins
+        self.why_memory: str | None = "asked" if memory else None
         self._stack = contextlib.ExitStack()
-        try:
-            workdir = self._stack.enter_context(fsutil.private_workdir("agentdb-prune-"))
-            self.conn = db.open_private(workdir / "plan.sqlite")
-            self._stack.callback(self.conn.close)
-            db.exec_script(
-                self.conn,
-                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;"
-                "PRAGMA temp_store=FILE; PRAGMA cache_size=-4096;" + _SCHEMA + "BEGIN;",
-            )
-        except BaseException:
-            self._stack.close()
-            raise
+        if not memory:
+            try:
+                workdir = self._stack.enter_context(fsutil.private_workdir("agentdb-prune-"))
+                self._open(db.open_private(workdir / "plan.sqlite"))
+            except (OSError, apsw.Error, errors.AgentdbError) as e:
+                self._stack.close()
+                self._stack = contextlib.ExitStack()
+                self.why_memory = str(e).split("\n")[0][:200]
+                memory = True
+        if memory:
+            self._open(db.open_memory())
         self._pid = os.getpid()
         self._closer = weakref.finalize(self, _close, self._stack, self._pid)
+
+    @property
+    def on_disk(self) -> bool:
+        return self.why_memory is None
+
+    def _open(self, conn: Any) -> None:
+        self.conn = conn
+        self._stack.callback(conn.close)
+        db.exec_script(
+            conn,
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;"
+            "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-4096;" + _SCHEMA + "BEGIN;",
+        )
 
     def close(self) -> None:
         """Drop the database and its directory (idempotent)."""
@@ -321,7 +342,7 @@ class PlanStore:
         self.conn.execute(
             "UPDATE facts SET matched=0 WHERE id IN (SELECT id FROM facts WHERE matched AND "
             "readable ORDER BY id DESC LIMIT ?)",
-            (n,),
+            (min(n, 2**63 - 1),),  # any larger count keeps every match, as this does
         )
 
     def judged_as(self, judged: dict[str, Judged]) -> None:
