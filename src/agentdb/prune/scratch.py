@@ -4,7 +4,9 @@ rows, not objects, so a plan's memory does not grow with the sessions it does no
 It lives in a private 0700 work directory (:func:`agentdb.fsutil.private_workdir`: under
 agentdb's own cache, never in the sessions directory), is written by the plan and read by
 ``execute``, and goes with its directory when the plan is closed (or collected, or the process
-exits; a directory a killed job left is swept by the next job that makes one).
+exits; a directory a killed job left is swept by the next job that makes one). When it cannot
+be written (a full disk, a file size limit, a read-only cache) the plan is made with it in
+memory instead (:attr:`PlanStore.why_memory`, a note on stderr).
 
 Tables (one row per session id; ``facts`` rows only for the ids a plan looks at):
 
