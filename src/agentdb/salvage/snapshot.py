@@ -195,6 +195,11 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             _damaged(diag, f"WAL is another database's ({foreign}); salvaged from the file alone")
         elif "wal_frames_after_break" in scan.codes:
             _damaged(diag, "WAL: intact commits after a checksum break")
+        elif "wal_bad_header" in scan.codes:
+            # SQLite ignores the whole WAL, so its commits would be lost on the next open:
+            # check calls it corrupt; its frames are salvaged as older page copies.
+            n = len(scan.frames)
+            _damaged(diag, f"WAL: the header is damaged, so SQLite ignores its {n} frames")
     if snap.journal_note is not None:  # a journal that is not this database's
         _damaged(diag, snap.journal_note)
     # Messages about the private copy name the session file the operator knows.
