@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import apsw
 
-from agentdb import errors, fsutil
+from agentdb import errors, fsutil, hashing
 from agentdb.hashing import RAW_SQL_FUNCTION, SQL_FUNCTION, event_hash, event_hash_raw
 from agentdb.paths import sidecar
 
@@ -418,6 +418,17 @@ def harden(conn: apsw.Connection) -> None:
     conn.create_scalar_function(RAW_SQL_FUNCTION, _sql_event_hash_raw, 10, deterministic=True)
     conn.create_scalar_function(UTF8_SQL_FUNCTION, _utf8_ok, -1, deterministic=True)
     conn.create_scalar_function(READ_ALL_SQL_FUNCTION, _read_all, -1, deterministic=True)
+    # revision 3's hashes (design §3-§6): unused by revisions 1 and 2
+    for name, func, nargs in _REV3_FUNCTIONS:
+        conn.create_scalar_function(name, func, nargs, deterministic=True)
+
+
+_REV3_FUNCTIONS = (
+    (hashing.ROW_HASH_SQL_FUNCTION, hashing.sql_row_hash, -1),
+    (hashing.CHAIN_HASH_SQL_FUNCTION, hashing.sql_chain_hash, 5),
+    (hashing.GENESIS_SQL_FUNCTION, hashing.sql_genesis, 1),
+    (hashing.GAPS_HASH_SQL_FUNCTION, hashing.sql_gaps_hash, 1),
+)
 
 
 def _sql_event_hash(*values: Any) -> bytes:

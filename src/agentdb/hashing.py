@@ -1,13 +1,20 @@
-"""The per-event content hash of revision 2 and later.
+"""The per-event content hash of revision 2 and later, and the hashes of revision 3.
 
 BLAKE2b with a 16-byte digest over every column of the row, ``sequence`` included, each value
 framed by a type tag and its length, so no two different rows hash alike by concatenation.
 Released: changing this function changes what every stored hash means.
+
+Revision 3 (docs/design/damage-evident-revision.md §3-§6; not released yet, reachable only
+explicitly) reuses the same framing for :func:`row_hash` (every table but ``events``), and adds
+:func:`chain_hash`, :func:`genesis` and :func:`gaps_hash`, each with its own BLAKE2b
+personalisation so that no hash of one kind can be taken for another. This module imports only
+the standard library: ``db`` registers its SQL functions, every layer above uses it.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Sequence
 
 try:  # CPython's own BLAKE2b, which hashlib re-exports; hashlib itself loads OpenSSL (4 ms of
     # every command's start-up) for algorithms this module never uses
@@ -142,3 +149,165 @@ def mismatch_sql(select: str = "sequence") -> str:
     stored: ``SELECT <select> FROM events ... WHERE content_hash IS NOT <hash>`` (in rowid
     order, no index: a damaged index must not hide a row). Every judge of hashes uses it."""
     return f"SELECT {select} FROM events NOT INDEXED WHERE content_hash IS NOT {hash_sql()}"
+
+
+# ------------------------------------------------------------------------------ revision 3
+# docs/design/damage-evident-revision.md §3. Golden vectors: tests/test_hashing.py.
+
+_ROW_PERSON = b"agentdb-row-v1"
+_CHAIN_PERSON = b"agentdb-chain-v1"
+_GENESIS_PERSON = b"agentdb-genesis1"
+_GAPS_PERSON = b"agentdb-gaps-v1"
+_COUNT = struct.Struct(">I")
+_NO_DERIVED = _COUNT.pack(0) * 3  # most events bind no derived row
+_TABLE_FRAMES: dict[str, bytes] = {}
+
+
+def _table_frame(table: str) -> bytes:
+    frame = _TABLE_FRAMES.get(table)
+    if frame is None:
+        frame = _TABLE_FRAMES[table] = _frame(table)
+    return frame
+
+
+def row_hash(table: str, values: Iterable[Value]) -> bytes:
+    """The ``content_hash`` of one row of ``table`` (any table but ``events``), from the values
+    the writer stores: frame(table name as TEXT) then every column in declared order, the row's
+    own ``content_hash`` excluded. ``str`` is framed as its UTF-8 bytes, what SQLite stores."""
+    parts = [_table_frame(table)]
+    add = parts.append
+    for v in values:
+        if type(v) is str:
+            data = v.encode("utf-8", "surrogatepass")
+            add(b"t" + _pack_len(len(data)) + data)
+        elif type(v) is bytes:
+            add(b"b" + _pack_len(len(v)) + v)
+        else:
+            add(_frame(v))
+    return blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_ROW_PERSON).digest()
+
+
+def row_hash_raw(table: str, text_mask: int, *values: Value) -> bytes:
+    """:func:`row_hash` of a row read with its TEXT values as their stored bytes (bit ``i`` of
+    ``text_mask``: value ``i`` is TEXT, passed as ``CAST(col AS BLOB)``). Never decodes: invalid
+    UTF-8 hashes as the bytes it is (unlike :func:`event_hash_raw`, design §3)."""
+    parts = [_table_frame(table)]
+    add = parts.append
+    for i, v in enumerate(values):
+        if type(v) is bytes:
+            add((b"t" if text_mask >> i & 1 else b"b") + _pack_len(len(v)) + v)
+        else:
+            add(_frame(v))
+    return blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_ROW_PERSON).digest()
+
+
+def genesis(session_id: str | bytes) -> bytes:
+    """The first event's ``prev_hash`` and an empty session's ``head_hash``: binds the chain to
+    its session (frame of the id's bytes, as a BLOB)."""
+    sid = session_id.encode("utf-8", "surrogatepass") if isinstance(session_id, str) else session_id
+    return blake2b(
+        b"b" + _pack_len(len(sid)) + sid, digest_size=HASH_SIZE, person=_GENESIS_PERSON
+    ).digest()
+
+
+def chain_hash(prev: bytes, content: bytes, derived: Sequence[Sequence[bytes]] = ()) -> bytes:
+    """An event's ``chain_hash``: H(prev ‖ content ‖ for ``cost_ledger``, ``plan_items``,
+    ``producers`` in that order: a 4-byte count ‖ the row hashes bound to the event, sorted).
+
+    ``derived`` holds those three lists (fewer: the rest are empty). Every hash must be
+    :data:`HASH_SIZE` bytes (ValueError otherwise: a verifier compares a damaged stored hash
+    before it chains it)."""
+    if len(prev) != HASH_SIZE or len(content) != HASH_SIZE:
+        raise ValueError("prev and content must be 16-byte hashes")
+    if len(derived) > 3:
+        raise ValueError("at most three derived tables: cost_ledger, plan_items, producers")
+    if not any(derived):
+        data = prev + content + _NO_DERIVED
+    else:
+        parts = [prev, content]
+        for hashes in (*derived, *((),) * (3 - len(derived))):
+            if any(len(h) != HASH_SIZE for h in hashes):
+                raise ValueError("derived row hashes must be 16 bytes")
+            parts.append(_COUNT.pack(len(hashes)))
+            parts.extend(sorted(hashes))
+        data = b"".join(parts)
+    return blake2b(data, digest_size=HASH_SIZE, person=_CHAIN_PERSON).digest()
+
+
+def gaps_hash(hashes: Sequence[bytes]) -> bytes:
+    """``session_chain.gaps_hash``: H(4-byte count ‖ every ``chain_gaps.content_hash`` in
+    ``chain_gaps.sequence`` order)."""
+    return blake2b(
+        _COUNT.pack(len(hashes)) + b"".join(hashes), digest_size=HASH_SIZE, person=_GAPS_PERSON
+    ).digest()
+
+
+def split_hashes(blob: bytes | None) -> list[bytes] | None:
+    """A concatenation of 16-byte hashes (SQL's ``group_concat``) as a list; NULL is none.
+    None when the length is not a multiple of 16."""
+    if blob is None:
+        return []
+    if len(blob) % HASH_SIZE:
+        return None
+    return [blob[i : i + HASH_SIZE] for i in range(0, len(blob), HASH_SIZE)]
+
+
+# The SQL functions ``db.harden`` registers (deterministic). Malformed input gives NULL, never an
+# exception: in a verifier NULL matches no stored hash; in a migration it fails NOT NULL.
+ROW_HASH_SQL_FUNCTION = "agentdb_row_hash"  # (table, text_mask, v1, ..., vn)
+CHAIN_HASH_SQL_FUNCTION = "agentdb_chain_hash"  # (prev, content, costs, plans, producers)
+GENESIS_SQL_FUNCTION = "agentdb_genesis"  # (session_id)
+GAPS_HASH_SQL_FUNCTION = "agentdb_gaps_hash"  # (concatenated gap hashes, or NULL for none)
+
+
+def sql_row_hash(*args: Value) -> bytes | None:
+    """``agentdb_row_hash(table, text_mask, v1, ..., vn)``: :func:`row_hash_raw`."""
+    if len(args) < 2:
+        return None
+    table, mask = args[0], args[1]
+    if type(table) is bytes:
+        try:
+            table = table.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if type(table) is not str or type(mask) is not int:
+        return None
+    return row_hash_raw(table, mask, *args[2:])
+
+
+def sql_chain_hash(*args: Value) -> bytes | None:
+    """``agentdb_chain_hash(prev, content, costs, plans, producers)``: :func:`chain_hash`, the
+    bound rows' hashes given as concatenations (any order; NULL: none)."""
+    if len(args) != 5:
+        return None
+    prev, content = args[0], args[1]
+    if type(prev) is not bytes or type(content) is not bytes:
+        return None
+    if len(prev) != HASH_SIZE or len(content) != HASH_SIZE:
+        return None
+    derived = []
+    for blob in args[2:]:
+        if blob is not None and type(blob) is not bytes:
+            return None
+        hashes = split_hashes(blob)
+        if hashes is None:
+            return None
+        derived.append(hashes)
+    return chain_hash(prev, content, derived)
+
+
+def sql_genesis(*args: Value) -> bytes | None:
+    """``agentdb_genesis(session_id)`` (TEXT or BLOB)."""
+    sid = args[0] if len(args) == 1 else None
+    if not isinstance(sid, (str, bytes)):
+        return None
+    return genesis(sid)
+
+
+def sql_gaps_hash(*args: Value) -> bytes | None:
+    """``agentdb_gaps_hash(concatenated gap hashes in sequence order, or NULL)``."""
+    blob = args[0] if len(args) == 1 else b"x"
+    if blob is not None and type(blob) is not bytes:
+        return None
+    hashes = split_hashes(blob)
+    return None if hashes is None else gaps_hash(hashes)
