@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
-from agentdb import db, errors, faults
+from agentdb import db, errors, faults, hashing
 from agentdb.schema import enums
 from agentdb.schema.revisions import (
     APPLICATION_ID,
+    COLUMNS,
     CURRENT_REVISION,
     DDL,
     REV2_EVENTS,
@@ -26,6 +28,14 @@ from agentdb.schema.revisions import (
     REV2_PLAN_ITEMS,
     REV2_PRODUCERS,
     REV2_SESSION_META,
+    REV3_BOUND,
+    REV3_CHAIN_GAPS,
+    REV3_COST_LEDGER,
+    REV3_EVENTS,
+    REV3_HASHED,
+    REV3_PLAN_ITEMS,
+    REV3_PRODUCERS,
+    REV3_SESSION_CHAIN,
 )
 
 
@@ -129,6 +139,204 @@ def ladder_is_contiguous() -> bool:
     return [s.revision for s in STEPS] == list(range(2, CURRENT_REVISION + 1))
 
 
+# ------------------------------------------------------------------------------ step 3
+# The damage-evident revision (docs/design/damage-evident-revision.md §10): NOT RELEASED and
+# NOT ON THE LADDER. Reachable only explicitly: ``apply_steps(conn, path, target=3,
+# steps=REV3_LADDER)``. Its text is pinned only once it is released.
+
+MIGRATION_START_SQL_FUNCTION = "agentdb_migration_start"  # the revision the ladder started at
+
+
+def _raw_args(table: str, prefix: str = "") -> str:
+    """SQL arguments ``text_mask, v1, ..., vn`` of ``agentdb_row_hash`` for the current row of
+    ``table``: TEXT as its stored bytes, never decoded."""
+    cols = tuple(prefix + c for c in REV3_HASHED[table])
+    vals = ", ".join(hashing.as_bytes_sql(c) for c in cols)
+    return f"{hashing.text_mask_sql(cols)}, {vals}"
+
+
+def _rehash(table: str, ddl: str) -> str:
+    cols = ", ".join(REV3_HASHED[table])
+    select = f"{cols}, {hashing.ROW_HASH_SQL_FUNCTION}('{table}', {_raw_args(table)})"
+    return _rebuild(table, ddl, cols + ", content_hash", select)
+
+
+def _bound(table: str, key: str) -> str:
+    # the bound rows' hashes, concatenated (NULL: none); the function sorts them
+    return (
+        f"(SELECT unhex(group_concat(hex(content_hash), '' ORDER BY content_hash)) "
+        f"FROM {table} WHERE {key} = e.sequence)"
+    )
+
+
+_EV = ", ".join(COLUMNS[1]["events"])
+_EV_E = ", ".join("e." + c for c in COLUMNS[1]["events"])
+_SESSION_BYTES = "(SELECT CAST(session_id AS BLOB) FROM session_meta)"
+# The chain is a fold (each link needs the one before): one recursive query walks events in
+# sequence order carrying (sequence, prev, link); the rows are copied, never updated in place.
+_EVENTS_3 = (
+    REV3_EVENTS.replace("CREATE TABLE events (", "CREATE TABLE events_agentdb_new (", 1)
+    + ";\n"
+    + f"INSERT INTO events_agentdb_new ({_EV}, content_hash, prev_hash, chain_hash) "
+    "WITH RECURSIVE ch(seq, prev, link) AS ("
+    f"SELECT -9223372036854775808, NULL, {hashing.GENESIS_SQL_FUNCTION}({_SESSION_BYTES}) "
+    "UNION ALL "
+    f"SELECT e.sequence, ch.link, {hashing.CHAIN_HASH_SQL_FUNCTION}(ch.link, e.content_hash, "
+    + ", ".join(_bound(t, k) for t, k in REV3_BOUND)
+    + ") FROM ch JOIN events e ON e.sequence = "
+    "(SELECT min(sequence) FROM events WHERE sequence > ch.seq)) "
+    f"SELECT {_EV_E}, e.content_hash, ch.prev, ch.link FROM ch "
+    "JOIN events e ON e.sequence = ch.seq ORDER BY ch.seq;\n"
+    "DROP TABLE events;\n"
+    "ALTER TABLE events_agentdb_new RENAME TO events;\n"
+)
+_HEAD_COLS = ", ".join(REV3_HASHED["session_chain"])
+# origin (bit 10) and origin_at (bit 12) are TEXT
+_HEAD_3 = (
+    f"INSERT INTO session_chain ({_HEAD_COLS}, content_hash) "
+    "SELECT 1, n, nc, np, nr, s, h, m, 0, g, 'migrated', r, t, "
+    f"{hashing.ROW_HASH_SQL_FUNCTION}('session_chain', 5120, 1, n, nc, np, nr, s, h, m, 0, g, "
+    "CAST('migrated' AS BLOB), r, CAST(t AS BLOB)) FROM (SELECT "
+    "(SELECT count(*) FROM events) AS n, "
+    "(SELECT count(*) FROM cost_ledger) AS nc, "
+    "(SELECT count(*) FROM plan_items) AS np, "
+    "(SELECT count(*) FROM producers) AS nr, "
+    "coalesce((SELECT max(sequence) FROM events), 0) AS s, "
+    "coalesce((SELECT chain_hash FROM events ORDER BY sequence DESC LIMIT 1), "
+    f"{hashing.GENESIS_SQL_FUNCTION}({_SESSION_BYTES})) AS h, "
+    f"(SELECT {hashing.ROW_HASH_SQL_FUNCTION}('session_meta', {_raw_args('session_meta')}) "
+    "FROM session_meta) AS m, "
+    f"{hashing.GAPS_HASH_SQL_FUNCTION}(NULL) AS g, "
+    f"{MIGRATION_START_SQL_FUNCTION}() AS r, "
+    "strftime('%Y-%m-%dT%H:%M:%fZ') AS t);\n"
+)
+_DERIVED_INDEXES = (
+    "CREATE INDEX idx_cost_ledger_event ON cost_ledger(event_sequence);\n"
+    "CREATE INDEX idx_plan_items_event ON plan_items(event_sequence);\n"
+)
+_EVENTS_INDEXES = REV2_INDEXES.replace(_DERIVED_INDEXES, "")
+assert _EVENTS_INDEXES != REV2_INDEXES
+
+
+def _text_precheck(table: str) -> Precheck:
+    cols = COLUMNS[1][table]
+    key = "rowid" if table == "producers" else cols[0]
+    parts = " || '|' || ".join(f"iif(typeof({c}) = 'text', {c}, '')" for c in cols)
+    return Precheck(
+        f"SELECT {key}, '{table}' FROM {table} NOT INDEXED "
+        f"WHERE NOT {db.UTF8_SQL_FUNCTION}(CAST({parts} AS BLOB)) ORDER BY rowid LIMIT 1",
+        "{value} row {key} holds TEXT that is not valid UTF-8 (damage, or another writer): "
+        "recover the session first (`agentdb recover`)",
+    )
+
+
+STEP_3 = Step(
+    revision=3,
+    description=(
+        "damage-evident rows: events.prev_hash and chain_hash, a content_hash on cost_ledger, "
+        "plan_items and producers, the session_chain head and chain_gaps"
+    ),
+    sql=(
+        _rehash("cost_ledger", REV3_COST_LEDGER)
+        + _rehash("plan_items", REV3_PLAN_ITEMS)
+        + _rehash("producers", REV3_PRODUCERS)
+        # the fold looks bound rows up by event: their indexes before the events rebuild
+        + _DERIVED_INDEXES
+        + _EVENTS_3
+        + _EVENTS_INDEXES
+        + REV3_SESSION_CHAIN
+        + ";\n"
+        + REV3_CHAIN_GAPS
+        + ";\n"
+        + _HEAD_3
+    ),
+    prechecks=(
+        # TEXT is hashed as its stored bytes: a UTF-16 file would hash other bytes than the
+        # writer later does (design §13 A2)
+        Precheck(
+            "SELECT 'encoding', encoding FROM pragma_encoding WHERE encoding <> 'UTF-8'",
+            "the database {key} is {value}, not UTF-8: convert it by dumping it into a new "
+            "UTF-8 file",
+        ),
+        Precheck(
+            "SELECT 'session_meta', count(*) FROM session_meta HAVING count(*) <> 1",
+            "{key} holds {value} rows, not exactly one: recover the session first "
+            "(`agentdb recover`)",
+        ),
+        # a damaged file is never hashed: revision 2's event hashes must hold first
+        Precheck(
+            hashing.mismatch_sql("sequence, 'events'") + " ORDER BY rowid LIMIT 1",
+            "{value} row sequence={key} does not match its content hash: recover the "
+            "session first (`agentdb recover`)",
+        ),
+        *(_text_precheck(t) for t in ("session_meta", "cost_ledger", "plan_items", "producers")),
+    ),
+)
+
+# The ladder with step 3, for explicit use only (tests, the release's preparation).
+REV3_LADDER: tuple[Step, ...] = (*STEPS, STEP_3)
+
+
+def head_problems(conn: apsw.Connection) -> list[str]:
+    """The quick proof of a revision-3 file's head (design §7 items 1-6), in Python over values
+    read back: one ``session_chain`` row whose own hash holds; the last event's content and
+    chain hashes with its bound rows; head, counts, ``meta_hash``, gaps. Empty: proven."""
+    problems: list[str] = []
+
+    def raw(table: str, where: str = "", args: tuple[Any, ...] = ()) -> list[list[Any]]:
+        cols = ", ".join(hashing.as_bytes_sql(c) for c in COLUMNS[3][table])
+        mask = hashing.text_mask_sql(COLUMNS[3][table])
+        sql = f"SELECT {mask}, {cols} FROM {table} {where}"
+        return [list(r) for r in conn.execute(sql, args)]
+
+    heads = raw("session_chain")
+    metas = raw("session_meta")
+    if len(heads) != 1 or len(metas) != 1:
+        return [f"{len(heads)} session_chain rows, {len(metas)} session_meta rows"]
+    mask, *head = heads[0]
+    if hashing.row_hash_raw("session_chain", int(mask), *head[:-1]) != head[-1]:
+        problems.append("session_chain fails its own hash")
+    meta_mask, *meta = metas[0]
+    if hashing.row_hash_raw("session_meta", int(meta_mask), *meta) != head[7]:
+        problems.append("session_meta does not match meta_hash")
+    sid = meta[0] if isinstance(meta[0], bytes) else str(meta[0]).encode()
+    last = raw("events", "ORDER BY sequence DESC LIMIT 1")
+    if last:
+        emask, *ev = last[0]
+        seq = ev[0]
+        if hashing.event_hash_raw(int(emask), *ev[:9]) != ev[9]:
+            problems.append(f"event {seq} fails its content hash")
+        bound: list[list[bytes]] = []
+        for table, key in REV3_BOUND:
+            hashes = []
+            for bmask, *row in raw(table, f"WHERE {key} = ?", (seq,)):
+                if hashing.row_hash_raw(table, int(bmask), *row[:-1]) != row[-1]:
+                    problems.append(f"{table} row bound to event {seq} fails its hash")
+                hashes.append(row[-1] if isinstance(row[-1], bytes) else b"")
+            bound.append(hashes)
+        try:
+            link = hashing.chain_hash(ev[10], ev[9], bound)
+        except (TypeError, ValueError):
+            link = None
+        if link != ev[11]:
+            problems.append(f"event {seq} fails its chain hash")
+        last_seq, last_link = seq, ev[11]
+    else:
+        last_seq, last_link = 0, hashing.genesis(sid)
+    if (head[5], head[6]) != (last_seq, last_link):
+        problems.append(f"head names sequence {head[5]}, the last event is {last_seq}")
+    for i, table in enumerate(("events", "cost_ledger", "plan_items", "producers"), start=1):
+        n = int(db.scalar(conn, f"SELECT count(*) FROM {table}"))
+        if head[i] != n:
+            problems.append(f"head counts {head[i]} {table} rows, the table holds {n}")
+    gaps = [
+        bytes(r[0]) for r in conn.execute("SELECT content_hash FROM chain_gaps ORDER BY sequence")
+    ]
+    if head[8] != len(gaps) or head[9] != hashing.gaps_hash(gaps):
+        problems.append("gap records do not match the head")
+    return problems
+
+
 def _fk_violations(conn: apsw.Connection) -> set[tuple[object, ...]]:
     return {tuple(r) for r in conn.execute("PRAGMA foreign_key_check")}
 
@@ -139,6 +347,7 @@ def apply_steps(
     *,
     target: int = CURRENT_REVISION,
     after_begin: Callable[[], None] | None = None,
+    steps: tuple[Step, ...] = STEPS,
 ) -> tuple[int, int]:
     """Migrate the open file to ``target`` in one IMMEDIATE transaction. Returns (from, to).
 
@@ -150,7 +359,12 @@ def apply_steps(
     still the session (an exception from it rolls back and propagates).
     An I/O failure the system reports (no space, file too large, read-only, I/O error) raises
     :class:`~agentdb.errors.FileSystemError` naming it (after ROLLBACK).
+    ``steps`` is the released ladder; revision 3 (unreleased) is reached only by passing
+    :data:`REV3_LADDER` with ``target=3``, and then the head is proven (:func:`head_problems`)
+    before COMMIT.
     """
+    if target > max([CURRENT_REVISION, *(s.revision for s in steps)]):
+        raise ValueError(f"no migration step reaches revision {target}")
     fk_was_on = bool(db.scalar(conn, "PRAGMA foreign_keys"))
     conn.execute("PRAGMA foreign_keys=OFF")
     try:
@@ -175,7 +389,12 @@ def apply_steps(
                     str(n): int(v)
                     for n, v in db.rows(conn, "SELECT name, seq FROM sqlite_sequence")
                 }
-            for step in STEPS:
+
+            def migration_start(*_: Any) -> int:
+                return start
+
+            conn.create_scalar_function(MIGRATION_START_SQL_FUNCTION, migration_start, 0)
+            for step in steps:
                 if not start < step.revision <= target:
                     continue
                 for check in step.prechecks:
@@ -213,6 +432,14 @@ def apply_steps(
                     "file unchanged — run `agentdb check` on it",
                     path=path,
                 )
+            if target >= 3:
+                head = head_problems(conn)
+                if head:
+                    raise errors.MigrationFailed(
+                        f"{path}: the new chain head does not prove ({head[0]}); rolled back, "
+                        "file unchanged",
+                        path=path,
+                    )
             faults.point("before_commit")
             conn.execute("COMMIT")
             return start, target

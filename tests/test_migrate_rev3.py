@@ -1,0 +1,182 @@
+"""Step 3 (design §10), off the ladder: real files written by agentdb's writer at revisions 1
+and 2 are migrated with ``apply_steps(steps=REV3_LADDER, target=3)`` and then proven by an
+independent recomputation in Python (tests/chain_oracle.py), never by the SQL under test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+
+from agentdb import db, errors
+from agentdb.schema import migrations, revisions
+from agentdb.store import Event, Producer, SessionWriter
+from tests import chain_oracle
+from tests.support import make_session
+
+
+def _open(path: Path) -> apsw.Connection:
+    return db.open_writer(path)
+
+
+def _snapshot(conn: apsw.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    for table in revisions.TABLES:
+        cols = ", ".join(revisions.COLUMNS[1][table])
+        out[table] = [tuple(r) for r in conn.execute(f"SELECT {cols} FROM {table} ORDER BY rowid")]
+    return out
+
+
+def _counters(conn: apsw.Connection) -> dict[str, int]:
+    return {str(n): int(s) for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")}
+
+
+def _migrate(path: Path) -> tuple[int, int]:
+    conn = _open(path)
+    try:
+        return migrations.apply_steps(conn, path, target=3, steps=migrations.REV3_LADDER)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("turns", [0, 3])
+def test_migrated_file_proves(sessions_dir: Path, revision: int, turns: int) -> None:
+    _, path = make_session(sessions_dir, revision=revision, turns=turns)
+    conn = _open(path)
+    before, counters = _snapshot(conn), _counters(conn)
+    conn.close()
+    if turns:
+        assert all(before[t] for t in revisions.TABLES), "fixture covers every table"
+    assert _migrate(path) == (revision, 3)
+    conn = _open(path)
+    try:
+        assert db.scalar(conn, "PRAGMA user_version") == 3
+        assert db.scalar(conn, "PRAGMA application_id") == revisions.APPLICATION_ID
+        assert chain_oracle.problems(conn) == []
+        assert _snapshot(conn) == before  # rows copied, never changed
+        after = _counters(conn)
+        assert all(after.get(n, 0) >= s for n, s in counters.items())
+        head = chain_oracle.rows(conn, "session_chain")[0]
+        assert head[10:12] == ("migrated", revision)
+        assert head[1] == len(before["events"])
+        assert db.integrity_problems(conn) == []
+        assert migrations.head_problems(conn) == []
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='table'")}
+        assert names - {"sqlite_sequence"} == set(revisions.REV3_TABLES)
+    finally:
+        conn.close()
+
+
+def test_an_empty_session_gets_the_genesis_head(sessions_dir: Path) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=2)
+    sid, path = w.session_id, w.path
+    w.close()
+    _migrate(path)
+    conn = _open(path)
+    try:
+        head = chain_oracle.rows(conn, "session_chain")[0]
+        from agentdb.hashing import gaps_hash, genesis
+
+        assert head[1:7] == (0, 0, 0, 0, 0, genesis(sid))
+        assert head[8:10] == (0, gaps_hash([]))
+        assert chain_oracle.problems(conn) == []
+    finally:
+        conn.close()
+
+
+def test_sequences_with_holes_and_shared_producers(sessions_dir: Path) -> None:
+    """A revision-2 file whose events skip numbers (deleted by another tool before) migrates;
+    the links then show the jumps, exactly as the chain rule says (the oracle names them)."""
+    _, path = make_session(sessions_dir, revision=2, turns=2)
+    conn = _open(path)
+    conn.execute("PRAGMA foreign_keys=OFF")
+    free = (
+        "SELECT min(sequence) FROM events WHERE sequence > 1 AND sequence NOT IN (SELECT "
+        "event_sequence FROM cost_ledger UNION SELECT event_sequence FROM plan_items UNION "
+        "SELECT first_seen_sequence FROM producers)"
+    )
+    hole = int(db.scalar(conn, free))
+    conn.execute("DELETE FROM events WHERE sequence = ?", (hole,))
+    conn.close()
+    _migrate(path)
+    conn = _open(path)
+    try:
+        assert chain_oracle.problems(conn) == [f"event {hole + 1}: sequence after {hole - 1}"]
+        # the oracle and the quick proof see naive edits made after migration
+        conn.execute("UPDATE cost_ledger SET cost_usd = cost_usd + 1 WHERE rowid = 1")
+        assert "cost_ledger 1: content_hash" in chain_oracle.problems(conn)
+        conn.execute("DELETE FROM events WHERE sequence = (SELECT max(sequence) FROM events)")
+        assert any("head" in p for p in migrations.head_problems(conn))
+    finally:
+        conn.close()
+
+
+def test_a_bad_event_hash_is_refused(sessions_dir: Path) -> None:
+    _, path = make_session(sessions_dir, revision=2, turns=2)
+    conn = _open(path)
+    conn.execute("UPDATE events SET content_hash = zeroblob(16) WHERE sequence = 5")
+    before = _snapshot(conn)
+    conn.close()
+    with pytest.raises(errors.MigrationFailed, match="sequence=5 does not match its content"):
+        _migrate(path)
+    conn = _open(path)
+    try:
+        assert db.scalar(conn, "PRAGMA user_version") == 2
+        assert _snapshot(conn) == before
+    finally:
+        conn.close()
+
+
+def test_two_session_meta_rows_are_refused(sessions_dir: Path) -> None:
+    _, path = make_session(sessions_dir, revision=2, turns=1)
+    conn = _open(path)
+    conn.execute(
+        "INSERT INTO session_meta SELECT 'X' || session_id, parent_session_id, profile, "
+        "status, depth, started_at, ended_at FROM session_meta"
+    )
+    conn.close()
+    with pytest.raises(errors.MigrationFailed, match="not exactly one"):
+        _migrate(path)
+
+
+def test_invalid_text_in_a_derived_row_is_refused(sessions_dir: Path) -> None:
+    _, path = make_session(sessions_dir, revision=2, turns=1)
+    conn = _open(path)
+    conn.execute("UPDATE plan_items SET tool_name = CAST(X'C328' AS TEXT) WHERE rowid = 1")
+    conn.close()
+    with pytest.raises(errors.MigrationFailed, match="plan_items row 1 holds TEXT"):
+        _migrate(path)
+
+
+def test_the_released_ladder_is_untouched(sessions_dir: Path) -> None:
+    """Without ``steps``, apply_steps still stops at revision 2; target 3 needs the ladder."""
+    _, path = make_session(sessions_dir, revision=1, turns=1)
+    conn = _open(path)
+    try:
+        with pytest.raises(ValueError):
+            migrations.apply_steps(conn, path, target=3)
+        assert migrations.apply_steps(conn, path) == (1, 2)
+        assert not db.scalar(conn, "SELECT 1 FROM sqlite_schema WHERE name = 'session_chain'")
+    finally:
+        conn.close()
+
+
+def test_a_chained_event_after_migration(sessions_dir: Path) -> None:
+    """Two events with the same producer, one with a cost row: bound rows enter the chain."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=1)
+    prod = Producer("tool", "t", "1")
+    w.emit(Event(kind="tool_call", producer=prod, payload=b"a"))
+    w.emit(Event(kind="tool_result", producer=prod, payload=b"b"))
+    path = w.path
+    w.close()
+    _migrate(path)
+    conn = _open(path)
+    try:
+        assert chain_oracle.problems(conn) == []
+        ev = chain_oracle.rows(conn, "events", "sequence")
+        assert ev[1][10] == ev[0][11]
+    finally:
+        conn.close()
