@@ -1,0 +1,172 @@
+"""Revision-3 session files for the chain walk's tests, written by direct inserts with the
+released DDL and hashes from ``agentdb.hashing`` (until the revision-3 writer is on main).
+
+A *shape* is a list of events, each a tuple (costs, plans, new producer): how many
+cost_ledger and plan_items rows it binds and whether it is the first event of a producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import apsw
+
+from agentdb import db
+from agentdb.hashing import chain_hash, event_hash, gaps_hash, genesis, row_hash
+from agentdb.schema.revisions import REV3_DDL, REV3_HASHED
+
+SID = "01JCHAINWALK00000000000000"
+Shape = Sequence[tuple[int, int, bool]]
+
+
+def _cols(table: str) -> str:
+    return ", ".join((*REV3_HASHED[table], "content_hash"))
+
+
+def build(path: Path, shape: Shape, *, status: str = "running") -> None:
+    """A healthy revision-3 file at ``path`` holding ``shape``."""
+    conn = db.open_private(path)
+    try:
+        with conn:
+            db.exec_script(conn, REV3_DDL)
+            meta = (SID, None, "test", status, 0, "2026-12-01T00:00:00Z", None)
+            conn.execute("INSERT INTO session_meta VALUES (?,?,?,?,?,?,?)", meta)
+            prev = genesis(SID)
+            cseq = pseq = 0
+            counts = [0, 0, 0, 0]
+            for i, (nc, np_, prod) in enumerate(shape, 1):
+                name = f"p{i}" if prod or i == 1 else "p1"
+                ev = (
+                    i,
+                    f"ev-{i}",
+                    f"2026-12-01T00:00:{i % 60:02d}Z",
+                    "message",
+                    "model",
+                    name,
+                    "1",
+                    "1",
+                    b"payload %d" % i,
+                )
+                bound: list[list[bytes]] = [[], [], []]
+                for _ in range(nc):
+                    cseq += 1
+                    r = (cseq, i, "prov", "m", 10, 20, 0, 0, 0.25 * cseq)
+                    h = row_hash("cost_ledger", r)
+                    conn.execute(
+                        f"INSERT INTO cost_ledger ({_cols('cost_ledger')}) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (*r, h),
+                    )
+                    bound[0].append(h)
+                for _ in range(np_):
+                    pseq += 1
+                    r = (pseq, i, f"turn{i}", f"call{pseq}", "prov", "tool", "allow", "rule")
+                    h = row_hash("plan_items", r)
+                    conn.execute(
+                        f"INSERT INTO plan_items ({_cols('plan_items')}) "
+                        "VALUES (?,?,?,?,?,?,?,?,?)",
+                        (*r, h),
+                    )
+                    bound[1].append(h)
+                if prod or i == 1:
+                    r = ("model", name, "1", i)
+                    h = row_hash("producers", r)
+                    conn.execute(
+                        f"INSERT INTO producers ({_cols('producers')}) VALUES (?,?,?,?,?)", (*r, h)
+                    )
+                    bound[2].append(h)
+                    counts[3] += 1
+                content = event_hash(*ev)
+                link = chain_hash(prev, content, bound)
+                conn.execute(
+                    "INSERT INTO events (sequence, id, timestamp, kind, producer_category,"
+                    " producer_name, producer_version, schema_version, payload,"
+                    " content_hash, prev_hash, chain_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (*ev, content, prev, link),
+                )
+                prev = link
+            counts[0], counts[1], counts[2] = len(shape), cseq, pseq
+            head = (
+                1,
+                *counts,
+                len(shape),
+                prev,
+                row_hash("session_meta", meta),
+                0,
+                gaps_hash([]),
+                "created",
+                3,
+                "2026-12-01T00:00:00Z",
+            )
+            conn.execute(
+                f"INSERT INTO session_chain ({_cols('session_chain')}) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*head, row_hash("session_chain", head)),
+            )
+    finally:
+        conn.close()
+
+
+def edit(path: Path, *sql: str) -> None:
+    """Naive edits: plain SQL that recomputes no hash (foreign keys off, like a hand edit)."""
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("PRAGMA foreign_keys=OFF")
+        with conn:
+            for s in sql:
+                conn.execute(s)
+    finally:
+        conn.close()
+
+
+def opened(path: Path) -> apsw.Connection:
+    return db.open_private(path, readonly=True)
+
+
+def append(path: Path, sequence: int | None = None) -> int:
+    """One more event as the revision-3 writer would write it: chained from the head, at
+    ``sequence`` (default: the writer's next), the head rewritten. Returns its sequence."""
+    conn = apsw.Connection(str(path))
+    try:
+        with conn:
+            head = list(
+                conn.execute(
+                    f"SELECT {', '.join(REV3_HASHED['session_chain'])} FROM session_chain"
+                ).fetchall()[0]
+            )
+            # the writer's next sequence (design A8): past sqlite_sequence, max and the head
+            top = conn.execute(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),"
+                " coalesce((SELECT max(sequence) FROM events), 0))"
+            ).fetchall()[0][0]
+            seq = sequence if sequence is not None else max(top, head[5]) + 1
+            ev = (
+                seq,
+                f"ev-{seq}",
+                "2026-12-01T01:00:00Z",
+                "tool_call",
+                "tool",
+                "t",
+                "1",
+                "1",
+                b"x",
+            )
+            content = event_hash(*ev)
+            link = chain_hash(head[6], content, [[], [], []])
+            conn.execute(
+                "INSERT INTO events (sequence, id, timestamp, kind, producer_category,"
+                " producer_name, producer_version, schema_version, payload,"
+                " content_hash, prev_hash, chain_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*ev, content, head[6], link),
+            )
+            head[1] += 1
+            head[5], head[6] = seq, link
+            conn.execute(
+                "UPDATE session_chain SET event_count = ?, head_sequence = ?, "
+                "head_hash = ?, content_hash = ?",
+                (head[1], seq, link, row_hash("session_chain", head)),
+            )
+    finally:
+        conn.close()
+    return seq
