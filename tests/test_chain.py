@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdb.schema import chain, chainio
+from agentdb import db
+from agentdb.schema import chain, chainio, migrations
 from tests.chain_support import SID, append, build, edit, opened
+from tests.support import make_session
 
 # 10 events: costs on 2, 5, 9; plan items on 3, 5; producers first seen at 1, 4, 8
 SHAPE = [
@@ -406,3 +408,25 @@ def test_caps_on_untrusted_rows(
     monkeypatch.setattr(chainio, "MAX_GAP_RECORDS", 2)
     r = full(repl)
     assert r.gap_records_excess and "gap_record_damaged" in r.problems
+
+
+# ------------------------------------------------------------------- migrated files
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("turns", [0, 4])
+def test_step_3_migrated_file_is_proven(sessions_dir: Path, revision: int, turns: int) -> None:
+    """The walk (Python) and step 3 (SQL) agree on every hash, link and the head (A20)."""
+    sid, path = make_session(sessions_dir, revision=revision, turns=turns)
+    conn = db.open_writer(path)
+    try:
+        migrations.apply_steps(conn, path, target=3, steps=migrations.REV3_LADDER)
+        r, q = chainio.verify_full(conn, session_id=sid), chainio.verify_quick(conn)
+    finally:
+        conn.close()
+    assert r.ok, (r.problems, gaps(r), r.row_failures)
+    assert q.ok, q.problems
+    assert r.head is not None and r.head["origin"] == b"migrated"
+    assert r.head["origin_revision"] == revision
+    if turns:
+        assert all(r.rows[t] for t in chain.COUNTED)
