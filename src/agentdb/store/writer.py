@@ -23,7 +23,7 @@ from agentdb.paths import session_path, validate_id
 from agentdb.schema import enums
 from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION, DDL
-from agentdb.store import opening
+from agentdb.store import chained, opening
 from agentdb.store.model import (
     Event,
     JudgeHook,
@@ -105,6 +105,7 @@ class SessionWriter:
         self.revision = revision  # the schema revision rows are written at
         self._next_seq: int | None = None  # next sequence, known after our own commits
         self._producers: set[tuple[str, str, str]] | None = None  # rows known to exist
+        self._chain_head: chained.Head | None = None  # revision 3 only: the head, cached
         # Held by every use of ``conn`` (and of the two caches above): APSW raises on a
         # connection used from two threads at once, and a transaction must not interleave.
         self._lock = threading.Lock()
@@ -127,7 +128,9 @@ class SessionWriter:
     ) -> SessionWriter:
         """Create a new session file (0600, WAL) with its session_meta row, status running.
 
-        ``revision`` below the current one exists for fixtures that need old files.
+        ``revision`` below the current one exists for fixtures that need old files;
+        ``revision=3`` (the damage-evident revision, NOT released: no other command opens such
+        a file yet) writes the session_chain head in the session_meta row's transaction.
         """
         sid = validate_id(session_id) if session_id else new_session_id()
         sessions_dir = Path(os.fspath(sessions_dir))
@@ -140,7 +143,7 @@ class SessionWriter:
         require_text_size("profile", profile)
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
             raise errors.InvalidInput("depth must be a non-negative integer")
-        if revision not in DDL:
+        if revision not in DDL and revision != chained.REVISION:
             raise errors.InvalidInput(f"no schema revision {revision}")
         if parent_session_id is not None:
             opening.require_child_depth(sessions_dir, parent_session_id, depth)
@@ -150,6 +153,7 @@ class SessionWriter:
             with db.translated(path):
                 db.configure_writer(conn, path)
                 create_schema(conn, revision)
+                created = now_timestamp()
                 with conn:
                     conn.execute(
                         "INSERT INTO session_meta (session_id, parent_session_id, profile, "
@@ -160,9 +164,11 @@ class SessionWriter:
                             profile,
                             enums.RUNNING,
                             depth,
-                            started_at or now_timestamp(),
+                            started_at or created,
                         ),
                     )
+                    if revision == chained.REVISION:
+                        chained.create_head(conn, sid, created)
             lease = locks.Lease(path)
             lease.acquire()
             opening.tighten_modes(path, lease.fd)
@@ -268,21 +274,31 @@ class SessionWriter:
                             conn, "SELECT category, name, version FROM producers"
                         )
                     }
-                seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
+                head = None
+                if self.revision >= chained.REVISION:
+                    head = self._chain_head or chained.read_head(conn)
+                    seq = head.next_event
+                else:
+                    seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
                 rows = _Rows()
                 for ev in batch:
                     self._collect(ev, seq, stamp, rows)
                     out.append(seq)
                     seq += 1
-                rows.write(conn, self.revision)
+                if head is not None:
+                    head = chained.write(conn, head, rows)
+                else:
+                    rows.write(conn, self.revision)
                 conn.execute("COMMIT")
             except BaseException:
                 self._next_seq = None
                 self._producers = None
+                self._chain_head = None
                 if not conn.get_autocommit():
                     conn.execute("ROLLBACK")
                 raise
         self._next_seq = seq
+        self._chain_head = head
         return out
 
     def _collect(self, ev: Event, seq: int, stamp: str, rows: _Rows) -> None:
@@ -352,6 +368,9 @@ class SessionWriter:
                     "UPDATE session_meta SET status = ?, ended_at = ? WHERE session_id = ?",
                     (status, ended, self.session_id),
                 )
+                if self.revision >= chained.REVISION:
+                    self._chain_head = None  # meta_hash changes
+                    chained.after_status(self.conn)
                 self.conn.execute("COMMIT")
             except BaseException:
                 if not self.conn.get_autocommit():

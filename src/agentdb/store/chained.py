@@ -1,0 +1,205 @@
+"""The writer's revision-3 rows (docs/design/damage-evident-revision.md §4, §5, §8): derived
+rows' sequences and hashes, each event's ``prev_hash``/``chain_hash``, and the one
+``session_chain`` head row, all written inside the caller's ``BEGIN IMMEDIATE`` transaction.
+
+Revision 3 is NOT released: :class:`~agentdb.store.writer.SessionWriter` reaches this module only
+for a file it created with ``revision=3``. Fault points: ``emit_before_head`` (rows inserted, head
+not yet updated) and ``status_before_head`` (session_meta updated, head not yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import apsw
+
+from agentdb import db, faults
+from agentdb.hashing import (
+    as_bytes_sql,
+    chain_hash,
+    gaps_hash,
+    genesis,
+    row_hash,
+    row_hash_raw,
+    text_mask_sql,
+)
+from agentdb.schema.revisions import COLUMNS, REV3_HASHED
+
+REVISION = 3
+_HEAD_COLUMNS = REV3_HASHED["session_chain"]  # the head's hashed columns, in order
+# positions in the head row
+_EVENTS, _COSTS, _PLANS, _PRODUCERS, _SEQ, _HASH, _META = 1, 2, 3, 4, 5, 6, 7
+
+_META_RAW = (
+    f"SELECT {text_mask_sql(COLUMNS[3]['session_meta'])}, "
+    + ", ".join(as_bytes_sql(c) for c in COLUMNS[3]["session_meta"])
+    + " FROM session_meta"
+)
+_INSERT_EVENT = (
+    "INSERT INTO events (sequence, id, timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload, content_hash, prev_hash, chain_hash) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+_INSERT_PRODUCER = (
+    "INSERT INTO producers (category, name, version, first_seen_sequence, content_hash) "
+    "VALUES (?,?,?,?,?)"
+)
+_INSERT_COST = (
+    "INSERT INTO cost_ledger (sequence, event_sequence, provider_name, model_id, input_tokens, "
+    "output_tokens, cache_write_tokens, cache_read_tokens, cost_usd, content_hash) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?)"
+)
+_INSERT_PLAN = (
+    "INSERT INTO plan_items (sequence, event_sequence, turn_id, tool_call_id, provider_name, "
+    "tool_name, decision, decided_by, content_hash) VALUES (?,?,?,?,?,?,?,?,?)"
+)
+_UPDATE_HEAD = (
+    "UPDATE session_chain SET event_count = ?, cost_count = ?, plan_count = ?, "
+    "producer_count = ?, head_sequence = ?, head_hash = ?, meta_hash = ?, content_hash = ? "
+    "WHERE id = 1"
+)
+
+
+class Rows(Protocol):
+    """What one transaction inserts (``writer._Rows``): events with their content hash,
+    producers, costs and plans without their own sequence, all bound to an event."""
+
+    events: list[tuple[Any, ...]]
+    producers: list[tuple[Any, ...]]
+    costs: list[tuple[Any, ...]]
+    plans: list[tuple[Any, ...]]
+
+
+@dataclass
+class Head:
+    """The writer's cache of the head, valid under the lease until a rollback."""
+
+    next_event: int  # the next event's sequence
+    next_cost: int  # the next cost_ledger sequence (inside its row hash: given by the writer)
+    next_plan: int  # the next plan_items sequence
+    row: list[Any]  # the session_chain row's hashed columns (REV3_HASHED order)
+
+
+def _next(conn: apsw.Connection, table: str, floor: int = 0) -> int:
+    # the highest of sqlite_sequence, max(sequence) and ``floor`` (the head's), plus one: a
+    # lowered sqlite_sequence never hands out a lost number again (design §13 A8)
+    return (
+        max(
+            int(
+                db.scalar(
+                    conn,
+                    f"SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = "
+                    f"'{table}'), 0), coalesce((SELECT max(sequence) FROM {table}), 0))",
+                )
+            ),
+            floor,
+        )
+        + 1
+    )
+
+
+def meta_hash(conn: apsw.Connection) -> bytes:
+    """The row hash of the session_meta row as stored (TEXT as its bytes)."""
+    row = db.row(conn, _META_RAW)
+    if row is None:
+        raise LookupError("no session_meta row")
+    return row_hash_raw("session_meta", int(row[0]), *row[1:])
+
+
+def create_head(conn: apsw.Connection, session_id: str, created_at: str) -> None:
+    """Insert a new session's head (origin ``created``, the genesis head), in the caller's
+    transaction, after its session_meta row."""
+    head: list[Any] = [1, 0, 0, 0, 0, 0, genesis(session_id), meta_hash(conn), 0, gaps_hash([])]
+    head += ["created", REVISION, created_at]
+    conn.execute(
+        f"INSERT INTO session_chain ({', '.join(_HEAD_COLUMNS)}, content_hash) "
+        f"VALUES ({', '.join('?' * (len(_HEAD_COLUMNS) + 1))})",
+        (*head, row_hash("session_chain", head)),
+    )
+
+
+def read_head(conn: apsw.Connection) -> Head:
+    row = db.row(conn, f"SELECT {', '.join(_HEAD_COLUMNS)} FROM session_chain WHERE id = 1")
+    if row is None:
+        raise LookupError("no session_chain row")
+    head = list(row)
+    return Head(
+        _next(conn, "events", int(head[_SEQ])),
+        _next(conn, "cost_ledger"),
+        _next(conn, "plan_items"),
+        head,
+    )
+
+
+def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
+    """Insert ``rows`` with their hashes and chain, then rewrite the head; in the caller's
+    transaction (nothing is committed here). Returns the head after these rows."""
+    bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
+
+    def bind(seq: int, table: int, h: bytes) -> None:
+        b = bound.get(seq)
+        if b is None:
+            b = bound[seq] = ([], [], [])
+        b[table].append(h)
+
+    costs, plans, producers = [], [], []
+    cseq, pseq = head.next_cost, head.next_plan
+    for r in rows.costs:
+        full = (cseq, *r)
+        h = row_hash("cost_ledger", full)
+        costs.append((*full, h))
+        bind(r[0], 0, h)
+        cseq += 1
+    for r in rows.plans:
+        full = (pseq, *r)
+        h = row_hash("plan_items", full)
+        plans.append((*full, h))
+        bind(r[0], 1, h)
+        pseq += 1
+    for r in rows.producers:
+        h = row_hash("producers", r)
+        producers.append((*r, h))
+        bind(r[3], 2, h)
+    prev: bytes = head.row[_HASH]
+    events = []
+    none: Sequence[Sequence[bytes]] = ((), (), ())
+    seq = head.next_event - 1
+    for r in rows.events:
+        link = chain_hash(prev, r[9], bound.get(r[0], none))
+        events.append((*r, prev, link))
+        prev, seq = link, r[0]
+    # events first: the other three reference them (foreign keys are checked per statement)
+    if len(events) == 1:
+        conn.execute(_INSERT_EVENT, events[0])
+    else:
+        conn.executemany(_INSERT_EVENT, events)
+    if producers:
+        conn.executemany(_INSERT_PRODUCER, producers)
+    if costs:
+        conn.executemany(_INSERT_COST, costs)
+    if plans:
+        conn.executemany(_INSERT_PLAN, plans)
+    faults.point("emit_before_head")
+    row = list(head.row)
+    row[_EVENTS] += len(events)
+    row[_COSTS] += len(costs)
+    row[_PLANS] += len(plans)
+    row[_PRODUCERS] += len(producers)
+    row[_SEQ], row[_HASH] = seq, prev
+    _update(conn, row)
+    return Head(seq + 1, cseq, pseq, row)
+
+
+def after_status(conn: apsw.Connection) -> None:
+    """After session_meta changed (in the caller's transaction): the head's ``meta_hash`` and
+    its own hash."""
+    head = read_head(conn).row
+    head[_META] = meta_hash(conn)
+    faults.point("status_before_head")
+    _update(conn, head)
+
+
+def _update(conn: apsw.Connection, row: list[Any]) -> None:
+    conn.execute(_UPDATE_HEAD, (*row[_EVENTS:8], row_hash("session_chain", row)))

@@ -1,0 +1,161 @@
+"""The writer at revision 3 (design §4, §5, §8; unreleased: reached only by
+``SessionWriter.create(revision=3)``): every emit, batch and status change writes its rows'
+hashes, the chain and the head in one transaction. Proven by the independent recomputation in
+tests/chain_oracle.py, and after kill -9 at the fault points between the rows and the head."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import apsw
+import pytest
+
+from agentdb import db, demo, errors
+from agentdb.schema import migrations
+from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
+from tests import chain_oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+SID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+MODEL = Producer("model", "m", "1")
+TOOL = Producer("tool", "t", "2")
+
+
+def _events(start: int, n: int) -> list[Event]:
+    out = []
+    for i in range(start, start + n):
+        kw = {"id": f"ev-{i:04d}", "timestamp": f"2026-12-01T00:00:{i % 60:02d}.000Z"}
+        if i % 3 == 0:
+            usage = Usage("prov", "mod", 10 + i, 20, 0.001 * i, 1, 2)
+            out.append(Event(kind="message", producer=MODEL, payload=b"m", usage=usage, **kw))
+        elif i % 3 == 1:
+            items = [
+                PlanItem(f"turn{i}", f"call{i}-{k}", "prov", "tool", "allow", "rule")
+                for k in range(2)
+            ]
+            out.append(Event(kind="plan", producer=Producer("kernel", "kernel", "1"),
+                             payload=b"p", plan_items=items, **kw))  # fmt: skip
+        else:
+            out.append(Event(kind="tool_call", producer=TOOL, payload=bytes([i % 256]), **kw))
+    return out
+
+
+def _proven(path: Path) -> apsw.Connection:
+    conn = db.open_writer(path)
+    assert chain_oracle.problems(conn) == []
+    assert migrations.head_problems(conn) == []
+    assert db.integrity_problems(conn) == []
+    return conn
+
+
+def test_emits_batches_and_status_prove(sessions_dir: Path) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    path = w.path
+    conn = _proven(path)  # the genesis head of an empty session
+    conn.close()
+    demo._turns(w, demo.MODEL_OLD, 2, seed=2)
+    assert w.emit_batch(_events(100, 7)) == list(range(13, 20))
+    for ev in _events(200, 4):
+        w.emit(ev)
+    w.set_status("completed")
+    w.set_status("running")
+    w.emit(_events(300, 1)[0])
+    w.close()
+    conn = _proven(path)
+    try:
+        assert db.scalar(conn, "PRAGMA user_version") == 3
+        head = chain_oracle.rows(conn, "session_chain")[0]
+        assert head[1] == 24 and head[5] == 24
+        assert head[10:12] == ("created", 3)
+        assert all(
+            db.scalar(conn, f"SELECT count(*) FROM {t}")
+            for t in ("cost_ledger", "plan_items", "producers")
+        )
+    finally:
+        conn.close()
+
+
+def test_the_writer_and_step_3_hash_alike(sessions_dir: Path, tmp_path: Path) -> None:
+    """Design §13 A20: the same rows written at revision 3, and written at revision 2 then
+    migrated by step 3, have identical hashes, links and head (but for origin)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    files = []
+    for where, revision in ((sessions_dir, 3), (other, 2)):
+        w = SessionWriter.create(
+            where, profile="p", revision=revision, session_id=SID, started_at="2026-12-01"
+        )
+        w.emit_batch(_events(1, 5))
+        for ev in _events(6, 4):
+            w.emit(ev)
+        w.set_status("completed", at="2026-12-02")
+        files.append(w.path)
+        w.close()
+    conn = db.open_writer(files[1])
+    migrations.apply_steps(conn, files[1], target=3, steps=migrations.REV3_LADDER)
+    conn.close()
+    a, b = db.open_writer(files[0]), db.open_writer(files[1])
+    try:
+        for table in ("events", "cost_ledger", "plan_items", "producers", "session_meta"):
+            assert chain_oracle.rows(a, table) == chain_oracle.rows(b, table), table
+        ha, hb = chain_oracle.rows(a, "session_chain")[0], chain_oracle.rows(b, "session_chain")[0]
+        assert ha[1:10] == hb[1:10]
+        assert (ha[10], hb[10], hb[11]) == ("created", "migrated", 2)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_failed_emit_leaves_the_chain_whole(sessions_dir: Path) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    w.emit_batch(_events(1, 3))
+    with pytest.raises(errors.ConstraintViolation):  # a duplicate id: the transaction rolls back
+        w.emit_batch([*_events(4, 2), _events(1, 1)[0]])
+    w.emit_batch(_events(4, 3))
+    path = w.path
+    w.close()
+    conn = _proven(path)
+    conn.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    from agentdb import demo
+    from agentdb.store import SessionWriter
+    w = SessionWriter.create(sys.argv[1], profile="p", revision=3, session_id=sys.argv[2])
+    demo._turns(w, demo.MODEL_OLD, 2, seed=2)
+    os.environ["AGENTDB_FAULT"] = sys.argv[3]
+    if sys.argv[3] == "status_before_head":
+        w.set_status("completed")
+    else:
+        demo._turns(w, demo.MODEL_OLD, 1, seed=5)
+    print("not killed")
+    """
+)
+
+
+@pytest.mark.parametrize("point", ["emit_before_head", "status_before_head"])
+def test_kill_between_rows_and_head(sessions_dir: Path, point: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    killed = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(sessions_dir), SID, point],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    conn = _proven(sessions_dir / f"{SID}.sqlite")
+    try:
+        head = chain_oracle.rows(conn, "session_chain")[0]
+        assert head[5] == 12  # the two turns committed before the kill, nothing after
+        status = db.scalar(conn, "SELECT status FROM session_meta")
+        assert status == "running"
+    finally:
+        conn.close()
