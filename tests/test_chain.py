@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agentdb import db
 from agentdb.schema import chain, chainio, migrations
+from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
 from tests.chain_support import SID, append, build, edit, opened
 from tests.support import make_session
 
@@ -430,3 +431,78 @@ def test_step_3_migrated_file_is_proven(sessions_dir: Path, revision: int, turns
     assert r.head["origin_revision"] == revision
     if turns:
         assert all(r.rows[t] for t in chain.COUNTED)
+
+
+# -------------------------------------------------------------- the revision-3 writer
+
+_MODEL = Producer("model", "m", "1")
+_KERNEL = Producer("kernel", "kernel", "1")
+
+
+def _event(i: int, kind: int, producer: int) -> Event:
+    prod = Producer("tool", f"t{producer}", "1")
+    kw = {"id": f"ev-{i:04d}", "timestamp": f"2026-12-01T00:00:{i % 60:02d}.000Z"}
+    if kind == 0:
+        usage = Usage("prov", "mod", 10 + i, 20, 0.001 * i, 1, 2)
+        return Event(kind="message", producer=_MODEL, payload=b"m", usage=usage, **kw)
+    if kind == 1:
+        items = [PlanItem(f"turn{i}", f"c{i}-{k}", "prov", "tool", "allow", "r") for k in range(2)]
+        return Event(kind="plan", producer=_KERNEL, payload=b"p", plan_items=items, **kw)
+    return Event(kind="tool_call", producer=prod, payload=bytes([i % 256]), **kw)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), min_size=1, max_size=5),
+        max_size=6,
+    ),
+    end=st.sampled_from([None, "completed", "failed"]),
+)
+def test_writer_files_are_proven(
+    sessions_dir: Path, batches: list[list[tuple[int, int]]], end: str | None
+) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    sid, path = w.session_id, w.path
+    try:
+        i = 0
+        for batch in batches:
+            events = []
+            for kind, producer in batch:
+                i += 1
+                events.append(_event(i, kind, producer))
+            if len(events) == 1:
+                w.emit(events[0])
+            else:
+                w.emit_batch(events)
+        if end:
+            w.set_status(end)
+    finally:
+        w.close()
+    conn = db.open_readonly(path)
+    try:
+        r, q = chainio.verify_full(conn, session_id=sid), chainio.verify_quick(conn)
+    finally:
+        conn.close()
+    assert r.ok, (r.problems, gaps(r), r.row_failures)
+    assert q.ok, q.problems
+    assert r.rows["events"] == i and r.head is not None and r.head["origin"] == b"created"
+
+
+def test_writer_file_naive_edits(sessions_dir: Path) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    path = w.path
+    try:
+        w.emit_batch([_event(i, i % 3, i % 2) for i in range(1, 10)])
+    finally:
+        w.close()
+    edit(path, "DELETE FROM plan_items WHERE sequence = 3")
+    conn = db.open_readonly(path)
+    try:
+        r = chainio.verify_full(conn)
+    finally:
+        conn.close()
+    bound = [b.gap for b in r.unexplained_breaks]
+    assert [(g.kind, g.from_seq) for g in bound] == [("rows", 4)]  # plan items 3, 4: event 4

@@ -211,7 +211,7 @@ class ChainReport:
     proven: dict[str, int] = field(default_factory=dict)  # of those, rows whose own hash holds
     row_failures: list[tuple[str, object]] = field(default_factory=list)  # (table, key), capped
     row_failure_count: int = 0  # all of them
-    links_checked: int = 0  # links between two events looked at
+    links_checked: int = 0  # links looked at, one per event (the first: to the genesis hash)
     links_broken: int = 0  # of those, broken (a gap, a bad link or a sequence jump)
     chain_failures: int = 0  # events whose chain_hash does not recompute
     breaks: list[Break] = field(default_factory=list)  # in sequence order, capped
