@@ -110,6 +110,15 @@ def test_the_writer_and_step_3_hash_alike(sessions_dir: Path, tmp_path: Path) ->
         b.close()
 
 
+def test_a_negative_zero_cost_is_hashed_as_stored(sessions_dir: Path) -> None:
+    """SQLite returns a REAL -0.0 as 0.0: the writer hashes what will be read back."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    w.emit(Event(kind="message", producer=MODEL, payload=b"m", usage=Usage("p", "m", 1, 1, -0.0)))
+    path = w.path
+    w.close()
+    _proven(path).close()
+
+
 def test_a_failed_emit_leaves_the_chain_whole(sessions_dir: Path) -> None:
     w = SessionWriter.create(sessions_dir, profile="p", revision=3)
     w.emit_batch(_events(1, 3))

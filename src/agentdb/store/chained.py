@@ -147,7 +147,9 @@ def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     costs, plans, producers = [], [], []
     cseq, pseq = head.next_cost, head.next_plan
     for r in rows.costs:
-        full = (cseq, *r)
+        # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored as
+        # an integer), so the row is hashed as SQLite will return it
+        full = (cseq, *r[:-1], r[-1] + 0.0)
         h = row_hash("cost_ledger", full)
         costs.append((*full, h))
         bind(r[0], 0, h)
