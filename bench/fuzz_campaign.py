@@ -56,6 +56,10 @@ class Tally:
         self.outcomes: Counter[str] = Counter()
         self.harness_errors = 0  # cases the campaign itself failed to run (not agentdb's)
         self.in_place = [0, 0]  # unhashed rows altered inside a value, cases with any
+        # per cell and table, over the cases the old agentdb ran on: [agentdb kept, old kept]
+        self.vs_old: dict[tuple[tuple[str, str], str], list[int]] = defaultdict(lambda: [0, 0])
+        self.behind_old = 0  # cases in which agentdb kept fewer rows of a table than the old
+        self.behind_old_first: list[str] = []
 
     def add(self, case: Case, r: object, old: dict[str, int] | None, has_old: bool) -> None:
         from tests.fuzz.invariants import CaseResult
@@ -69,6 +73,16 @@ class Tally:
         self.outcomes[r.outcome or "none"] += 1
         self.in_place[0] += r.altered_in_place
         self.in_place[1] += bool(r.altered_in_place)
+        if has_old:
+            behind = [
+                f"{t} {r.kept.get(t, 0)} < {(old or {}).get(t, 0)}"
+                for t in oracle.TABLES
+                if r.kept.get(t, 0) < (old or {}).get(t, 0)
+            ]
+            if behind:
+                self.behind_old += 1
+                if len(self.behind_old_first) < 5:
+                    self.behind_old_first.append(f"{case} [{r.outcome}] -> {', '.join(behind)}")
         for inv, detail in r.failures:
             self.invariants[inv] += 1
             self.first.setdefault(inv, f"{case} -> {detail}")
@@ -84,6 +98,10 @@ class Tally:
             if has_old:
                 row[2] += sum(old.values()) if old else 0
                 self.old_cases[cell] += 1
+                for tb in oracle.TABLES:
+                    pair = self.vs_old[(cell, tb)]
+                    pair[0] += r.kept.get(tb, 0)
+                    pair[1] += (old or {}).get(tb, 0)
             row[3] += sum(r.applied.base.rows.count(t) for t in oracle.TABLES)
 
 
@@ -119,6 +137,23 @@ def report(
             f"| {cell[0]} | {cell[1]} | {t.cases[cell]} | {t.failing[cell]} | {total} | "
             f"{kept} | {dot_s} | {old_s} |"
         )
+    if t.old_cases:
+        behind = [(c, tb, k, o) for (c, tb), (k, o) in sorted(t.vs_old.items()) if k < o]
+        lines += [
+            "",
+            "Per table, summed over each cell's cases: cells where agentdb kept fewer "
+            "byte-identical rows of a table than the old agentdb: "
+            + (
+                "; ".join(f"{c[0]} / {c[1]} / {tb}: {k} < {o}" for c, tb, k, o in behind)
+                if behind
+                else "none"
+            )
+            + f". Single cases with fewer rows of some table than the old agentdb: "
+            f"{t.behind_old}"
+            + (" (first: " + "; ".join(f"`{x}`" for x in t.behind_old_first) + ")")
+            * bool(t.behind_old_first)
+            + ".",
+        ]
     lines += ["", "| invariant | failures | first case (replay with --case) |", "|---|---:|---|"]
     for inv, c in t.invariants.most_common():
         lines.append(f"| {inv} | {c} | `{t.first[inv]}` |")
