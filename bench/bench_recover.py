@@ -6,14 +6,15 @@ and, when ``agentdb.salvage.shell`` is importable and finds a capable sqlite3 sh
 ``.recover`` (through that module). Rows count only when they are one of the original rows *of
 that table*; ``.recover`` rows it could only file in ``lost_and_found`` are shown apart.
 Then the cost table: sessions of ``--sizes`` MB (default 1,25,100,500) of 20 KB events (and,
-with ``--small N``, one of N events of ~100 bytes: what grows with rows), each damaged three ways
-(a zeroed interior page of ``events``, a zeroed 512-byte sector inside an ``events`` leaf, the
-file's tail cut off inside a page), side by side in one run: ``agentdb recover`` as a process
-(start-up included) against ``sqlite3 damaged.db .recover | sqlite3 new.db`` (the shell from
-``tests/tools/build_sqlite_shell.py``) on copies of the same damaged bytes. Wall time and peak
-RSS (``wait4``; the pipeline's is the sum of its two processes), rows kept byte-identical to the
-undamaged file (in ``events``: ``.recover``'s ``lost_and_found`` does not count), and agentdb's
-own time per stage (``--json``'s ``seconds``).
+with ``--small N``, one of N events of ~100 bytes: what grows with rows), each damaged three
+ways (a zeroed interior page of ``events``, a zeroed 512-byte sector inside an ``events`` leaf,
+the file's tail cut off inside a page; or, with ``--kinds gen:NAME/SUBSEED,...``, the damage
+generator's kinds drawn on the file's own page map), side by side in one run: ``agentdb
+recover`` as a process (start-up included) against ``sqlite3 damaged.db .recover | sqlite3
+new.db`` (the shell from ``tests/tools/build_sqlite_shell.py``) on copies of the same damaged
+bytes. Wall time and peak RSS (``wait4``; the pipeline's is the sum of its two processes), rows
+kept byte-identical to the undamaged file (in ``events``: ``.recover``'s ``lost_and_found`` does
+not count), and agentdb's own time per stage (``--json``'s ``seconds``).
 
 Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N] [--sizes 1,25] [--small 100000]
 [--no-corpus]``; writes bench/results/bench_recover.md. One pass each: the machine is shared.
@@ -25,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -219,18 +221,31 @@ def _page_size(path: Path) -> int:
     return 65536 if size == 1 else size
 
 
-def damage(path: Path, kind: str) -> None:
+def damage(path: Path, kind: str, sid: str = "") -> str:
+    """Damage ``path`` in place; returns what was done. A kind ``gen:NAME/SUBSEED`` is the
+    damage generator's kind NAME (tests/fuzz/generator.py) drawn from SUBSEED, on this file's
+    own page map."""
     ps = _page_size(path)
+    if kind.startswith("gen:"):
+        from tests.fuzz.bases import describe
+        from tests.fuzz.generator import KINDS as GEN_KINDS
+        from tests.fuzz.generator import Target
+
+        name, _, sub = kind[4:].partition("/")
+        target = Target(path, describe(path, sid), lambda _which: b"")
+        return str(GEN_KINDS[name](target, random.Random(int(sub or 0))))
     if kind == "interior page":
         pages = corpus.pages_of(path, "events", "internal")
         zero_page(path, pages[len(pages) // 2])  # a child of the root when there is one
-    elif kind == "leaf sector":
+        return f"page {pages[len(pages) // 2]}"
+    if kind == "leaf sector":
         leaves = corpus.pages_of(path, "events", "leaf")
         pg = leaves[len(leaves) // 2]
         write_at(path, (pg - 1) * ps + 512, bytes(512))
-    else:
-        n = path.stat().st_size // ps
-        os.truncate(path, (n - max(n // 50, 8)) * ps + ps // 3)
+        return f"page {pg} sector 1"
+    n = path.stat().st_size // ps
+    os.truncate(path, (n - max(n // 50, 8)) * ps + ps // 3)
+    return f"cut inside page {n - max(n // 50, 8) + 1}"
 
 
 def fingerprints(path: Path, table: str = "events") -> set[bytes]:
@@ -343,9 +358,14 @@ def cost_rows(
     original = fingerprints(base)
     rows = []
     for kind in kinds:
-        case = root / f"{mb}-{kind.replace(' ', '-')}"
+        case = root / f"{mb}-{kind.replace(' ', '-').replace('/', '-').replace(':', '-')}"
         a = install(base, case / "a")
-        damage(a, kind)
+        try:
+            what = damage(a, kind, sid)
+        except Exception as e:  # a generator kind with nothing to damage in this file
+            print(f"{kind}: not applied ({e})", flush=True)
+            shutil.rmtree(case)
+            continue
         b = install(a, case / "b")
         secs, rss, doc = run_agentdb_cli(a, sid, case)
         kept = len(fingerprints(a) & original) if doc.get("outcome") == "recovered" else 0
@@ -360,7 +380,7 @@ def cost_rows(
             [
                 f"{base.stat().st_size / 1e6:.0f} MB"
                 + (f" ({small:,} small events)" if small else ""),
-                kind,
+                f"{kind} ({what})" if kind.startswith("gen:") else kind,
                 f"{len(original)}",
                 f"{kept} ({doc.get('outcome')})",
                 f"{secs:.2f}",
@@ -407,7 +427,13 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=0, help="size of the corpus' large session")
     ap.add_argument("--sizes", default="1,25,100,500", help="MB of the cost table's sessions")
     ap.add_argument("--no-corpus", action="store_true", help="skip the per-class table")
-    ap.add_argument("--kinds", default=",".join(KINDS), help="damage kinds of the cost table")
+    ap.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="damage kinds of the cost table: "
+        + ", ".join(KINDS)
+        + ", or gen:NAME/SUBSEED (the damage generator's kind NAME drawn from SUBSEED)",
+    )
     ap.add_argument(
         "--small", type=int, default=0, help="also a session of this many ~100-byte events"
     )

@@ -167,6 +167,16 @@ def _chains(path: Path, ps: int) -> list[list[int]]:
     return out
 
 
+def describe(path: Path, session_id: str) -> Base:
+    """What the generator's damage kinds need to know of any undamaged session file (its page
+    map, overflow chains and TEXT columns), for damaging files it did not build (the cost
+    benchmark's large sessions). No rows are read and the snapshot is the file itself, so
+    ``stale_page`` has nothing to apply there."""
+    ps, pages, indexes, texts = _layout(path)
+    empty = oracle.Rows({}, {t: set() for t in oracle.TABLES})
+    return Base(session_id, path, path, ps, pages, _chains(path, ps), texts, empty, empty, indexes)
+
+
 class Bases:
     """Builds each base once, in ``root``, and the foreign WALs."""
 

@@ -146,3 +146,17 @@ def test_issue_10_failures_stay_fixed(bases: Bases, tmp_path: Path, name: str) -
     case = Case.parse(ISSUE_CASES[name])
     assert apply(case, bases, tmp_path / "applied").applied  # the damage still lands
     _holds(case, bases, tmp_path / "case")
+
+
+def test_describe_gives_the_page_map_the_generator_built(bases: Bases) -> None:
+    """bench_recover damages files the generator did not build through ``describe``: it must
+    see the same page map, overflow chains and TEXT columns as the base's own description."""
+    from tests.fuzz.bases import describe
+
+    for rev, size in ((1, "short"), (2, "long")):
+        base = bases.get(rev, False, size, "plain")
+        d = describe(base.path, base.session_id)
+        assert d.pages == base.pages and d.pages["events"]
+        assert d.chains == base.chains and d.chains
+        assert d.text_columns == base.text_columns and d.indexes == base.indexes
+        assert d.page_size == base.page_size
