@@ -23,6 +23,7 @@ Run: ``.venv/bin/python bench/bench_recover.py [--big-mb N] [--sizes 1,25] [--sm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +117,30 @@ def run_shell(
     return str(max(right, 0)), str(lf), f"{dt * 1000:.0f}"
 
 
-def corpus_table(root: Path) -> list[list[str]]:
+OLD_GUARD_S = 10.0  # the old agentdb hangs on some damage (issue 10's reader loop): killed
+
+
+def run_old(
+    src: Path, sid: str, original: dict[str, set[tuple[Any, ...]]], old_src: Path, work: Path
+) -> str:
+    """Rows of the original that agentdb at another commit (``old_src``: its ``src/``) keeps:
+    its ``recover`` on a copy of the same damaged bytes, run by the damage campaign's driver."""
+    from tests.fuzz.invariants import _json, drive
+
+    sessions = work / "state" / "agent" / "sessions"
+    path = install(src, sessions)
+    argv = ["--sessions-dir", str(sessions), "recover", sid, "--json"]
+    res = drive(sessions, [argv], work / "driver", old_src, OLD_GUARD_S)
+    if res[0].get("hung"):
+        return "0 (killed after 10 s)"
+    doc = ((_json(res[0]) or {}).get("sessions") or [{}])[0]
+    outcome = doc.get("outcome", "no JSON")
+    if outcome not in ("recovered", "healthy"):
+        return f"0 ({outcome})"
+    return f"{right_rows(row_sets(path), original)} ({outcome})"
+
+
+def corpus_table(root: Path, old_src: Path | None = None) -> list[list[str]]:
     (root / "p").mkdir()
     (root / "s").mkdir()
     (root / "w").mkdir()
@@ -132,6 +157,7 @@ def corpus_table(root: Path) -> list[list[str]]:
         case.damage(a)
         b = install(a, root / case.name / "b")  # the same damaged bytes for .recover
         c = install(a, root / case.name / "c")
+        old = run_old(a, sid, original, old_src, root / case.name / "old") if old_src else "n/a"
         native = run_native(c, sid)
         got, dt, outcome = run_agentdb(a, sid, original)
         if outcome == "healthy":
@@ -147,6 +173,7 @@ def corpus_table(root: Path) -> list[list[str]]:
                 s_right,
                 s_lf,
                 s_ms,
+                old,
             ]
         )
     return rows
@@ -413,6 +440,21 @@ COST_HEADERS = [
 ]
 
 
+@contextlib.contextmanager
+def old_tree(commit: str, root: Path) -> Iterator[Path | None]:
+    """agentdb's ``src/`` at ``commit`` in a temporary git worktree (None for 'none')."""
+    if commit == "none":
+        yield None
+        return
+    wt = root / "old-tree"
+    git = ["git", "-C", str(ROOT), "worktree"]
+    subprocess.run([*git, "add", "--detach", str(wt), commit], check=True, capture_output=True)
+    try:
+        yield wt / "src"
+    finally:
+        subprocess.run([*git, "remove", "--force", str(wt)], check=False, capture_output=True)
+
+
 def _shown(path: Path | None) -> str:
     if path is None:
         return "none capable (the .recover columns read n/a)"
@@ -428,6 +470,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,25,100,500", help="MB of the cost table's sessions")
     ap.add_argument("--no-corpus", action="store_true", help="skip the per-class table")
     ap.add_argument(
+        "--old",
+        default="dd60f0c",
+        help="agentdb commit whose recover the per-class table compares too, or 'none'",
+    )
+    ap.add_argument(
         "--kinds",
         default=",".join(KINDS),
         help="damage kinds of the cost table: "
@@ -442,7 +489,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-recover-") as t:
         root = Path(t)
         if not args.no_corpus:
-            text += corpus_text(root, args.big_mb)
+            text += corpus_text(root, args.big_mb, args.old)
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
         if sizes or args.small:
             compile_sources()
@@ -466,7 +513,7 @@ def main() -> None:
     out.write_text(text)
 
 
-def corpus_text(root: Path, big_mb: int) -> str:
+def corpus_text(root: Path, big_mb: int, old: str = "none") -> str:
     headers = [
         "class",
         "original rows",
@@ -476,14 +523,16 @@ def corpus_text(root: Path, big_mb: int) -> str:
         ".recover rows",
         ".recover lost_and_found",
         ".recover ms",
+        f"agentdb at {old} rows (outcome)",
     ]
-    rows = corpus_table(root)
+    with old_tree(old, root) as old_src:
+        rows = corpus_table(root, old_src)
     big = big_session(root, big_mb) if big_mb else None
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(lines) + "\n"
     if big:
-        h2 = [*headers, "whole job / .recover time"]
+        h2 = [*headers[:-1], "whole job / .recover time"]
         text += "\n| " + " | ".join(h2) + " |\n|" + "---|" * len(h2) + "\n"
         text += "| " + " | ".join(big) + " |\n"
     engine = (
@@ -495,7 +544,9 @@ def corpus_text(root: Path, big_mb: int) -> str:
         f"\nRows count only when they equal an original row of the same table. {engine}. "
         "agentdb ms is the whole job (engines, replacement, verification, swap; it runs "
         "`.recover` too when a page typed as a b-tree page did not parse); native-only is the "
-        "same job with `AGENTDB_SQLITE3=none`. One run each.\n"
+        "same job with `AGENTDB_SQLITE3=none`. The last column is `recover` of agentdb at "
+        f"{old} on a copy of the same damaged bytes (killed after {OLD_GUARD_S:.0f} s: it kept "
+        "nothing). One run each.\n"
     )
 
 
