@@ -295,43 +295,86 @@ class Tally:
             c[k] += int(v)
 
 
-def judge(
+Judge = Callable[[Tally, str, str, str, Path, str, dict[str, Any], tuple[str, ...]], None]
+
+
+Verdicts = Callable[[str, Path, str], tuple[bool, bool]]  # (kind, copy, sid) -> (full, quick)
+
+
+def judge_by(verdicts: Verdicts) -> Judge:
+    """A judge: a copy whose every value SQLite returns is unchanged carried no information;
+    any other is judged by ``verdicts`` (full, quick) and by integrity_check."""
+
+    def judge(
+        tally: Tally,
+        kind: str,
+        damage: str,
+        table: str,
+        copy: Path,
+        sid: str,
+        pristine: dict[str, Any],
+        tables: tuple[str, ...],
+    ) -> None:
+        if snapshot(copy, tables) == pristine:
+            tally.add(kind, damage, table, noinfo=True)
+            return
+        full, quick = verdicts(kind, copy, sid)
+        tally.add(kind, damage, table, check=full, quick=quick, integrity=integrity_fails(copy))
+
+    return judge
+
+
+def _design_verdicts(kind: str, copy: Path, sid: str) -> tuple[bool, bool]:
+    if kind == "rev2":
+        return check_fails(copy, sid), check_fails(copy, sid, quick=True)
+    return proto_fails(copy), quick_fails(copy)
+
+
+def damage_all(
     tally: Tally,
     kind: str,
-    damage: str,
-    table: str,
-    copy: Path,
+    src: Path,
     sid: str,
-    pristine: dict[str, Any],
     tables: tuple[str, ...],
-) -> None:
-    after = snapshot(copy, tables)
-    if after == pristine:
-        tally.add(kind, damage, table, noinfo=True)
-        return
-    if kind == "rev2":
-        tally.add(
-            kind,
-            damage,
-            table,
-            check=check_fails(copy, sid),
-            integrity=integrity_fails(copy),
-            quick=check_fails(copy, sid, quick=True),
-        )
-    else:
-        tally.add(
-            kind,
-            damage,
-            table,
-            check=proto_fails(copy),
-            integrity=integrity_fails(copy),
-            quick=quick_fails(copy),
-        )
+    pristine: dict[str, Any],
+    rng: random.Random,
+    flips: int,
+    judge: Judge,
+    work: Path,
+) -> Path:
+    """Every damage of the detection table, each on a fresh copy of ``src`` in ``work``, each
+    judged by ``judge``; returns the copy's path (for further damages)."""
+    work.mkdir()
+    copy = work / src.name
+
+    def fresh() -> Path:
+        shutil.copyfile(src, copy)
+        return copy
+
+    for table in tables:
+        cells = leaf_cells(src, table)
+        for _ in range(flips):
+            _pg, off, length = rng.choice(cells)
+            flip(fresh(), off + rng.randrange(length), rng.randrange(1, 256))
+            judge(tally, kind, "flip", table, copy, sid, pristine, tables)
+        rowids = [r[0] for r in pristine[table]]
+        for rowid in rng.sample(rowids, min(len(rowids), max(3, flips // 4), 25)):
+            if drop_cell(fresh(), table, rowid):
+                judge(tally, kind, "drop cell", table, copy, sid, pristine, tables)
+            sql_edit(fresh(), (f"DELETE FROM {table} WHERE rowid = ?", (rowid,)))
+            judge(tally, kind, "DELETE row", table, copy, sid, pristine, tables)
+    sql_edit(fresh(), *SWAP)
+    judge(tally, kind, "swap events 3,4", "events", copy, sid, pristine, tables)
+    for n in (1, 2, 3, 5, 10):
+        sql_edit(fresh(), *tail_cut(n))
+        judge(tally, kind, f"cut last {n}", "events", copy, sid, pristine, tables)
+    return copy
 
 
 def campaign(root: Path, flips: int, seed: int = 7) -> Tally:
     rng = random.Random(seed)
     tally = Tally()
+    judge = judge_by(_design_verdicts)
     for kind, build, tables in (("rev2", build_rev2, TABLES2), ("rev3", build_proto, TABLES3)):
         d = root / kind
         d.mkdir(parents=True)
@@ -343,34 +386,11 @@ def campaign(root: Path, flips: int, seed: int = 7) -> Tally:
             assert not check_fails(src, sid), "false alarm on a healthy file"
         else:
             assert not proto_fails(src) and not quick_fails(src), "false alarm on a healthy file"
-        work = d / "work"
-        work.mkdir()
-        copy = work / src.name
-
-        def fresh(src: Path = src, copy: Path = copy) -> Path:
-            shutil.copyfile(src, copy)
-            return copy
-
-        for table in tables:
-            cells = leaf_cells(src, table)
-            for _ in range(flips):
-                _pg, off, length = rng.choice(cells)
-                flip(fresh(), off + rng.randrange(length), rng.randrange(1, 256))
-                judge(tally, kind, "flip", table, copy, sid, pristine, tables)
-            rowids = [r[0] for r in pristine[table]]
-            for rowid in rng.sample(rowids, min(len(rowids), max(3, flips // 4), 25)):
-                if drop_cell(fresh(), table, rowid):
-                    judge(tally, kind, "drop cell", table, copy, sid, pristine, tables)
-                sql_edit(fresh(), (f"DELETE FROM {table} WHERE rowid = ?", (rowid,)))
-                judge(tally, kind, "DELETE row", table, copy, sid, pristine, tables)
-        sql_edit(fresh(), *SWAP)
-        judge(tally, kind, "swap events 3,4", "events", copy, sid, pristine, tables)
-        for n in (1, 2, 3, 5, 10):
-            sql_edit(fresh(), *tail_cut(n))
-            judge(tally, kind, f"cut last {n}", "events", copy, sid, pristine, tables)
+        copy = damage_all(tally, kind, src, sid, tables, pristine, rng, flips, judge, d / "work")
         # the consistent rollback the threat model leaves out: tail and head cut together
         if kind == "rev3":
-            sql_edit(fresh(), *tail_cut(1), "DELETE FROM session_chain")
+            shutil.copyfile(src, copy)
+            sql_edit(copy, *tail_cut(1), "DELETE FROM session_chain")
             judge(
                 tally, kind, "cut last 1 + delete head row", "events", copy, sid, pristine, tables
             )

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -87,25 +86,11 @@ def walk_fails(path: Path, quick: bool = False) -> bool:
         return True
 
 
-def judge(
-    tally: D.Tally,
-    kind: str,
-    damage: str,
-    table: str,
-    copy: Path,
-    sid: str,
-    pristine: dict[str, Any],
-    tables: tuple[str, ...],
-) -> None:
-    after = D.snapshot(copy, tables)
-    if after == pristine:
-        tally.add(kind, damage, table, noinfo=True)
-        return
+def verdicts(kind: str, copy: Path, sid: str) -> tuple[bool, bool]:
+    """(full, quick) damage found: revision 2 by today's check, revision 3 by the walk."""
     if kind == "rev2":
-        full, quick = D.check_fails(copy, sid), D.check_fails(copy, sid, quick=True)
-    else:
-        full, quick = walk_fails(copy), walk_fails(copy, quick=True)
-    tally.add(kind, damage, table, check=full, quick=quick, integrity=D.integrity_fails(copy))
+        return D.check_fails(copy, sid), D.check_fails(copy, sid, quick=True)
+    return walk_fails(copy), walk_fails(copy, quick=True)
 
 
 def shapes_fill(rng: random.Random) -> Any:
@@ -146,31 +131,9 @@ def campaign(root: Path, flips: int, shapes: int, seed: int) -> tuple[D.Tally, C
         else:
             assert not walk_fails(src) and not walk_fails(src, quick=True), "false alarm"
         healthy[kind] += 1
-        work = d / "work"
-        work.mkdir()
-        copy = work / src.name
-
-        def fresh(src: Path = src, copy: Path = copy) -> Path:
-            shutil.copyfile(src, copy)
-            return copy
-
-        for table in tables:
-            cells = D.leaf_cells(src, table)
-            for _ in range(flips):
-                _pg, off, length = rng.choice(cells)
-                D.flip(fresh(), off + rng.randrange(length), rng.randrange(1, 256))
-                judge(tally, kind, "flip", table, copy, sid, pristine, tables)
-            rowids = [r[0] for r in pristine[table]]
-            for rowid in rng.sample(rowids, min(len(rowids), max(3, flips // 4), 25)):
-                if D.drop_cell(fresh(), table, rowid):
-                    judge(tally, kind, "drop cell", table, copy, sid, pristine, tables)
-                D.sql_edit(fresh(), (f"DELETE FROM {table} WHERE rowid = ?", (rowid,)))
-                judge(tally, kind, "DELETE row", table, copy, sid, pristine, tables)
-        D.sql_edit(fresh(), *D.SWAP)
-        judge(tally, kind, "swap events 3,4", "events", copy, sid, pristine, tables)
-        for n in (1, 2, 3, 5, 10):
-            D.sql_edit(fresh(), *D.tail_cut(n))
-            judge(tally, kind, f"cut last {n}", "events", copy, sid, pristine, tables)
+        D.damage_all(
+            tally, kind, src, sid, tables, pristine, rng, flips, D.judge_by(verdicts), d / "work"
+        )
     return tally, healthy
 
 
