@@ -101,8 +101,8 @@ def emit_batched(d: Path, n: int, batch: int) -> float:
 
 # (synchronous, events per transaction, event kind, events per block at --scale 1)
 CONFIGS = (
-    ("FULL", 1, "tool_call", 10),
-    ("FULL", 1, "message", 10),
+    ("FULL", 1, "tool_call", 20),
+    ("FULL", 1, "message", 20),
     ("FULL", 100, "tool_call", 200),
     ("OFF", 1, "tool_call", 100),
     ("OFF", 1, "message", 100),
@@ -192,6 +192,26 @@ class Worker:
         return verdict
 
 
+def _commit(tree: Path) -> str:
+    """`` at <commit>`` (``+`` when the work tree has changes), or nothing outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return f" at {head}{'+' if dirty else ''}"
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
     return q[0], statistics.median(xs), q[2]
@@ -254,7 +274,9 @@ def revisions(args: argparse.Namespace) -> None:
         "    " + shlex.join([Path(sys.executable).name, *sys.argv]),
         "",
         "Sides: "
-        + "; ".join(f"{label}: `{tree}` revision {rev}" for label, tree, rev in sides)
+        + "; ".join(
+            f"{label}: `{tree}`{_commit(tree)}, revision {rev}" for label, tree, rev in sides
+        )
         + ".",
         "",
         header,

@@ -186,6 +186,7 @@ def _table_state(table: str) -> blake2b:
 # 19 digits), so the writer's integers never build their length frame
 _INT_HEADS = tuple(b"i" + _pack_len(n) for n in range(21))
 _BLOB_HEAD_16 = b"b" + _pack_len(HASH_SIZE)
+_REAL_HEAD = b"r" + _pack_len(_DOUBLE.size)
 
 
 def _add_frames(add: Callable[[bytes], object], values: Iterable[Value]) -> None:
@@ -201,6 +202,8 @@ def _add_frames(add: Callable[[bytes], object], values: Iterable[Value]) -> None
         elif type(v) is bytes:
             n = len(v)
             add((_BLOB_HEAD_16 if n == HASH_SIZE else b"b" + _pack_len(n)) + v)
+        elif type(v) is float:
+            add(_REAL_HEAD + _DOUBLE.pack(v))
         else:
             add(_frame(v))
 
