@@ -167,32 +167,38 @@ def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     prev: bytes = head.row[_HASH]
     events = []
     if rows.costs or rows.plans or rows.producers:
+        # per event, the hashes of the rows bound to it: cost_ledger, plan_items, producers
         bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
-
-        def bind(seq: int, table: int, h: bytes) -> None:
-            b = bound.get(seq)
-            if b is None:
-                b = bound[seq] = ([], [], [])
-            b[table].append(h)
-
         for r in rows.costs:
             # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored
             # as an integer), so the row is hashed as SQLite will return it
             full = (cseq, *r[:-1], r[-1] + 0.0)
             h = row_hash("cost_ledger", full)
             costs.append((*full, h))
-            bind(r[0], 0, h)
+            b = bound.get(r[0])
+            if b is None:
+                bound[r[0]] = ([h], [], [])
+            else:
+                b[0].append(h)
             cseq += 1
         for r in rows.plans:
             full = (pseq, *r)
             h = row_hash("plan_items", full)
             plans.append((*full, h))
-            bind(r[0], 1, h)
+            b = bound.get(r[0])
+            if b is None:
+                bound[r[0]] = ([], [h], [])
+            else:
+                b[1].append(h)
             pseq += 1
         for r in rows.producers:
             h = row_hash("producers", r)
             producers.append((*r, h))
-            bind(r[3], 2, h)
+            b = bound.get(r[3])
+            if b is None:
+                bound[r[3]] = ([], [], [h])
+            else:
+                b[2].append(h)
         for r in rows.events:
             link = chain_hash(prev, r[9], bound.get(r[0], _NONE))
             events.append((*r, prev, link))
