@@ -17,10 +17,11 @@ process's load moves much less than wall time), the median of the per-round wall
 its quartiles, and the CPU difference. ``--old-tree DIR`` adds a third worker running revision 3
 from another checkout's ``src`` (e.g. main's, to compare a change to the writer with what it
 replaces, in the same run). Each worker's file is proven afterwards (revision 3: the walk).
-Writes bench/results/emit_rev3.md (``--out``).
+The files go to ``$TMPDIR`` or ``--tmp DIR``, whose file system the table names (on tmpfs an
+fsync is free: FULL would measure OFF). Writes bench/results/emit_rev3.md (``--out``).
 
     .venv/bin/python bench/bench_emit.py --revisions [--sync FULL,OFF] [--rounds R]
-        [--scale K] [--old-tree DIR]
+        [--scale K] [--old-tree DIR] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -212,6 +213,23 @@ def _commit(tree: Path) -> str:
     return f" at {head}{'+' if dirty else ''}"
 
 
+def _fs_type(path: Path) -> str:
+    """The file system ``path`` is on (Linux, from /proc/self/mounts; "?" elsewhere): on tmpfs
+    an fsync costs nothing, and synchronous=FULL measures what OFF does."""
+    best, kind = "", "?"
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+                if inside and len(point) > len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        pass
+    return kind
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
     return q[0], statistics.median(xs), q[2]
@@ -249,6 +267,7 @@ def revisions(args: argparse.Namespace) -> None:
             rows.append((sync, batch, kind, n, wall, cpu, verdicts))
             load.append(os.getloadavg())
             print(_row(sides, rows[-1]), flush=True)
+        fs = _fs_type(Path(tmp).resolve())
     ended = datetime.now(timezone.utc)
     loads = sorted(x[0] for x in load)
     header = (
@@ -269,7 +288,7 @@ def revisions(args: argparse.Namespace) -> None:
         f"{loads[0]:.1f}–{loads[-1]:.1f}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, SQLite {apsw.sqlite_lib_version()}; "
         f"{args.rounds} rounds, each worker one block per round, order rotated; "
-        "medians over rounds. Payload 430 bytes; WAL.",
+        f"medians over rounds. Payload 430 bytes; WAL; files on {fs}.",
         "",
         "    " + shlex.join([Path(sys.executable).name, *sys.argv]),
         "",
