@@ -14,9 +14,10 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import db, demo, errors
-from agentdb.schema import migrations
-from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
+from agentdb import db, demo, errors, faults
+from agentdb.hashing import row_hash
+from agentdb.schema import chainio, migrations
+from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage, chained
 from tests import chain_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,116 @@ def test_a_failed_emit_leaves_the_chain_whole(sessions_dir: Path) -> None:
     w.close()
     conn = _proven(path)
     conn.close()
+
+
+def _walked(path: Path) -> None:
+    """Proven by the oracle, step 3's head check, integrity_check and the walk (full)."""
+    conn = _proven(path)
+    try:
+        report = chainio.verify_full(conn)
+        assert report.problems == []
+        assert chainio.verify_quick(conn).problems == []
+    finally:
+        conn.close()
+
+
+def _cache_is_the_file(w: SessionWriter) -> None:
+    """The writer's cached head (the frames it keeps included) is the head read anew from the
+    file, and the stored head's own hash is the row hash of its columns."""
+    cached = w._chain_head
+    assert cached is not None
+    assert cached == chained.read_head(w.conn)
+    stored = db.row(w.conn, "SELECT content_hash FROM session_chain")
+    assert stored is not None and stored[0] == row_hash("session_chain", cached.row)
+
+
+def test_the_cached_head_is_the_file(sessions_dir: Path) -> None:
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    steps = [
+        lambda: w.emit(_events(2, 1)[0]),  # a plain event
+        lambda: w.emit(_events(3, 1)[0]),  # with a cost row and a new producer
+        lambda: w.emit_batch(_events(10, 9)),
+        lambda: w.set_status("cancelled"),
+        lambda: w.set_status("running"),
+        lambda: w.emit(_events(30, 1)[0]),  # a plan with two items
+        lambda: w.emit_batch(_events(40, 1)),
+    ]
+    for step in steps:
+        step()
+        _cache_is_the_file(w)
+    path = w.path
+    w.close()
+    _walked(path)
+
+
+def _orphan_plan_row(w: SessionWriter) -> None:
+    # a row whose foreign key fails only at COMMIT: the transaction fails after the head's
+    # UPDATE, with every statement before it done
+    w.conn.execute("PRAGMA defer_foreign_keys = ON")
+    w.conn.execute(
+        "INSERT INTO plan_items (event_sequence, turn_id, tool_call_id, provider_name, "
+        "tool_name, decision, decided_by, content_hash) VALUES (999999,'t','c','p','x','allow',"
+        "'rule', zeroblob(16))"
+    )
+
+
+def _boom() -> None:
+    raise RuntimeError("injected")
+
+
+# (what fails, the exception): each rolls back a transaction that had already computed the
+# next head; the cache must not keep it
+FAILURES = {
+    "batch_midway": None,  # a duplicate id in the batch's last event: events partly inserted
+    "emit_before_head": ("emit_before_head", _boom, RuntimeError),
+    "emit_commit": ("emit_before_head", None, errors.ConstraintViolation),
+    "status_before_head": ("status_before_head", _boom, RuntimeError),
+    "status_commit": ("status_before_head", None, errors.ConstraintViolation),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+def test_a_rolled_back_transaction_leaves_no_cache_ahead(sessions_dir: Path, failure: str) -> None:
+    """A transaction that fails anywhere (midway through a batch's rows, between the rows and
+    the head, or at COMMIT after the head's UPDATE) rolls back, and the next emits and status
+    changes extend the chain from what the file holds: the walk proves it."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    w.emit_batch(_events(1, 3))
+    w.emit(_events(4, 1)[0])
+    spec = FAILURES[failure]
+    before = chained.read_head(w.conn)
+    # a cost row, a plan, and a producer the file has not seen yet (its row is rolled back too)
+    batch = [*_events(5, 3), Event("tool_call", Producer("tool", "new", "9"), b"n", id="ev-new")]
+    if spec is None:
+        with pytest.raises(errors.ConstraintViolation):
+            w.emit_batch([*batch, _events(1, 1)[0]])
+    else:
+        point, action, exc = spec
+        with faults.injected({point: action or (lambda: _orphan_plan_row(w))}), pytest.raises(exc):
+            if point == "emit_before_head":
+                w.emit_batch(batch)
+            else:
+                w.set_status("completed")
+    assert chained.read_head(w.conn) == before  # nothing of it in the file
+    assert w.info().status == "running"
+    w.emit(_events(9, 1)[0])
+    _walked(w.path)  # at once: a later status change would rewrite a stale meta_hash
+    w.emit_batch([*_events(10, 4), batch[-1]])  # the new producer after all
+    _cache_is_the_file(w)
+    w.set_status("completed")
+    _cache_is_the_file(w)
+    w.set_status("running")
+    w.emit(_events(15, 1)[0])
+    _cache_is_the_file(w)
+    path = w.path
+    w.close()
+    _walked(path)
+    conn = db.open_writer(path)
+    try:
+        # 11 events, numbered 1-11: the rolled-back transaction's numbers given again
+        assert db.row(conn, "SELECT count(*), max(sequence) FROM events") == (11, 11)
+    finally:
+        conn.close()
 
 
 _CHILD = textwrap.dedent(

@@ -17,7 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentdb import db, hashing
-from agentdb.hashing import chain_hash, event_hash, gaps_hash, genesis, row_hash, row_hash_raw
+from agentdb.hashing import (
+    chain_hash,
+    event_hash,
+    frame,
+    frames,
+    gaps_hash,
+    genesis,
+    row_hash,
+    row_hash_framed,
+    row_hash_raw,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
@@ -116,6 +126,9 @@ def test_framing_tells_types_apart() -> None:
     assert genesis(sid) != row_hash_raw("", 0, sid)
     with pytest.raises(TypeError):
         row_hash("t", (True,))
+    for bad in (lambda: frame(True), lambda: frames([1, False])):
+        with pytest.raises(TypeError):
+            bad()
 
 
 def test_chain_sorts_bound_rows_and_checks_sizes() -> None:
@@ -174,10 +187,31 @@ def _utf8(v: bytes) -> bool:
     return True
 
 
+@settings(max_examples=300, deadline=None)
+@given(tables, st.lists(values, max_size=12), st.integers(0, 12))
+def test_kept_frames_hash_as_the_row(table: str, row: list[Any], cut: int) -> None:
+    """The writer keeps the frames of a row's unchanged columns (store/chained.py's head):
+    frames split anywhere, or framed one by one, hash as the whole row."""
+    expect = PROTO.row_hash(table, row)
+    assert row_hash_framed(table, frames(row[:cut]) + frames(row[cut:])) == expect
+    assert row_hash_framed(table, b"".join(frame(v) for v in row)) == expect
+    assert frames(row) == PROTO._frames(row)
+
+
 @settings(max_examples=200, deadline=None)
 @given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), min_size=3, max_size=3))
 def test_chain_hash_equals_the_prototype(prev: bytes, content: bytes, derived: Any) -> None:
     assert chain_hash(prev, content, derived) == PROTO.chain_hash(prev, content, derived)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), max_size=3))
+def test_chain_hash_of_fewer_tables(prev: bytes, content: bytes, derived: list[Any]) -> None:
+    """Tables left out are empty ones; tuples and lists alike."""
+    full = [*derived, *[[]] * (3 - len(derived))]
+    expect = PROTO.chain_hash(prev, content, full)
+    assert chain_hash(prev, content, derived) == expect
+    assert chain_hash(prev, content, tuple(tuple(d) for d in derived)) == expect
 
 
 @settings(max_examples=100, deadline=None)

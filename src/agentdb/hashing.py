@@ -14,7 +14,7 @@ the standard library: ``db`` registers its SQL functions, every layer above uses
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 try:  # CPython's own BLAKE2b, which hashlib re-exports; hashlib itself loads OpenSSL (4 ms of
     # every command's start-up) for algorithms this module never uses
@@ -161,6 +161,10 @@ _GAPS_PERSON = b"agentdb-gaps-v1"
 _COUNT = struct.Struct(">I")
 _NO_DERIVED = _COUNT.pack(0) * 3  # most events bind no derived row
 _TABLE_FRAMES: dict[str, bytes] = {}
+# Per table, a BLAKE2b state that has absorbed the table's frame: a row hash copies it (cheaper
+# than a new personalised hasher; the digest is the same). Never updated once made.
+_TABLE_STATES: dict[str, blake2b] = {}
+_CHAIN_STATE = blake2b(digest_size=HASH_SIZE, person=_CHAIN_PERSON)
 
 
 def _table_frame(table: str) -> bytes:
@@ -170,21 +174,78 @@ def _table_frame(table: str) -> bytes:
     return frame
 
 
+def _table_state(table: str) -> blake2b:
+    state = _TABLE_STATES.get(table)
+    if state is None:
+        state = blake2b(_table_frame(table), digest_size=HASH_SIZE, person=_ROW_PERSON)
+        _TABLE_STATES[table] = state
+    return state.copy()
+
+
+# An INTEGER's frame head by the length of its decimal digits: an int64 has at most 20 ("-" and
+# 19 digits), so the writer's integers never build their length frame
+_INT_HEADS = tuple(b"i" + _pack_len(n) for n in range(21))
+_BLOB_HEAD_16 = b"b" + _pack_len(HASH_SIZE)
+_REAL_HEAD = b"r" + _pack_len(_DOUBLE.size)
+
+
+def _add_frames(add: Callable[[bytes], object], values: Iterable[Value]) -> None:
+    # _frame's framing, the writer's common types inline (its hot path): byte-identical
+    for v in values:
+        if type(v) is int:
+            data = b"%d" % v  # str(int)'s digits: the canonical decimal
+            n = len(data)
+            add((_INT_HEADS[n] if n <= 20 else b"i" + _pack_len(n)) + data)
+        elif type(v) is str:
+            data = v.encode("utf-8", "surrogatepass")
+            add(b"t" + _pack_len(len(data)) + data)
+        elif type(v) is bytes:
+            n = len(v)
+            add((_BLOB_HEAD_16 if n == HASH_SIZE else b"b" + _pack_len(n)) + v)
+        elif type(v) is float:
+            add(_REAL_HEAD + _DOUBLE.pack(v))
+        else:
+            add(_frame(v))
+
+
+def frame(value: Value) -> bytes:
+    """One value's frame (:func:`_frame`, the writer's common types first)."""
+    if type(value) is int:
+        data = b"%d" % value
+        n = len(data)
+        return (_INT_HEADS[n] if n <= 20 else b"i" + _pack_len(n)) + data
+    if type(value) is bytes and len(value) == HASH_SIZE:
+        return _BLOB_HEAD_16 + value
+    return _frame(value)
+
+
+def frames(values: Iterable[Value]) -> bytes:
+    """The frames of ``values``, concatenated: what :func:`row_hash` hashes after the table's
+    frame. A writer that hashes a row again and again with some of its columns unchanged frames
+    those once (:func:`row_hash_framed`)."""
+    parts: list[bytes] = []
+    _add_frames(parts.append, values)
+    return b"".join(parts)
+
+
+def row_hash_framed(table: str, framed: bytes) -> bytes:
+    """:func:`row_hash` of ``table``'s row whose :func:`frames` (every hashed column, in
+    declared order) are ``framed``: ``row_hash(t, a + b) == row_hash_framed(t, frames(a) +
+    frames(b))``."""
+    state = _table_state(table)
+    state.update(framed)
+    return state.digest()
+
+
 def row_hash(table: str, values: Iterable[Value]) -> bytes:
     """The ``content_hash`` of one row of ``table`` (any table but ``events``), from the values
     the writer stores: frame(table name as TEXT) then every column in declared order, the row's
     own ``content_hash`` excluded. ``str`` is framed as its UTF-8 bytes, what SQLite stores."""
-    parts = [_table_frame(table)]
-    add = parts.append
-    for v in values:
-        if type(v) is str:
-            data = v.encode("utf-8", "surrogatepass")
-            add(b"t" + _pack_len(len(data)) + data)
-        elif type(v) is bytes:
-            add(b"b" + _pack_len(len(v)) + v)
-        else:
-            add(_frame(v))
-    return blake2b(b"".join(parts), digest_size=HASH_SIZE, person=_ROW_PERSON).digest()
+    parts: list[bytes] = []
+    _add_frames(parts.append, values)
+    state = _table_state(table)
+    state.update(b"".join(parts))
+    return state.digest()
 
 
 def row_hash_raw(table: str, text_mask: int, *values: Value) -> bytes:
@@ -221,17 +282,20 @@ def chain_hash(prev: bytes, content: bytes, derived: Sequence[Sequence[bytes]] =
         raise ValueError("prev and content must be 16-byte hashes")
     if len(derived) > 3:
         raise ValueError("at most three derived tables: cost_ledger, plan_items, producers")
+    state = _CHAIN_STATE.copy()
     if not any(derived):
-        data = prev + content + _NO_DERIVED
+        state.update(prev + content + _NO_DERIVED)
     else:
         parts = [prev, content]
-        for hashes in (*derived, *((),) * (3 - len(derived))):
-            if any(len(h) != HASH_SIZE for h in hashes):
-                raise ValueError("derived row hashes must be 16 bytes")
+        for hashes in derived:
+            for h in hashes:
+                if len(h) != HASH_SIZE:
+                    raise ValueError("derived row hashes must be 16 bytes")
             parts.append(_COUNT.pack(len(hashes)))
-            parts.extend(sorted(hashes))
-        data = b"".join(parts)
-    return blake2b(data, digest_size=HASH_SIZE, person=_CHAIN_PERSON).digest()
+            parts.extend(sorted(hashes) if len(hashes) > 1 else hashes)
+        parts.append(_NO_DERIVED[: _COUNT.size * (3 - len(derived))])  # the tables not given
+        state.update(b"".join(parts))
+    return state.digest()
 
 
 def gaps_hash(hashes: Sequence[bytes]) -> bytes:

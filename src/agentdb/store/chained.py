@@ -10,8 +10,7 @@ not yet updated) and ``status_before_head`` (session_meta updated, head not yet)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import apsw
 
@@ -19,9 +18,12 @@ from agentdb import db, faults
 from agentdb.hashing import (
     as_bytes_sql,
     chain_hash,
+    frame,
+    frames,
     gaps_hash,
     genesis,
     row_hash,
+    row_hash_framed,
     row_hash_raw,
     text_mask_sql,
 )
@@ -72,14 +74,33 @@ class Rows(Protocol):
     plans: list[tuple[Any, ...]]
 
 
-@dataclass
-class Head:
-    """The writer's cache of the head, valid under the lease until a rollback."""
+class Head(NamedTuple):
+    """The writer's cache of the head, valid under the lease until a rollback. Immutable:
+    :func:`write` and :func:`after_status` return a new one, which the writer keeps only once
+    its transaction committed (a rolled-back transaction leaves no cache, never one ahead of
+    the file)."""
 
     next_event: int  # the next event's sequence
     next_cost: int  # the next cost_ledger sequence (inside its row hash: given by the writer)
     next_plan: int  # the next plan_items sequence
-    row: list[Any]  # the session_chain row's hashed columns (REV3_HASHED order)
+    row: tuple[Any, ...]  # the session_chain row's hashed columns (REV3_HASHED order)
+    # The head's own hash frames its columns in order; an emit rewrites event_count,
+    # head_sequence and head_hash, and the three derived counts only when it adds derived rows.
+    # The frames of the rest are kept: ``counts`` = frames(cost_count, plan_count,
+    # producer_count), ``tail`` = frames(meta_hash .. origin_at), which only a status change
+    # (meta_hash) rewrites.
+    counts: bytes
+    tail: bytes
+
+
+_TABLE = "session_chain"
+_ID_FRAME = frame(1)  # id: the one row
+
+
+def _head(next_event: int, next_cost: int, next_plan: int, row: tuple[Any, ...]) -> Head:
+    return Head(
+        next_event, next_cost, next_plan, row, frames(row[_COSTS:_SEQ]), frames(row[_META:])
+    )
 
 
 def _next(conn: apsw.Connection, table: str, floor: int = 0) -> int:
@@ -116,7 +137,7 @@ def create_head(conn: apsw.Connection, session_id: str, created_at: str) -> None
     conn.execute(
         f"INSERT INTO session_chain ({', '.join(_HEAD_COLUMNS)}, content_hash) "
         f"VALUES ({', '.join('?' * (len(_HEAD_COLUMNS) + 1))})",
-        (*head, row_hash("session_chain", head)),
+        (*head, row_hash(_TABLE, head)),
     )
 
 
@@ -124,54 +145,69 @@ def read_head(conn: apsw.Connection) -> Head:
     row = db.row(conn, f"SELECT {', '.join(_HEAD_COLUMNS)} FROM session_chain WHERE id = 1")
     if row is None:
         raise LookupError("no session_chain row")
-    head = list(row)
-    return Head(
-        _next(conn, "events", int(head[_SEQ])),
+    return _head(
+        _next(conn, "events", int(row[_SEQ])),
         _next(conn, "cost_ledger"),
         _next(conn, "plan_items"),
-        head,
+        tuple(row),
     )
+
+
+_NONE: Sequence[Sequence[bytes]] = ((), (), ())
 
 
 def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     """Insert ``rows`` with their hashes and chain, then rewrite the head; in the caller's
-    transaction (nothing is committed here). Returns the head after these rows."""
-    bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
-
-    def bind(seq: int, table: int, h: bytes) -> None:
-        b = bound.get(seq)
-        if b is None:
-            b = bound[seq] = ([], [], [])
-        b[table].append(h)
-
-    costs, plans, producers = [], [], []
+    transaction (nothing is committed here). Returns the head after these rows (``head`` is
+    left as it was)."""
+    costs: list[tuple[Any, ...]] = []
+    plans: list[tuple[Any, ...]] = []
+    producers: list[tuple[Any, ...]] = []
     cseq, pseq = head.next_cost, head.next_plan
-    for r in rows.costs:
-        # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored as
-        # an integer), so the row is hashed as SQLite will return it
-        full = (cseq, *r[:-1], r[-1] + 0.0)
-        h = row_hash("cost_ledger", full)
-        costs.append((*full, h))
-        bind(r[0], 0, h)
-        cseq += 1
-    for r in rows.plans:
-        full = (pseq, *r)
-        h = row_hash("plan_items", full)
-        plans.append((*full, h))
-        bind(r[0], 1, h)
-        pseq += 1
-    for r in rows.producers:
-        h = row_hash("producers", r)
-        producers.append((*r, h))
-        bind(r[3], 2, h)
     prev: bytes = head.row[_HASH]
     events = []
-    none: Sequence[Sequence[bytes]] = ((), (), ())
-    seq = head.next_event - 1
-    for r in rows.events:
-        link = chain_hash(prev, r[9], bound.get(r[0], none))
-        events.append((*r, prev, link))
-        prev, seq = link, r[0]
+    if rows.costs or rows.plans or rows.producers:
+        # per event, the hashes of the rows bound to it: cost_ledger, plan_items, producers
+        bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
+        for r in rows.costs:
+            # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored
+            # as an integer), so the row is hashed as SQLite will return it
+            full = (cseq, *r[:-1], r[-1] + 0.0)
+            h = row_hash("cost_ledger", full)
+            costs.append((*full, h))
+            b = bound.get(r[0])
+            if b is None:
+                bound[r[0]] = ([h], [], [])
+            else:
+                b[0].append(h)
+            cseq += 1
+        for r in rows.plans:
+            full = (pseq, *r)
+            h = row_hash("plan_items", full)
+            plans.append((*full, h))
+            b = bound.get(r[0])
+            if b is None:
+                bound[r[0]] = ([], [h], [])
+            else:
+                b[1].append(h)
+            pseq += 1
+        for r in rows.producers:
+            h = row_hash("producers", r)
+            producers.append((*r, h))
+            b = bound.get(r[3])
+            if b is None:
+                bound[r[3]] = ([], [], [h])
+            else:
+                b[2].append(h)
+        for r in rows.events:
+            link = chain_hash(prev, r[9], bound.get(r[0], _NONE))
+            events.append((*r, prev, link))
+            prev = link
+    else:  # no derived row (most emits): each link from its event alone
+        for r in rows.events:
+            link = chain_hash(prev, r[9])
+            events.append((*r, prev, link))
+            prev = link
     # events first: the other three reference them (foreign keys are checked per statement)
     if len(events) == 1:
         conn.execute(_INSERT_EVENT, events[0])
@@ -184,24 +220,36 @@ def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     if plans:
         conn.executemany(_INSERT_PLAN, plans)
     faults.point("emit_before_head")
-    row = list(head.row)
-    row[_EVENTS] += len(events)
-    row[_COSTS] += len(costs)
-    row[_PLANS] += len(plans)
-    row[_PRODUCERS] += len(producers)
-    row[_SEQ], row[_HASH] = seq, prev
-    _update(conn, row)
-    return Head(seq + 1, cseq, pseq, row)
+    old = head.row
+    events_count = old[_EVENTS] + len(events)
+    seq = events[-1][0] if events else head.next_event - 1
+    if costs or plans or producers:
+        derived = (
+            old[_COSTS] + len(costs),
+            old[_PLANS] + len(plans),
+            old[_PRODUCERS] + len(producers),
+        )
+        counts = frames(derived)
+    else:
+        derived, counts = old[_COSTS:_SEQ], head.counts
+    # the head's own hash: row_hash("session_chain", row) with the kept frames
+    own = row_hash_framed(
+        _TABLE,
+        b"".join((_ID_FRAME, frame(events_count), counts, frame(seq), frame(prev), head.tail)),
+    )
+    conn.execute(_UPDATE_HEAD, (events_count, *derived, seq, prev, old[_META], own))
+    row = (old[0], events_count, *derived, seq, prev, *old[_META:])
+    return Head(seq + 1, cseq, pseq, row, counts, head.tail)
 
 
-def after_status(conn: apsw.Connection) -> None:
+def after_status(conn: apsw.Connection, head: Head | None = None) -> Head:
     """After session_meta changed (in the caller's transaction): the head's ``meta_hash`` and
-    its own hash."""
-    head = read_head(conn).row
-    head[_META] = meta_hash(conn)
+    its own hash. ``head``: the writer's cached head (None: read from the file). Returns the
+    head after the change (``head`` is left as it was)."""
+    if head is None:
+        head = read_head(conn)
+    old = head.row
+    row = (*old[:_META], meta_hash(conn), *old[_META + 1 :])
     faults.point("status_before_head")
-    _update(conn, head)
-
-
-def _update(conn: apsw.Connection, row: list[Any]) -> None:
-    conn.execute(_UPDATE_HEAD, (*row[_EVENTS:8], row_hash("session_chain", row)))
+    conn.execute(_UPDATE_HEAD, (*row[_EVENTS : _META + 1], row_hash(_TABLE, row)))
+    return _head(head.next_event, head.next_cost, head.next_plan, row)

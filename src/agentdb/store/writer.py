@@ -276,7 +276,10 @@ class SessionWriter:
                     }
                 head = None
                 if self.revision >= chained.REVISION:
-                    head = self._chain_head or chained.read_head(conn)
+                    # taken out of the cache: only this transaction's commit puts one back
+                    head, self._chain_head = self._chain_head, None
+                    if head is None:
+                        head = chained.read_head(conn)
                     seq = head.next_event
                 else:
                     seq = self._next_seq or int(db.scalar(conn, _NEXT_SEQUENCE))
@@ -368,15 +371,18 @@ class SessionWriter:
                     "UPDATE session_meta SET status = ?, ended_at = ? WHERE session_id = ?",
                     (status, ended, self.session_id),
                 )
+                head = None
                 if self.revision >= chained.REVISION:
-                    self._chain_head = None  # meta_hash changes
-                    chained.after_status(self.conn)
+                    # meta_hash changes; taken out of the cache until the commit
+                    head, self._chain_head = self._chain_head, None
+                    head = chained.after_status(self.conn, head)
                 self.conn.execute("COMMIT")
             except BaseException:
                 if not self.conn.get_autocommit():
                     self.conn.execute("ROLLBACK")
                 raise
             self._status = status
+            self._chain_head = head
 
     def info(self) -> SessionInfo:
         with self._lock, db.translated(self.path):
