@@ -595,9 +595,10 @@ def open_readonly(
             require_secure(path, stats)
         judged = False  # stats taken after this pass are judged here
         journal = stats.journal  # file_stats takes it too
-        if stats.wal is None and not private and _has_content(journal):
+        if not private and _has_content(journal):
             # A rollback journal: immutable would read pages a dead (or live) writer's
-            # transaction left half-written; the committed state is the copy rolled back.
+            # transaction left half-written; the committed state is the copy rolled back —
+            # and then its -wal applied, if it has one, as SQLite does (and check judges).
             copied = _open_copy(path, stats, setup, "-journal", journal)
             if copied is not None:
                 return copied
@@ -636,22 +637,29 @@ def _open_copy(
     side: os.stat_result | None = None,
 ) -> ReadConnection | None:
     """Open a private copy of ``path`` and its ``-wal`` (or its ``-journal``, rolled back in
-    the copy). None: they changed while copied."""
+    the copy, then its ``-wal`` too if it has one: SQLite rolls a hot journal back first and
+    then applies a ``-wal`` beside the file, whatever the header says). None: they changed
+    while copied."""
     side = stats.wal if suffix == "-wal" else side
     assert stats.db is not None and side is not None
+    sides = [(suffix, side)]
+    if suffix == "-journal" and stats.wal is not None:
+        sides.append(("-wal", stats.wal))
     stack = ExitStack()
     try:
         work = stack.enter_context(fsutil.private_workdir("agentdb-read-"))
         copy = work / path.name
-        copied = fsutil.copy_private(path, copy, stats.db) and fsutil.copy_private(
-            sidecar(path, suffix), sidecar(copy, suffix), side
+        copied = fsutil.copy_private(path, copy, stats.db) and all(
+            fsutil.copy_private(sidecar(path, s), sidecar(copy, s), st) for s, st in sides
         )
-        now = _lstat(os.fspath(path) + suffix)
-        unchanged = now is not None and (now.st_ino, now.st_size, now.st_mtime_ns) == (
-            side.st_ino,
-            side.st_size,
-            side.st_mtime_ns,
-        )
+        unchanged = True
+        for s, st in sides:
+            now = _lstat(os.fspath(path) + s)
+            unchanged = unchanged and (
+                now is not None
+                and (now.st_ino, now.st_size, now.st_mtime_ns)
+                == (st.st_ino, st.st_size, st.st_mtime_ns)
+            )
         if not copied or not unchanged or not _same(file_stats(path), stats):
             stack.close()
             return None
@@ -660,8 +668,11 @@ def _open_copy(
                 roll_back_private(copy)
             except errors.AgentdbError:
                 # A journal SQLite cannot roll back (another database's, damaged): the file
-                # alone is what there is to read, as check judges it (foreign_journal).
+                # alone is what there is to read, as check judges it (foreign_journal) — with
+                # its -wal, if it has one.
                 stack.close()
+                if stats.wal is not None:
+                    return _open_copy(path, stats, setup)
                 conn = _connect(
                     path,
                     _uri(path, mode="ro", immutable="1"),

@@ -9,6 +9,7 @@ alone and salvages a damaged one from it, keeping the journal with the original.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,8 +19,9 @@ import apsw
 
 from agentdb import checks, salvage
 from agentdb.paths import sidecar
-from tests.fuzz import damage
+from tests.fuzz import damage, oracle
 from tests.rows import row_sets
+from tests.runner import run_cli
 from tests.support import make_session
 
 KILL_MID_TRANSACTION = r"""
@@ -102,3 +104,46 @@ def test_journal_of_another_page_size_is_foreign(sessions_dir: Path, tmp_path: P
     assert not sidecar(path, "-journal").exists()
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_hot_journal_beside_a_wal_is_read_as_sqlite_reads_it(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """A hot journal and a -wal both beside the file: SQLite rolls the journal back, then
+    applies the -wal (whatever the header says), and check judges that state. The read-only
+    open (events, show, backup, ...) used to copy the -wal alone and read the dead writer's
+    uncommitted pages under it: events printed fewer events than SQLite shows, and backup
+    called the session corrupt where check called it ok."""
+    sid, path = make_session(sessions_dir, turns=20)
+    wal = sidecar(path, "-wal")
+    writer = apsw.Connection(str(path))  # WAL mode: commits stay in the -wal
+    writer.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    writer.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    writer.execute("UPDATE session_meta SET profile = 'reviewer'").fetchall()
+    wal_bytes = wal.read_bytes()
+    writer.close()
+    conn = apsw.Connection(str(path))  # checkpoint the -wal into the file, then DELETE mode
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
+    conn.close()
+    committed = row_sets(path)
+    p = subprocess.run(
+        [sys.executable, "-c", KILL_MID_TRANSACTION, str(path), "DELETE FROM events"]
+    )
+    assert p.returncode == -9
+    assert sidecar(path, "-journal").stat().st_size > 0
+    wal.write_bytes(wal_bytes)  # the -wal beside it again
+    os.chmod(wal, 0o600)
+    assert checks.check_path(path, sid).verdict == "ok"
+    # SQLite's own read (a private copy, journal and -wal beside it): every event
+    assert len(oracle.read_rows(path).rows["events"]) == len(committed["events"])
+    before = {q.name: q.read_bytes() for q in sessions_dir.iterdir()}
+    env = {"XDG_STATE_HOME": str(sessions_dir.parent.parent)}
+    p = run_cli("--sessions-dir", str(sessions_dir), "events", sid, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.splitlines()) == len(committed["events"])
+    to = tmp_path / "backup"
+    p = run_cli("--sessions-dir", str(sessions_dir), "backup", sid, "--to", str(to), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["sessions"][0]["outcome"] == "copied"
+    assert row_sets(to / path.name) == committed
+    assert {q.name: q.read_bytes() for q in sessions_dir.iterdir()} == before
