@@ -17,6 +17,7 @@ process there).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -107,10 +108,16 @@ def existing_kept_of(db_path: Path, db_stat: os.stat_result, kind: str = "corrup
 
 
 def next_kept_name(db_path: Path, kind: str = "corrupt") -> Path:
-    """The first ``.<kind>[.N]`` name not taken (never overwrites an earlier one)."""
+    """The first ``.<kind>[.N]`` name not taken (never overwrites an earlier one). A name is
+    taken by any entry of its own, or of its ``-wal``, ``-journal`` or ``-shm``: a sidecar left
+    there (an earlier original's, whose file was removed by hand) would otherwise sit beside
+    this original, and SQLite would apply or roll it back into it on open."""
     taken = {p.name for p in kept_names(db_path, kind)}
     n = 0
-    while kept_name(db_path, n, kind).name in taken or kept_name(db_path, n, kind).exists():
+    while kept_name(db_path, n, kind).name in taken or any(
+        os.path.lexists(f"{kept_name(db_path, n, kind)}{suffix}")
+        for suffix in ("", "-wal", "-journal", "-shm")
+    ):
         n += 1
     return kept_name(db_path, n, kind)
 
@@ -140,7 +147,9 @@ def swap(db_path: Path, replacement: Path, corrupt: Path, prefix: str = "") -> P
         kept = sidecar(corrupt, suffix)
         if side.exists() and not same_bytes(side, kept):
             if kept.exists():
-                raise FileExistsError(f"{kept}: exists and is not {side}; move it away")
+                raise FileExistsError(
+                    errno.EEXIST, f"exists and is not {side}; move it away", str(kept)
+                )
             fsutil.link_or_copy(side, kept)
             fsutil.fsync_dir(directory)
         if suffix == "-wal" and kept.exists():

@@ -124,6 +124,31 @@ def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_
     finish_and_check(sessions_dir, sid, path, original, wal)
 
 
+@pytest.mark.parametrize("suffix", ["-wal", "-journal"])
+def test_a_left_sidecar_of_corrupt_takes_its_name(
+    base: tuple[str, Path], sessions_dir: Path, suffix: str
+) -> None:
+    """``<id>.sqlite.corrupt-wal`` (or ``-journal``) left with no ``.corrupt`` (an earlier
+    original removed by hand, its sidecar not): recover used to pick ``.corrupt`` anyway, and
+    then failed with "?: cannot write: Success (0)" leaving a ``.corrupt`` link behind (the
+    session's own -wal could not be kept there), or kept the original beside a journal not its
+    own, which SQLite rolls back into it on open. The next free name is ``.corrupt.1``."""
+    sid, path = install(base, sessions_dir)
+    original = path.read_bytes()
+    wal = sidecar(path, "-wal").read_bytes()
+    left = Path(f"{path}.corrupt{suffix}")
+    left.write_bytes(b"an earlier original's sidecar")
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered", out.notes
+    assert out.corrupt_path == f"{path}.corrupt.1"
+    assert Path(out.corrupt_path).read_bytes() == original
+    assert out.corrupt_wal == f"{path}.corrupt.1-wal"
+    assert Path(out.corrupt_wal).read_bytes() == wal
+    assert out.corrupt_journal is None
+    assert not Path(f"{path}.corrupt").exists()
+    assert left.read_bytes() == b"an earlier original's sidecar"
+
+
 def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
     assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
