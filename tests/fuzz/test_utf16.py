@@ -110,3 +110,25 @@ def test_a_utf16_database_gets_one_verdict_and_is_recovered(
     p = cli(sessions_dir, "events", sid, "--json")
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.splitlines()) == len(rows["events"])
+
+
+@pytest.mark.parametrize("code", [2, 3])
+def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(
+    sessions_dir: Path, code: int
+) -> None:
+    """One header field damaged: the text encoding (offset 56) says UTF-16 of a UTF-8 file.
+    SQLite reads every name and value as UTF-16 (a malformed schema), and so did recover's
+    pages engine: ``unreadable``, nothing salvaged of an intact session. The engine now takes
+    the encoding in which sqlite_schema names our tables."""
+    sid, path = make_session(sessions_dir, turns=3, revision=2)
+    rows = row_sets(path)
+    with open(path, "r+b") as f:
+        f.seek(56)
+        f.write(code.to_bytes(4, "big"))
+    assert checks.check_path(path, sid).verdict == "corrupt"
+    p = cli(sessions_dir, "recover", sid, "--json")
+    doc = json.loads(p.stdout)["sessions"][0]
+    assert doc["outcome"] == "recovered", doc
+    assert doc["tables"]["events"]["verified"] == len(rows["events"]), doc["tables"]
+    assert row_sets(path) == rows
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"
