@@ -113,9 +113,7 @@ def test_a_utf16_database_gets_one_verdict_and_is_recovered(
 
 
 @pytest.mark.parametrize("code", [2, 3])
-def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(
-    sessions_dir: Path, code: int
-) -> None:
+def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(sessions_dir: Path, code: int) -> None:
     """One header field damaged: the text encoding (offset 56) says UTF-16 of a UTF-8 file.
     SQLite reads every name and value as UTF-16 (a malformed schema), and so did recover's
     pages engine: ``unreadable``, nothing salvaged of an intact session. The engine now takes
