@@ -606,7 +606,9 @@ def open_readonly(
             continue
         if stats.wal is None:
             uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
-        elif stats.shm is not None and not held:
+        elif stats.shm is not None and not held and stats.db is not None and stats.db.st_size:
+            # Never beside an empty file: SQLite deletes the -wal of a database of 0 pages on
+            # open, read-only or not (a file that lost its bytes; the -wal holds the session).
             uri, how = _uri(path, mode="ro", readonly_shm="1"), "wal"
         elif private:
             uri, how = _uri(path, mode="ro"), "wal"
