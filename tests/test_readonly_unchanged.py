@@ -344,3 +344,34 @@ def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path, agentd
     assert n == len(committed["events"]) > 3
     assert agentdb("--sessions-dir", str(sessions), "events", sid, "--json").code == 0
     assert tree_listing(sessions) == before
+
+
+def test_an_empty_file_beside_a_wal_and_shm_keeps_its_wal(tmp_path: Path, agentdb: Agentdb) -> None:
+    """The file lost its bytes (0 bytes) while a killed writer's -wal and -shm stay. SQLite
+    deletes the -wal of a database of 0 pages when it opens it, read-only or not, and the
+    read-only open used to open such a file in place (a -shm beside it): the first `check`
+    (or events, show, backup...) deleted the -wal, and every commit in it, which `recover`
+    could have salvaged."""
+    sessions = tmp_path / "state" / "agent" / "sessions"
+    sessions.mkdir(parents=True)
+    sid, path = make_session(sessions, status=None)
+    killed_writer(sessions, sid, 25)
+    assert Path(f"{path}-shm").exists() and Path(f"{path}-wal").stat().st_size > 0
+    os.truncate(path, 0)
+    before = tree_listing(sessions)
+    g = ["--sessions-dir", str(sessions)]
+    for argv in (
+        ["check", sid, "--json"],
+        ["check", sid, "--quick", "--json"],
+        ["events", sid, "--json"],
+        ["sessions", "show", sid, "--json"],
+        ["sessions", "list", "--json"],
+        ["recover", sid, "--dry-run", "--json"],
+        ["backup", sid, "--to", str(tmp_path / "b"), "--json"],
+        ["prune", sid, "--dry-run", "--json"],
+        ["migrate", sid, "--dry-run", "--json"],
+        ["status", "--json"],
+    ):
+        code, _, err = agentdb(*g, *argv)
+        assert code in (0, 1), err
+        assert tree_listing(sessions) == before, argv

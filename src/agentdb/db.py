@@ -595,10 +595,16 @@ def open_readonly(
             require_secure(path, stats)
         judged = False  # stats taken after this pass are judged here
         journal = stats.journal  # file_stats takes it too
-        if not private and _has_content(journal):
+        if (
+            not private
+            and _has_content(journal)
+            and (stats.wal is None or _journal_header(os.fspath(path) + "-journal"))
+        ):
             # A rollback journal: immutable would read pages a dead (or live) writer's
             # transaction left half-written; the committed state is the copy rolled back —
             # and then its -wal applied, if it has one, as SQLite does (and check judges).
+            # Beside a -wal only a journal with a header counts (a zeroed one, left by
+            # journal_mode=PERSIST, is not rolled back): a live WAL writer is never copied.
             copied = _open_copy(path, stats, setup, "-journal", journal)
             if copied is not None:
                 return copied
@@ -606,7 +612,9 @@ def open_readonly(
             continue
         if stats.wal is None:
             uri, how = _uri(path, mode="ro", immutable="1"), "immutable"
-        elif stats.shm is not None and not held:
+        elif stats.shm is not None and not held and stats.db is not None and stats.db.st_size:
+            # Never beside an empty file: SQLite deletes the -wal of a database of 0 pages on
+            # open, read-only or not (a file that lost its bytes; the -wal holds the session).
             uri, how = _uri(path, mode="ro", readonly_shm="1"), "wal"
         elif private:
             uri, how = _uri(path, mode="ro"), "wal"
@@ -627,6 +635,24 @@ def open_readonly(
 
 def _has_content(st: os.stat_result | None) -> bool:
     return st is not None and stat.S_ISREG(st.st_mode) and st.st_size > 0
+
+
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _journal_header(journal: str) -> bool:
+    """The rollback journal starts with its magic (SQLite would roll it back); never follows a
+    link or blocks on a FIFO."""
+    try:
+        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, 8, 0) == _JOURNAL_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _open_copy(

@@ -255,3 +255,28 @@ def test_sqlite_recover_runs_only_where_it_could_find_more(
     out2 = salvage.recover_session(sessions_dir, sid2)
     assert out2.outcome == "recovered"
     assert "sqlite-recover" in out2.found_by, out2.notes
+
+
+def test_an_empty_file_whose_wal_holds_the_session_is_salvaged_from_it(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """The file lost every byte (a crash on a file system that kept the -wal), its -wal holds
+    the session's last commits, page 1 included. SQLite ignores a WAL beside an empty file (and
+    its next write deletes it), and recover refused the file as ``empty``: every row in the WAL
+    was left to that fate. Now the WAL's pages are salvaged."""
+    (tmp_path / "w").mkdir()
+    sid, path = corpus.build_wal(tmp_path / "w", sessions_dir)
+    committed = row_sets(path)
+    wal = sidecar(path, "-wal").read_bytes()
+    os.truncate(path, 0)
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=log_of(sessions_dir))
+    assert out.outcome == "recovered", out.notes
+    assert out.corrupt_wal is not None and Path(out.corrupt_wal).read_bytes() == wal
+    assert Path(str(out.corrupt_path)).read_bytes() == b""
+    got = row_sets(path)
+    assert len(got["events"]) > len(committed["events"]) // 2
+    for table in ("events", "cost_ledger", "plan_items"):
+        assert got[table] <= committed[table], table
+    # its page was not in the WAL: rebuilt (the WAL's events name the session)
+    assert [r[0] for r in got["session_meta"]] == [sid]
+    assert_passes_check(path, sid)

@@ -68,6 +68,8 @@ def ok_at_rest(
         ver = int.from_bytes(header[60:64], "big", signed=True)
         if app != APPLICATION_ID or ver != CURRENT_REVISION or (not quick and ver < 2):
             return None  # foreign, too_new, application_id_zero, needs_migration
+        if header[56:60] != b"\x00\x00\x00\x01":
+            return None  # text_encoding: not a UTF-8 database
         before = _snapshot(stats)
         try:
             with db.attached_immutable(path) as conn:

@@ -33,6 +33,7 @@ CODES: dict[str, tuple[Severity, Problem | None]] = {
     "read_error": ("error", "corrupt"),  # SQLite reported corruption while reading
     "content_hash_mismatch": ("error", "corrupt"),  # stored hash does not match the row
     "invalid_text": ("error", "corrupt"),  # a TEXT value that is not valid UTF-8
+    "text_encoding": ("error", "corrupt"),  # a UTF-16 database: TEXT is not stored as UTF-8
     "wal_bad_header": ("error", "corrupt"),
     "wal_checksum_break": ("error", "corrupt"),
     "wal_frames_after_break": ("error", "corrupt"),

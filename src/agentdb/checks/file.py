@@ -25,7 +25,7 @@ from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
 from agentdb.schema.identity import SchemaRows, identify, schema_rows, table_differences
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
-from agentdb.schema.text import invalid_text
+from agentdb.schema.text import invalid_text, text_encoding
 
 _WAL_CODES = {"wal_bad_header", "wal_checksum_break", "wal_frames_after_break", "wal_torn_tail"}
 _WAL_CODES |= {"wal_stale_frames"}
@@ -337,6 +337,10 @@ class _Run:
         """TEXT that is not valid UTF-8 (read as bytes, never decoded). ``events`` is scanned
         by a full check of a revision-1 file (from revision 2 its content hash covers it, as
         bytes); the small tables always. False when session_meta itself is affected."""
+        encoding = text_encoding(conn)
+        if encoding is not None:
+            self.add("text_encoding", f"{encoding}; run `{self.fix_recover}`", self.fix_recover)
+            return False
         skip = ("events",) if self.quick or revision >= 2 else ()
         bad = invalid_text(conn, skip=skip)
         for table, n in bad.items():

@@ -369,7 +369,7 @@ def _salvage_pages(
         out.notes.append(f"database header unreadable ({src.header_problem}); page size inferred")
     else:
         out.revision = src.header.user_version
-    encoding = src.header.encoding if src.header else "utf-8"
+    encoding = _schema_encoding(src, src.header.encoding if src.header else "utf-8", out, keep)
     r = _PageReader(src, encoding, session_id, out, keep)
     _walk_live(r)
     if rolled_back:
@@ -575,6 +575,23 @@ def _doubtful(r: _PageReader) -> None:
         if c.table == "events" and (out.verified.get(c.row[0]) or (None,))[0] == c.row:
             continue
         out.doubtful.setdefault(c.table, set()).add(tables.key_of(c.table, c.row))
+
+
+def _schema_encoding(src: PageSource, header: str, out: PageSalvage, keep: Keep) -> str:
+    """The text encoding the file's records are in: the header's, unless ``sqlite_schema``
+    names none of our tables in it but does in another (a damaged encoding field: every text
+    of the file would otherwise fail to decode, and nothing be salvaged)."""
+    for encoding in (header, *(e for e in ("utf-8", "utf-16le", "utf-16be") if e != header)):
+        trial = PageSalvage(out.candidates, out.event_hashes, out.verified)
+        roots = _schema_roots(_PageReader(src, encoding, "", trial, keep), src.get_page)
+        if "events" in roots:
+            if encoding != header:
+                out.notes.append(
+                    f"the header's text encoding ({header}) does not decode sqlite_schema; "
+                    f"its records are read as {encoding}"
+                )
+            return encoding
+    return header
 
 
 def _schema_roots(r: _PageReader, get: GetPage) -> dict[str, int]:

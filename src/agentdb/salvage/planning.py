@@ -24,6 +24,7 @@ from agentdb.salvage.outcome import RecoveryOutcome
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.snapshot import Snapshot
 from agentdb.salvage.tables import TABLES
+from agentdb.schema.text import text_encoding
 
 
 @dataclass
@@ -100,7 +101,9 @@ def _salvage(
                 rolled_back=snap.had_journal and snap.journal_note is None,
             )
         found = None
-        if conn is not None and diag.refused is None:
+        # The rows engine reads TEXT as its stored bytes: in a UTF-16 database those are not
+        # the UTF-8 the replacement stores (the pages engine decodes by the header's encoding).
+        if conn is not None and diag.refused is None and text_encoding(conn) is None:
             revision = diag.revision or 2
             with out.timed("rows"):
                 found = rows.salvage_rows(conn, session_id, revision, page.verified, store)

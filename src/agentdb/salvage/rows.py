@@ -26,7 +26,7 @@ from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
-from agentdb.schema.text import invalid_text
+from agentdb.schema.text import invalid_text, text_encoding
 
 
 @dataclass
@@ -129,6 +129,10 @@ def _another_session(stored: Any, session_id: str | None) -> str | None:
 
 def _row_problems(conn: apsw.Connection, revision: int, d: Diagnosis) -> None:
     """Content hashes (revision 2) and TEXT that is not valid UTF-8, read in full."""
+    encoding = text_encoding(conn)
+    if encoding is not None:
+        d.reasons.append(encoding)
+        return
     if revision >= 2:
         bad = conn.execute(mismatch_sql("count(*)")).fetchall()[0][0]
         if bad:

@@ -200,6 +200,13 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             # check calls it corrupt; its frames are salvaged as older page copies.
             n = len(scan.frames)
             _damaged(diag, f"WAL: the header is damaged, so SQLite ignores its {n} frames")
+        elif diag.refused == "empty" and any(f.pgno == 1 for f in scan.valid_frames):
+            # An empty file (lost its bytes in a crash, say) whose WAL holds this session's
+            # commits: SQLite ignores a WAL beside an empty file (and its next write deletes
+            # it), but the frames are the session's pages: salvage them.
+            diag.refused = None
+            n = len(scan.valid_frames)
+            _damaged(diag, f"the file is empty, but its WAL holds {n} frames: salvaged from them")
     if snap.journal_note is not None:  # a journal that is not this database's
         _damaged(diag, snap.journal_note)
     # Messages about the private copy name the session file the operator knows.

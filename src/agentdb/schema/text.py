@@ -82,3 +82,17 @@ def invalid_text(conn: apsw.Connection, *, skip: tuple[str, ...] = ()) -> dict[s
         if n is not None and int(n[0]):
             out[table] = int(n[0])
     return out
+
+
+def text_encoding(conn: apsw.Connection) -> str | None:
+    """Why the database's TEXT is not stored as UTF-8 (a UTF-16 database another tool made:
+    SQLite converts on the fly, but agentdb reads, compares and hashes TEXT as its stored
+    bytes), or None for a UTF-8 database."""
+    row = conn.execute("PRAGMA encoding").fetchone()
+    encoding = str(row[0]) if row else "UTF-8"
+    if encoding == "UTF-8":
+        return None
+    return (
+        f"the database's text encoding is {encoding}, not UTF-8 (agentdb reads and hashes TEXT "
+        "as its stored bytes)"
+    )
