@@ -14,6 +14,7 @@ from agentdb.store import EventRow, SessionReader
 INT64_MAX = 2**63 - 1
 _DAMAGE = (errors.Corrupt, errors.Unreadable, errors.DiskIOError)  # a row that does not read
 MAX_SKIPS = 256  # damaged regions read past before the rest is left to `agentdb recover`
+_BEFORE_ALL = -(2**63) - 1  # below every sequence SQLite can store: "after" with no lower bound
 
 
 class EventLog:
@@ -33,7 +34,7 @@ class EventLog:
         session_id: str,
         *,
         kinds: Sequence[str] | None = None,
-        after: int = 0,
+        after: int | None = None,
         payload_cap: int = 4096,
     ) -> None:
         self.sessions_dir, self.session_id = sessions_dir, session_id
@@ -53,17 +54,19 @@ class EventLog:
                             after=after, kinds=self.kinds, payload_cap=self.payload_cap
                         ):
                             self.count += 1
-                            after = max(after, e.sequence)  # never backwards
+                            # never backwards
+                            after = e.sequence if after is None else max(after, e.sequence)
                             yield e
                         return
                     except _DAMAGE as e:
                         self.error = self.error or e
                         resume = None
+                        low = _BEFORE_ALL if after is None else after
                         if len(self.skipped) < MAX_SKIPS:
-                            resume = self._past_damage(r, after)
+                            resume = self._past_damage(r, low)
                         if resume is None:
                             return
-                        self.skipped.append((after + 1, resume))
+                        self.skipped.append((low + 1, resume))
                         after = resume
         except errors.SessionNotFound:
             raise  # no such session: a usage error, not damage

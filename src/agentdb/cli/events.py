@@ -75,10 +75,11 @@ def _preview(e: EventRow) -> str:
 )
 @click.option(
     "--after",
-    type=click.IntRange(0, INT64_MAX),
-    default=0,
+    type=click.IntRange(-INT64_MAX - 1, INT64_MAX),
+    default=None,
     metavar="SEQ",
-    help="Only events with a sequence greater than SEQ.",
+    help="Only events with a sequence greater than SEQ (default: every event, a revision-1 "
+    "file's sequence 0 or below too).",
 )
 @click.option(
     "--max-payload",
@@ -95,7 +96,7 @@ def events_cmd(
     app: App,
     session_id: str,
     kinds: tuple[str, ...],
-    after: int,
+    after: int | None,
     max_payload: int,
     as_json: bool,
     fmt: str,
@@ -135,6 +136,12 @@ def events_cmd(
     return _judged(log)
 
 
+def _span(a: int, b: int) -> str:
+    if a <= -INT64_MAX - 1:
+        return f"up to {b}"  # from the start of the log, whatever its lowest sequence
+    return f"{a}..{b}" if a != b else str(a)
+
+
 def _judged(log: eventlog.EventLog) -> int:
     """Exit 1, with one line on stderr, when the judge calls the file corrupt or unreadable."""
     try:
@@ -145,7 +152,7 @@ def _judged(log: eventlog.EventLog) -> int:
     stopped = ""
     if log.error is not None:
         why = log.error.problem or str(log.error)
-        ranges = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in log.skipped[:5])
+        ranges = ", ".join(_span(a, b) for a, b in log.skipped[:5])
         more = f" (+{len(log.skipped) - 5} more)" if len(log.skipped) > 5 else ""
         passed = f"; sequences {ranges}{more} could not be read" if ranges else ""
         stopped = f"printed {log.count} readable event(s) ({why}{passed}); "

@@ -154,12 +154,14 @@ class SessionReader:
         return Page(rows[:limit], len(rows) > limit)
 
     def _event_rows(
-        self, after: int, kinds: Sequence[str] | None, limit: int, payload_cap: int
+        self, after: int | None, kinds: Sequence[str] | None, limit: int, payload_cap: int
     ) -> Iterator[EventRow]:
         """One statement's rows, each yielded as soon as SQLite returns it: a damaged page
-        raises only after every row before it was yielded."""
-        where = "sequence > ?"
-        args: list[Any] = [int(after)]
+        raises only after every row before it was yielded. ``after`` None: from the first
+        event, whatever its sequence (revision 1 has no CHECK: 0 and negative ones exist)."""
+        where, args = "1", list[Any]()
+        if after is not None:
+            where, args = "sequence > ?", [int(after)]
         if kinds:
             where += f" AND kind IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
@@ -182,12 +184,13 @@ class SessionReader:
     def iter_events(
         self,
         *,
-        after: int = 0,
+        after: int | None = None,
         kinds: Sequence[str] | None = None,
         page_rows: int = DEFAULT_PAGE_ROWS,
         payload_cap: int = DEFAULT_PAYLOAD_CAP,
     ) -> Iterator[EventRow]:
-        """Every event after ``after`` in sequence order, read a bounded page at a time (one
+        """Every event after ``after`` (None: every event, from the lowest sequence — 0 or
+        negative in a revision-1 file) in sequence order, read a bounded page at a time (one
         statement per page, so no read transaction outlives a page). A row SQLite cannot read
         raises, after every row before it was yielded. Sequences come out strictly increasing:
         a row at or below the last one yielded (a damaged page that loops, or garbage read out of
@@ -197,8 +200,8 @@ class SessionReader:
             n, advanced = 0, False
             for e in self._event_rows(after, kinds, page_rows, payload_cap):
                 n += 1
-                if e.sequence <= after:  # never backwards: no row or page is read twice
-                    continue
+                if after is not None and e.sequence <= after:
+                    continue  # never backwards: no row or page is read twice
                 after, advanced = e.sequence, True
                 yield e
             if n >= page_rows and not advanced:
