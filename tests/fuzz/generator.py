@@ -335,6 +335,19 @@ def hot_journal(t: Target, rng: random.Random) -> str:
     return sql.split(" WHERE")[0][:40]
 
 
+def hot_journal_torn(t: Target, rng: random.Random) -> str:
+    """A hot journal (:func:`hot_journal`) then cut short after the killed write, its header
+    kept (a journal whose header is gone is no hot journal: nothing could tell its file's
+    uncommitted pages): the storage lost the journal's tail though the database's overwritten
+    pages reached the disk (an ordering the disk did not keep)."""
+    done = hot_journal(t, rng)
+    journal = t.path.with_name(t.path.name + "-journal")
+    n = journal.stat().st_size
+    at = min(rng.choice((28, 512, rng.randrange(28, n))), n - 1)
+    os.truncate(journal, at)
+    return f"{done}; journal cut at {at} of {n}"
+
+
 INVALID = (b"\xc3\x28", b"\xff", b"\xed\xa0\x80", b"\xe2\x82", b"\xf8\x88\x80\x80\x80", b"\x80")
 
 
@@ -383,11 +396,13 @@ KINDS: dict[str, Kind] = {
     "index_and_table": index_and_table,
     "ptrmap": ptrmap,
     "hot_journal": hot_journal,
+    "hot_journal_torn": hot_journal_torn,
     "invalid_utf8": invalid_utf8,
 }
 WAL_ONLY = {"truncate_wal", "wal_checksum"}
-NO_WAL_ONLY = {"hot_journal", "ptrmap"}
-FIRST = ("invalid_utf8", "hot_journal")  # through SQLite: before any byte-level damage
+NO_WAL_ONLY = {"hot_journal", "hot_journal_torn", "ptrmap"}
+# through SQLite: before any byte-level damage
+FIRST = ("invalid_utf8", "hot_journal", "hot_journal_torn")
 
 
 def kinds_for(wal: bool) -> list[str]:

@@ -132,6 +132,12 @@ def test_kernel_open_recovers_invalid_text_instead_of_raising(bases: Bases, tmp_
 # reject every later cell of the page (480, 478 and 477 events kept where .recover kept 482).
 CAMPAIGN = [
     *COLD_JOURNAL,
+    # a hot journal cut to its 28-byte header after the killed INSERT overwrote pages (the
+    # red-team's torn journal): its rollback restores nothing, and recover kept the dead
+    # writer's uncommitted rows (sequences 100001..) as structural_only, "99961 known lost"
+    "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/12",
+    # the same cut after an UPDATE of payloads: the uncommitted payloads were kept as committed
+    "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/2",
     "rev=2 wal=0 size=short layout=plain damages=header_garbage/898041840",
     "rev=2 wal=0 size=long layout=plain damages=random_sector/563054641",
     "rev=2 wal=0 size=long layout=plain damages=freelist_trunk/458210018+random_sector/291022477",

@@ -34,10 +34,12 @@ os.kill(os.getpid(), 9)
 """
 
 
-def hot_journal_session(sessions_dir: Path, sql: str) -> tuple[str, Path, dict[str, set]]:  # type: ignore[type-arg]
+def hot_journal_session(
+    sessions_dir: Path, sql: str, revision: int = 2
+) -> tuple[str, Path, dict[str, set]]:  # type: ignore[type-arg]
     """A closed session switched to DELETE mode, then a writer killed inside ``sql``'s
     transaction: the file holds uncommitted pages, the journal the committed ones."""
-    sid, path = make_session(sessions_dir, turns=20)
+    sid, path = make_session(sessions_dir, turns=20, revision=revision)
     conn = apsw.Connection(str(path))
     assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
     conn.close()
@@ -147,3 +149,53 @@ def test_hot_journal_beside_a_wal_is_read_as_sqlite_reads_it(
     assert json.loads(p.stdout)["sessions"][0]["outcome"] == "copied"
     assert row_sets(to / path.name) == committed
     assert {q.name: q.read_bytes() for q in sessions_dir.iterdir()} == before
+
+
+INSERT_COPIES = (
+    "INSERT INTO events(sequence, id, timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload) SELECT sequence + 100000, id || 'x', timestamp, "
+    "kind, producer_category, producer_name, producer_version, schema_version, payload "
+    "FROM events"
+)
+
+
+def test_torn_journal_leaves_the_killed_rows_unverified(sessions_dir: Path, tmp_path: Path) -> None:
+    """A hot journal cut to its 28-byte header (the storage lost its records though the
+    overwritten pages reached the disk): its rollback restores nothing, so the file still holds
+    the killed INSERT's rows. recover kept them as structural_only and reported the jump to
+    sequence 100001 as tens of thousands of events known lost; they are unverified now, and
+    the jump is no loss."""
+    sid, path, committed = hot_journal_session(sessions_dir, INSERT_COPIES, revision=1)
+    j = sidecar(path, "-journal")
+    os.truncate(j, 28)
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
+    assert out.outcome == "recovered", out.notes
+    got = row_sets(path)
+    seqs = sorted({r[0] for r in got["events"]} - {r[0] for r in committed["events"]})
+    assert seqs and seqs[0] > 100000  # the killed transaction's rows: SQLite reads them too
+    ranges = out.lost.get("unverified_event_sequences", [])
+    assert out.tables["events"]["unverified"] >= len(seqs)
+    assert all(any(a <= s <= b for a, b in ranges) for s in seqs), (seqs[:5], ranges)
+    assert "event_sequences" not in out.lost, out.lost  # nothing is known lost
+    assert any("journal is cut short or torn" in n for n in out.notes), out.notes
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"
+
+
+def test_journal_torn_reads_records_as_the_playback_does(sessions_dir: Path) -> None:
+    from agentdb.fileformat import journal_torn
+
+    _sid, path, _ = hot_journal_session(sessions_dir, INSERT_COPIES, revision=1)
+    whole = sidecar(path, "-journal").read_bytes()
+    assert journal_torn(whole) is None  # every promised record is there
+    ps = int.from_bytes(whole[24:28], "big")
+    sector = int.from_bytes(whole[20:24], "big")
+    promised = int.from_bytes(whole[8:12], "big")
+    assert promised > 2
+    assert journal_torn(whole[:28]) == (frozenset(), promised)
+    cut = whole[: sector + 2 * (ps + 8) + 100]
+    got = journal_torn(cut)
+    assert got is not None and len(got[0]) == 2 and got[1] == promised - 2
+    bad = bytearray(whole)
+    bad[sector + (ps + 8) + 4 + ps - 200] ^= 1  # the second record's checksum fails
+    got = journal_torn(bytes(bad))
+    assert got is not None and len(got[0]) == 1 and got[1] >= promised - 1

@@ -24,6 +24,7 @@ from .header import (
     DbHeader,
     JournalHeader,
     journal_problem,
+    journal_torn,
     parse_header,
     parse_journal_header,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "infer_page_size",
     "iter_freelist",
     "journal_problem",
+    "journal_torn",
     "parse_cell",
     "parse_header",
     "parse_journal_header",

@@ -125,6 +125,60 @@ def parse_journal_header(data: Buffer) -> JournalHeader | None:
     return JournalHeader(records, initial, sector, page_size)
 
 
+def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
+    """A hot journal that cannot roll the whole transaction back, read as SQLite's playback
+    reads it (segments of a header, one sector long, then ``records`` page records of page
+    number, page and checksum): (the pages its intact records restore, the records its headers
+    promise but the file does not hold whole, or holds with a failing checksum). None when
+    every promised record is intact (or the journal is not hot). The killed transaction may
+    have overwritten any page whose record is missing, so only the restored pages are known to
+    hold committed content."""
+    data = memoryview(journal)  # a mapped file: no copy of it
+    first = parse_journal_header(data)
+    if first is None or first.records == 0:
+        return None  # nothing was promised: no page was written before the journal's sync
+    ps, sector = first.page_size, first.sector_size
+    if not (512 <= ps <= 65536 and ps & (ps - 1) == 0) or not (
+        32 <= sector <= 65536 and sector & (sector - 1) == 0
+    ):
+        return None  # not SQLite's (journal_problem judges the page size)
+    restored: set[int] = set()
+    missing, off, end = 0, 0, 0
+    size = ps + 8
+    while off + 28 <= len(data) and data[off : off + 8] == JOURNAL_MAGIC:
+        records, nonce = struct.unpack(">iI", data[off + 8 : off + 16])
+        at = off + sector
+        if records == -1:  # written without syncs: as many records as the file holds
+            records = max(0, (len(data) - at) // size)
+        for i in range(records):
+            rec = data[at : at + size]
+            if len(rec) < size:
+                missing += records - i
+                break
+            pgno = int.from_bytes(rec[:4], "big")
+            page = rec[4 : 4 + ps]
+            cksum = nonce
+            j = ps - 200
+            while j > 0:
+                cksum += page[j]
+                j -= 200
+            if pgno == 0 or cksum & 0xFFFFFFFF != int.from_bytes(rec[4 + ps :], "big"):
+                missing += records - i
+                break
+            restored.add(pgno)
+            at += size
+        else:
+            end = at
+            off = -(-at // sector) * sector  # the next segment starts on a sector boundary
+            continue
+        break
+    if not missing and end < len(data) < off + sector:
+        missing = 1  # a next segment's header (written a whole sector at once) was cut short
+    if not missing:
+        return None
+    return frozenset(restored), missing
+
+
 def journal_problem(db_head: Buffer, journal: Buffer) -> str | None:
     """Why a hot journal cannot be this database's: its page size is not the file's, or the size
     it would restore is no size at all. None when it may be rolled back (or is not hot)."""

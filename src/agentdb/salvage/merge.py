@@ -72,10 +72,15 @@ def merge(
     rows: RowSalvage | None,
     shell: ShellRows | None,
     store: Scratch | None = None,
+    torn: frozenset[int] | None = None,
 ) -> Merged:
     """One row per key from what the engines found, by the precedence in the module docstring.
-    The merged rows of the AUTOINCREMENT tables go into ``store`` (default: one in memory)."""
+    The merged rows of the AUTOINCREMENT tables go into ``store`` (default: one in memory).
+    ``torn``: the file is the rollback of a hot journal that could not restore every page it
+    promised; these pages (the ones it did restore) are the only ones known to hold committed
+    content, and every other row no hash vouches for is unverified."""
     m = _Merger(session_id, page, rows, store or Scratch(None))
+    m.torn = torn
     m.take_engines(shell)
     return m.finish()
 
@@ -105,6 +110,8 @@ class _Merger:
         # nothing checked their overflow chain or their bytes on a damaged page)
         self.unconfirmed: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
         self.live_meta = False
+        self.torn: frozenset[int] | None = None  # see merge()
+        self.torn_doubt: dict[str, set[Any]] = {}  # table -> keys a torn journal leaves in doubt
 
     def vouched(self, table: str, key: Any, row: Row) -> bool:
         """A revision-2 event whose stored content hash matches these very bytes."""
@@ -330,7 +337,7 @@ class _Merger:
         derive_producers(result)
         if not self.rows["session_meta"] and result.count():
             rebuild_meta(result, self.session_id)
-        count_lost(result)
+        count_lost(result, self.torn_doubt if self.torn is not None else None)
         return result
 
     def note_meta_source(self) -> None:
@@ -364,6 +371,8 @@ class _Merger:
             "unconfirmed": "SQLite read them, the page engine found no identical copy",
             "shell": "only SQLite's recovery extension read them (their overflow chains "
             "unchecked) and no content hash vouches for them",
+            "torn": "the hot journal is cut short or torn, so its rollback could not restore "
+            "every page the killed transaction wrote: they may be its uncommitted writes",
         }
         counts = dict.fromkeys(why, 0)
         for table in tables.TABLES:
@@ -373,6 +382,7 @@ class _Merger:
                 "damaged": doubtful.get(table, set()),
                 "unconfirmed": self.unconfirmed[table],
                 "shell": self.shell_raw[table],
+                "torn": self.torn_doubt.setdefault(table, self.torn_suspects(table)),
             }
             kept: set[Any] = set()
             for name, keys in groups.items():
@@ -391,6 +401,24 @@ class _Merger:
         for name, n in counts.items():
             if n:
                 self.notes.append(f"{n} rows kept unverified: {why[name]}")
+
+    def torn_suspects(self, table: str) -> set[Any]:
+        """After a torn hot journal's rollback: every key of ``table`` kept but not read, as
+        kept, from a page the journal restored (leaf and overflow chain), the pages known to
+        hold committed content. Empty when the journal was whole."""
+        if self.torn is None:
+            return set()
+        got = self.rows[table]
+        committed: set[Any] = set()
+        if self.page is not None and self.torn:
+            places = {f"page {p}" for p in self.torn}
+            for c in self.page.candidates.found_at(places):
+                if c.table != table or not set(c.chain) <= self.torn:
+                    continue
+                key = tables.key_of(table, c.row)
+                if got.get(key) == c.row:
+                    committed.add(key)
+        return {k for k in got if k not in committed}
 
     def keep_hashes(self, result: Merged) -> None:
         page, found = self.page, self.found

@@ -97,13 +97,20 @@ def rebuild_meta(result: Merged, session_id: str) -> None:
     )
 
 
-def count_lost(result: Merged) -> None:
-    """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table."""
+def count_lost(result: Merged, in_doubt: dict[str, set[Any]] | None = None) -> None:
+    """Sequence ranges no engine found, per AUTOINCREMENT table; unverified keys by table.
+    ``in_doubt`` (after a torn hot journal's rollback): keys that may be the killed
+    transaction's uncommitted rows. Only a sequence below the highest key not in doubt is
+    known to have been issued (the counters the file holds may be the transaction's too)."""
     for table in tables.AUTOINCREMENT_TABLES:
         got = result.rows[table]
         seq = result.sequences
-        top = highest(got)
-        top = max(seq.get(table, 0), top or 0) if top is not None or table in seq else 0
+        if in_doubt is not None:
+            doubt = in_doubt.get(table, set())
+            top = max((k for k in _keys(got) if k not in doubt), default=0)
+        else:
+            top = highest(got)
+            top = max(seq.get(table, 0), top or 0) if top is not None or table in seq else 0
         lost = _gaps(got, top) if top < 10_000_000 else []
         if lost:
             name = "event_sequences" if table == "events" else f"{table}_sequences"

@@ -169,7 +169,8 @@ def _merge(
     """Merge the engines' rows; when rows are still known lost and the page engine did not
     understand every page, SQLite's own recovery extension may fill gaps."""
     rebuild = tables_intact(diag, found, page, store)
-    merged = merge_mod.merge(session_id, None if rebuild else page, found, None, store)
+    torn = snap.journal_torn
+    merged = merge_mod.merge(session_id, None if rebuild else page, found, None, store, torn)
     got = Salvage(found, page, merged, None, [], rebuild)
     if rebuild:
         got.shell_notes.append(
@@ -186,7 +187,7 @@ def _merge(
     elif merged.lost or not merged.rows["session_meta"]:
         got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store)
         if got.shell is not None and any(got.shell.rows.values()):
-            got.merged = merge_mod.merge(session_id, page, found, got.shell, store)
+            got.merged = merge_mod.merge(session_id, page, found, got.shell, store, torn)
     return got
 
 

@@ -3,12 +3,13 @@ database (foreign only on evidence), and a hot rollback journal."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, fsutil, paths
-from agentdb.fileformat import journal_problem, parse_journal_header
+from agentdb.fileformat import journal_problem, journal_torn, parse_journal_header
 from agentdb.fileformat.btree import FormatError, PageKind, TableLeafCell, parse_page
 from agentdb.fileformat.record import decode_record
 from agentdb.fileformat.wal import WalScan
@@ -114,6 +115,18 @@ def is_hot_journal(journal: Path) -> bool:
     """Whether the (private copy of a) journal is hot: its header says it rolls pages back."""
     with open(journal, "rb") as f:
         return parse_journal_header(f.read(28)) is not None
+
+
+def torn_journal(journal: Path) -> frozenset[int] | None:
+    """The pages a hot journal that cannot roll its whole transaction back (cut short, or a
+    record's checksum fails) restores; None when it can (see
+    :func:`agentdb.fileformat.journal_torn`)."""
+    with open(journal, "rb") as f:
+        if os.fstat(f.fileno()).st_size < 28:
+            return None  # not hot
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
+            got = journal_torn(view)
+    return None if got is None else got[0]
 
 
 def roll_back(copy: Path, journal: Path, work: Path) -> str | None:

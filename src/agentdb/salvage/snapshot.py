@@ -53,6 +53,10 @@ class Snapshot:
     had_wal: bool  # a WAL was beside the file (it goes with the original)
     had_journal: bool  # a hot rollback journal was beside the file (it goes with the original)
     journal_note: str | None = None  # why the journal was not applied (not this database's)
+    # A hot journal of this database cut short or torn (its records do not all read whole):
+    # the pages its intact records restored, the only ones known to hold committed content;
+    # every other page may hold the killed transaction's writes. None: no such journal.
+    journal_torn: frozenset[int] | None = None
     header: bytes = field(default=b"", repr=False)  # the copy's first 100 bytes
     # the private WAL copy's frames, scanned once (pages read from it on demand), None: no WAL
     wal_scan: WalScan | None = field(default=None, repr=False)
@@ -108,8 +112,9 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     except (OSError, errors.AgentdbError):
         had_journal = False  # no journal a rollback would read
     _copy_fd(fd, st.st_size, copy)
-    journal_note = None
+    journal_note, torn = None, None
     if had_journal:
+        torn = sidecars.torn_journal(journal)
         journal_note = sidecars.roll_back(copy, journal, work)
     journal.unlink(missing_ok=True)
     with open(copy, "rb") as f:
@@ -123,6 +128,7 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         had_wal=wal is not None,
         had_journal=had_journal,
         journal_note=journal_note,
+        journal_torn=torn if journal_note is None else None,
         header=header,
     )
     if wal is not None:
