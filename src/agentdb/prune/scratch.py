@@ -17,7 +17,13 @@ Tables (one row per session id; ``facts`` rows only for the ids a plan looks at)
   the columns the plan selects by: parent link, status, profile, ``ended_at``), then what the
   plan decided of it (matched by the filters, confirmed from the index, check's judgement,
   a candidate);
-* ``refs``: the cached plugin versions it references (readable sessions only).
+* ``refs``: the cached plugin versions it references (readable sessions only);
+* ``grp``: the selected sessions and, with ``--with-descendants``, the members of their
+  subtrees, each with the selected session whose group it is in;
+* ``decision``: what the plan decided of each candidate (:class:`~.decisions.PruneDecision`:
+  its reasons, files, stamp, pins, status), read back in id order by ``dry_run``, ``execute``
+  and the renderers;
+* ``outcome``: what each ``execute`` of the plan did of each candidate, in id order.
 """
 
 from __future__ import annotations
@@ -89,7 +95,36 @@ CREATE TABLE refs(
   id TEXT NOT NULL, category TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
   PRIMARY KEY (id, category, name, version)
 ) WITHOUT ROWID;
+CREATE TABLE grp(
+  id TEXT PRIMARY KEY,                  -- a selected session, or one that joined its subtree
+  root TEXT NOT NULL,                   -- the selected session whose group it is in
+  seq INTEGER NOT NULL UNIQUE           -- the order it joined (the selected first, in id order)
+) WITHOUT ROWID;
+CREATE INDEX grp_root ON grp(root);
+CREATE TABLE decision(
+  id TEXT PRIMARY KEY,                  -- a candidate (grp, or an interrupted prune to finish)
+  remove INTEGER NOT NULL,              -- no reason keeps it
+  reasons BLOB NOT NULL,                -- marshal: ((code, message), ...), every reason it stays
+  bytes INTEGER NOT NULL,
+  files BLOB NOT NULL,                  -- marshal: the names removing it deletes, in order
+  damaged INTEGER NOT NULL,
+  resume INTEGER NOT NULL,
+  stamp BLOB,                           -- marshal: (main, wal), or NULL for no stamp
+  pins BLOB NOT NULL,                   -- marshal: the cached versions it uses
+  npins INTEGER NOT NULL,
+  status TEXT,                          -- its status as planned
+  odd INTEGER NOT NULL                  -- a reason of its own reads as one a subtree passed on
+) WITHOUT ROWID;
+CREATE TABLE outcome(
+  run INTEGER NOT NULL,                 -- which execute of the plan
+  id TEXT NOT NULL,
+  removed INTEGER NOT NULL,
+  decision BLOB,                        -- refused: the decision as reported (marshal)
+  files BLOB,                           -- removed: the names removed (marshal)
+  PRIMARY KEY (run, id)
+) WITHOUT ROWID;
 CREATE TEMP TABLE gone(id TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TEMP TABLE load(id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
 
@@ -397,23 +432,124 @@ class PlanStore:
         """For each of ``versions``: (sessions outside the candidates, every session) that
         reference it and are not in ``gone``."""
         wanted = set(versions)
-        self.conn.execute("DELETE FROM temp.gone")
-        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in gone))
-        out: dict[plugins.PluginVersion, tuple[int, int]] = {}
-        for cat, name, ver, outside, staying in self.conn.execute(
-            "SELECT r.category, r.name, r.version, SUM(NOT f.cand), COUNT(*) FROM refs r "
-            "JOIN facts f ON f.id = r.id WHERE r.id NOT IN (SELECT id FROM temp.gone) "
-            "GROUP BY 1, 2, 3"
-        ):
-            v = (cat, name, ver)
-            if v in wanted:
-                out[v] = (outside, staying)
-        return out
+        self.set_gone(gone)
+        return {v: c for v, c in self.version_counts_gone().items() if v in wanted}
 
     def unknown_count(self, removed: Iterable[str]) -> int:
         """Sessions with a file whose references could not be read, not in ``removed``."""
+        self.set_gone(removed)
+        return self.unknown_count_gone()
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        yield from self.conn.execute(sql, params)
+
+    def keyed_pages(
+        self, sql: str, params: Sequence[Any] = (), first: Any = ""
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` a page at a time, by key: ``sql`` takes the last key seen as
+        its first parameter, then ``params``, then the page size (``... WHERE key > ? ...
+        ORDER BY key LIMIT ?``), and each row's first column is its key. Each page is fetched
+        whole, so the tables may change between pages."""
+        last = first
+        while True:
+            rows = db.rows(self.conn, sql, (last, *params, PAGE))
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield rows
+
+    # ------------------------------------------------------------------ groups, candidates
+
+    def select_groups(self) -> None:
+        """The selection (explicit ids and the matches, each with facts) as groups of one, in
+        id order."""
+        self.conn.execute(
+            "INSERT INTO grp(id, root, seq) SELECT f.id, f.id, ROW_NUMBER() OVER (ORDER BY f.id) "
+            "FROM facts f JOIN entry e ON e.id = f.id WHERE f.matched OR e.explicit ORDER BY f.id"
+        )
+
+    def selected_ids(self) -> Iterator[list[str]]:
+        """The selected sessions (groups' roots), in id order, a page at a time."""
+        for page in self.keyed_pages(
+            "SELECT id FROM grp WHERE id > ? AND root = id ORDER BY id LIMIT ?"
+        ):
+            yield [r[0] for r in page]
+
+    def in_group(self, sid: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM grp WHERE id=?", (sid,)).fetchone() is not None
+
+    def join_group(self, sid: str, root: str) -> None:
+        self.conn.execute(
+            "INSERT INTO grp(id, root, seq) VALUES (?, ?, (SELECT MAX(seq) + 1 FROM grp))",
+            (sid, root),
+        )
+
+    def root_of(self, sid: str) -> str:
+        return str(db.scalar(self.conn, "SELECT root FROM grp WHERE id=?", (sid,)))
+
+    def set_root(self, sid: str, root: str) -> None:
+        self.conn.execute("UPDATE grp SET root=? WHERE id=?", (root, sid))
+
+    def nested_roots(self) -> int:
+        """Groups whose root is itself in another group (none, as the plan builds them)."""
+        return int(
+            db.scalar(
+                self.conn,
+                "SELECT COUNT(*) FROM grp g JOIN grp r ON r.id = g.root WHERE r.root != r.id",
+            )
+        )
+
+    def mark_candidates(self) -> None:
+        """The candidates: every group member and every interrupted prune (with facts)."""
+        self.conn.execute(
+            "UPDATE facts SET cand=1 WHERE id IN (SELECT id FROM grp) "
+            "OR id IN (SELECT id FROM entry WHERE intent)"
+        )
+
+    def groups_of(self, ids: Sequence[str]) -> dict[str, str]:
+        """Each of ``ids`` in a group, with its group's root, in the order they joined."""
+        self.conn.execute("DELETE FROM temp.load")
+        self.conn.executemany("INSERT OR IGNORE INTO temp.load VALUES (?)", ((s,) for s in ids))
+        return {
+            sid: root
+            for sid, root in self.conn.execute(
+                "SELECT id, root FROM grp WHERE id IN (SELECT id FROM temp.load) ORDER BY seq"
+            )
+        }
+
+    def put_decisions(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO decision(id, remove, reasons, bytes, files, damaged, resume, stamp, "
+            "pins, npins, status, odd) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+
+    def set_reasons(self, rows: Iterable[tuple[bytes, bool, bool, str]]) -> None:
+        """(reasons, remove, odd, id) for decisions the fixed point changed."""
+        self.conn.executemany("UPDATE decision SET reasons=?, remove=?, odd=? WHERE id=?", rows)
+
+    def set_gone(self, ids: Iterable[str] | None = None, sql: str = "") -> None:
+        """``temp.gone``: the sessions a count takes as removed (``ids``, or ``sql``'s)."""
         self.conn.execute("DELETE FROM temp.gone")
-        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in removed))
+        if ids is not None:
+            self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in ids))
+        if sql:
+            self.conn.execute(f"INSERT OR IGNORE INTO temp.gone {sql}")
+
+    def version_counts_gone(self) -> dict[plugins.PluginVersion, tuple[int, int]]:
+        """For every version a session references: (sessions outside the candidates, every
+        session) that reference it and are not in ``temp.gone``."""
+        return {
+            (cat, name, ver): (outside, staying)
+            for cat, name, ver, outside, staying in self.conn.execute(
+                "SELECT r.category, r.name, r.version, SUM(NOT f.cand), COUNT(*) FROM refs r "
+                "JOIN facts f ON f.id = r.id WHERE r.id NOT IN (SELECT id FROM temp.gone) "
+                "GROUP BY 1, 2, 3"
+            )
+        }
+
+    def unknown_count_gone(self) -> int:
+        """Sessions with a file whose references could not be read, not in ``temp.gone``."""
         return int(
             db.scalar(
                 self.conn,
@@ -422,8 +558,10 @@ class PlanStore:
             )
         )
 
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
-        yield from self.conn.execute(sql, params)
+    def shared_pins(self, blob: bytes) -> tuple[plugins.PluginVersion, ...]:
+        """A marshalled tuple of versions, the plan's own tuple of them again."""
+        pins: tuple[plugins.PluginVersion, ...] = marshal.loads(blob)
+        return self.pins.seen.setdefault(pins, pins) if pins else pins
 
 
 def _encode(f: Facts) -> bytes:
