@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 
 from agentdb import plugins
 from agentdb.prune.scan import STAMPLESS, Pins, Stamp
-from agentdb.prune.scratch import PlanStore
+from agentdb.prune.scratch import GONE, PlanStore
 from agentdb.results import PruneReasonCode
 
 _T = TypeVar("_T")
@@ -347,32 +347,29 @@ class PrunePlan:
         """Of :attr:`unknown_references`, those not in ``removed`` (default: the plan's
         removals)."""
         store = self._store()
-        if removed is None:
-            store.set_gone(sql="SELECT id FROM decision WHERE remove")
-        else:
+        if removed is not None:
             store.set_gone(removed)
-        return store.unknown_count_gone()
+        return store.unknown_count_gone("plan" if removed is None else "listed")
 
     def version_uses(self, removed: Iterable[str] | None = None) -> list[VersionUse]:
         """Each cached version a selected session references, counted; ``removed`` are the
         sessions actually removed (default: the plan's removals)."""
         store = self._store()
-        if removed is None:
-            store.set_gone(sql="SELECT id FROM decision WHERE remove")
-        else:
+        if removed is not None:
             store.set_gone(removed)
+        gone = "plan" if removed is None else "listed"
         counts: dict[plugins.PluginVersion, list[int]] = {}
         for page in store.keyed_pages(
-            "SELECT id, pins, id IN (SELECT id FROM temp.gone) FROM decision "
+            f"SELECT id, pins, EXISTS ({GONE[gone]} AND g.id = d.id) FROM decision d "
             "WHERE id > ? AND npins ORDER BY id LIMIT ?"
         ):
-            for _, pins, gone in page:
+            for _, pins, is_gone in page:
                 for v in marshal.loads(pins):
                     c = counts.setdefault(tuple(v), [0, 0, 0, 0])
                     c[0] += 1
-                    c[1] += bool(gone)
+                    c[1] += bool(is_gone)
         if counts:
-            for v, (outside, staying) in store.version_counts_gone().items():
+            for v, (outside, staying) in store.version_counts_gone(gone).items():
                 if v in counts:
                     counts[v][2] += outside
                     counts[v][3] += staying

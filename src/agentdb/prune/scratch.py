@@ -58,6 +58,13 @@ from agentdb.prune.scan import (
 )
 
 PAGE = 4096  # rows fetched at a time when a pass walks a table
+# The sessions a count takes as removed, as a correlated subquery (``g.id`` is a session id):
+# those listed in ``temp.gone``, or the plan's removals (looked up one at a time: never a copy
+# of them all).
+GONE = {
+    "listed": "SELECT 1 FROM temp.gone g WHERE 1",
+    "plan": "SELECT 1 FROM decision g WHERE g.remove",
+}
 # What the scratch database raises when it cannot be written (a full disk, a file size limit):
 # the plan is then made again with the database in memory.
 FAILURES: tuple[type[BaseException], ...] = (apsw.Error,)
@@ -433,12 +440,12 @@ class PlanStore:
         reference it and are not in ``gone``."""
         wanted = set(versions)
         self.set_gone(gone)
-        return {v: c for v, c in self.version_counts_gone().items() if v in wanted}
+        return {v: c for v, c in self.version_counts_gone("listed").items() if v in wanted}
 
     def unknown_count(self, removed: Iterable[str]) -> int:
         """Sessions with a file whose references could not be read, not in ``removed``."""
         self.set_gone(removed)
-        return self.unknown_count_gone()
+        return self.unknown_count_gone("listed")
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         yield from self.conn.execute(sql, params)
@@ -500,11 +507,14 @@ class PlanStore:
         )
 
     def mark_candidates(self) -> None:
-        """The candidates: every group member and every interrupted prune (with facts)."""
-        self.conn.execute(
-            "UPDATE facts SET cand=1 WHERE id IN (SELECT id FROM grp) "
-            "OR id IN (SELECT id FROM entry WHERE intent)"
-        )
+        """The candidates: every group member and every interrupted prune (with facts). A
+        page of ids at a time (one ``UPDATE`` of them all would hold them all in memory)."""
+        for sql in (
+            "SELECT id FROM grp WHERE id > ? ORDER BY id LIMIT ?",
+            "SELECT id FROM entry WHERE id > ? AND intent ORDER BY id LIMIT ?",
+        ):
+            for page in self.keyed_pages(sql):
+                self.set_flag("cand", [r[0] for r in page])
 
     def groups_of(self, ids: Sequence[str]) -> dict[str, str]:
         """Each of ``ids`` in a group, with its group's root, in the order they joined."""
@@ -528,33 +538,30 @@ class PlanStore:
         """(reasons, remove, odd, id) for decisions the fixed point changed."""
         self.conn.executemany("UPDATE decision SET reasons=?, remove=?, odd=? WHERE id=?", rows)
 
-    def set_gone(self, ids: Iterable[str] | None = None, sql: str = "") -> None:
-        """``temp.gone``: the sessions a count takes as removed (``ids``, or ``sql``'s)."""
+    def set_gone(self, ids: Iterable[str]) -> None:
+        """``temp.gone``: the sessions a count takes as removed (:data:`GONE`)."""
         self.conn.execute("DELETE FROM temp.gone")
-        if ids is not None:
-            self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in ids))
-        if sql:
-            self.conn.execute(f"INSERT OR IGNORE INTO temp.gone {sql}")
+        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in ids))
 
-    def version_counts_gone(self) -> dict[plugins.PluginVersion, tuple[int, int]]:
+    def version_counts_gone(self, gone: str) -> dict[plugins.PluginVersion, tuple[int, int]]:
         """For every version a session references: (sessions outside the candidates, every
-        session) that reference it and are not in ``temp.gone``."""
+        session) that reference it and are not ``gone`` (a key of :data:`GONE`)."""
         return {
             (cat, name, ver): (outside, staying)
             for cat, name, ver, outside, staying in self.conn.execute(
                 "SELECT r.category, r.name, r.version, SUM(NOT f.cand), COUNT(*) FROM refs r "
-                "JOIN facts f ON f.id = r.id WHERE r.id NOT IN (SELECT id FROM temp.gone) "
+                f"JOIN facts f ON f.id = r.id WHERE NOT EXISTS ({GONE[gone]} AND g.id = r.id) "
                 "GROUP BY 1, 2, 3"
             )
         }
 
-    def unknown_count_gone(self) -> int:
-        """Sessions with a file whose references could not be read, not in ``temp.gone``."""
+    def unknown_count_gone(self, gone: str) -> int:
+        """Sessions with a file whose references could not be read, not ``gone``."""
         return int(
             db.scalar(
                 self.conn,
-                "SELECT COUNT(*) FROM facts WHERE NOT absent AND NOT readable AND id NOT IN "
-                "(SELECT id FROM temp.gone)",
+                "SELECT COUNT(*) FROM facts f WHERE NOT absent AND NOT readable AND NOT EXISTS "
+                f"({GONE[gone]} AND g.id = f.id)",
             )
         )
 
