@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentdb import index, locks, paths, plugins
@@ -261,49 +261,72 @@ def _plan(
         out = []
         for sid, intent in rows:
             d, status = _decide(result, store, selectors, sid, sid in explicit, bool(intent))
-            odd = selectors.with_descendants and any(is_inherited(r) for r in d.reasons)
+            odd = selectors.with_descendants and _odd(d.reasons)
             out.append(encode_decision(d, status, odd))
         store.put_decisions(out)
 
     # 4. Whole subtrees, then has_children, to a fixed point (refusing a child keeps its parent).
-    # Only the decisions these rules can touch are read back: the candidates with children,
-    # the candidates among those children, and (--with-descendants) the members of every group
-    # of more than one. Every other one keeps its own reasons, as the rules would leave them.
-    children = store.candidates_children()
-    decisions = _involved(store, children, selectors.with_descendants)
-    top = store.groups_of(list(decisions))
-    before = {sid: list(d.reasons) for sid, d in decisions.items()}
-    settle(decisions, top, children, selectors.with_descendants)
-    store.set_reasons(
-        (
-            encode_reasons(d.reasons),
-            not d.reasons,
-            selectors.with_descendants and any(is_inherited(r) for r in d.reasons),
-            sid,
+    # The rules join a session only to its parent, its children and its subtree's members, so
+    # they run over each set of sessions so joined alone, read back from the scratch database
+    # (a session no rule joins to another keeps its own reasons, as the rules leave them):
+    # what is in memory is the largest such set, never every candidate.
+    wd = selectors.with_descendants
+    for component in _components(store, wd):
+        decisions = _load(store, component)
+        children = {sid: kids for sid in decisions if (kids := store.children(sid))}
+        top = store.groups_of(list(decisions))
+        before = {sid: list(d.reasons) for sid, d in decisions.items()}
+        settle(decisions, top, children, wd)
+        store.set_reasons(
+            (encode_reasons(d.reasons), not d.reasons, wd and _odd(d.reasons), sid)
+            for sid, d in decisions.items()
+            if d.reasons != before[sid]
         )
-        for sid, d in decisions.items()
-        if d.reasons != before[sid]
-    )
 
 
-def _involved(
-    store: PlanStore, children: dict[str, list[str]], with_descendants: bool
-) -> dict[str, PruneDecision]:
-    """The decisions the fixed point may read or change, in id order: the candidates with
-    children and their children that are candidates, and with --with-descendants the members
-    of every group of more than one, and any candidate with a reason that reads as passed on
-    by a subtree (the rules would drop it)."""
-    store.conn.execute("DELETE FROM temp.load")
-    store.conn.executemany(
-        "INSERT OR IGNORE INTO temp.load VALUES (?)",
-        ((s,) for parent, kids in children.items() for s in (parent, *kids)),
+def _odd(reasons: Sequence[Reason]) -> bool:
+    return any(is_inherited(r) for r in reasons)
+
+
+def _components(store: PlanStore, with_descendants: bool) -> Iterator[list[str]]:
+    """The candidates the fixed point's rules join, one connected set at a time (in id order):
+    a candidate and its parent and children that are candidates, and with --with-descendants
+    its group's members. Only sets the rules can change are given: those with a candidate
+    that has children (candidates or not), and with --with-descendants those of a group of
+    more than one or with a reason that reads as passed on by a subtree (the rules drop it)."""
+    seeds = "EXISTS (SELECT 1 FROM facts c WHERE c.parent = d.id)"
+    neighbours = (
+        "SELECT c.id FROM facts c JOIN decision k ON k.id = c.id WHERE c.parent = ?1 "
+        "UNION SELECT p.id FROM facts me JOIN decision p ON p.id = me.parent WHERE me.id = ?1"
     )
     if with_descendants:
-        store.conn.execute(
-            "INSERT OR IGNORE INTO temp.load SELECT id FROM grp WHERE root IN "
-            "(SELECT root FROM grp GROUP BY root HAVING COUNT(*) > 1)"
+        seeds += " OR d.odd OR EXISTS (SELECT 1 FROM grp g WHERE g.root = d.id AND g.id != d.id)"
+        seeds += " OR EXISTS (SELECT 1 FROM grp g WHERE g.id = d.id AND g.root != d.id)"
+        neighbours += (
+            " UNION SELECT root FROM grp WHERE id = ?1 UNION SELECT id FROM grp WHERE root = ?1"
         )
-        store.conn.execute("INSERT OR IGNORE INTO temp.load SELECT id FROM decision WHERE odd")
+    for page in store.keyed_pages(
+        f"SELECT d.id FROM decision d WHERE d.id > ? AND NOT d.comp AND ({seeds}) "
+        "ORDER BY d.id LIMIT ?"
+    ):
+        for (seed,) in page:
+            if store.in_component(seed):
+                continue
+            found = {seed}
+            stack = [seed]
+            while stack:
+                for (y,) in store.rows(neighbours, (stack.pop(),)):
+                    if y not in found:
+                        found.add(y)
+                        stack.append(y)
+            store.set_component(found)
+            yield sorted(found)
+
+
+def _load(store: PlanStore, ids: Sequence[str]) -> dict[str, PruneDecision]:
+    """The decisions of ``ids``, in id order."""
+    store.conn.execute("DELETE FROM temp.load")
+    store.conn.executemany("INSERT OR IGNORE INTO temp.load VALUES (?)", ((s,) for s in ids))
     return {
         sid: decode_decision(store, sid, row)
         for sid, *row in store.rows(

@@ -120,7 +120,8 @@ CREATE TABLE decision(
   pins BLOB NOT NULL,                   -- marshal: the cached versions it uses
   npins INTEGER NOT NULL,
   status TEXT,                          -- its status as planned
-  odd INTEGER NOT NULL                  -- a reason of its own reads as one a subtree passed on
+  odd INTEGER NOT NULL,                 -- a reason of its own reads as one a subtree passed on
+  comp INTEGER NOT NULL DEFAULT 0       -- the fixed point has run over its connected set
 ) WITHOUT ROWID;
 CREATE TABLE outcome(
   run INTEGER NOT NULL,                 -- which execute of the plan
@@ -409,16 +410,6 @@ class PlanStore:
             for r in db.rows(self.conn, "SELECT id FROM facts WHERE parent=? ORDER BY id", (sid,))
         ]
 
-    def candidates_children(self) -> dict[str, list[str]]:
-        """The children of every candidate that has any (one query)."""
-        out: dict[str, list[str]] = {}
-        for parent, sid in self.conn.execute(
-            "SELECT c.parent, c.id FROM facts c JOIN facts p ON p.id = c.parent "
-            "WHERE c.parent IS NOT NULL AND p.cand ORDER BY c.parent, c.id"
-        ):
-            out.setdefault(parent, []).append(sid)
-        return out
-
     # ------------------------------------------------------------------ what execute asks
 
     def planned(self, sid: str) -> tuple[bool, str | None, bool, str | None, bool]:
@@ -526,6 +517,12 @@ class PlanStore:
                 "SELECT id, root FROM grp WHERE id IN (SELECT id FROM temp.load) ORDER BY seq"
             )
         }
+
+    def in_component(self, sid: str) -> bool:
+        return bool(db.scalar(self.conn, "SELECT comp FROM decision WHERE id=?", (sid,)))
+
+    def set_component(self, ids: Iterable[str]) -> None:
+        self.conn.executemany("UPDATE decision SET comp=1 WHERE id=?", ((s,) for s in ids))
 
     def put_decisions(self, rows: Sequence[tuple[Any, ...]]) -> None:
         self.conn.executemany(
