@@ -4,21 +4,24 @@ A dry run selecting every session of the directory (``--until 0s``), its JSON do
 table written to /dev/null as the CLI writes them: the peak of what Python holds meanwhile
 (tracemalloc) over 3,000 sessions is compared with the same over 500. The scratch database's
 pages and the index stream's window are made small (100 rows), so what a plan holds per page
-is small too and what it holds per selected session is what grows. The decisions live in the
-scratch database and are read back a page at a time: the peak does not grow (it measured -0.1
-KB per session). Holding a decision per selected session in Python, as the plan once did (its
-``PruneDecision``, the ``top`` dict, ``statuses``, the lists of ``PruneResult``), grows it by
-~1 KB per session. The bound is 0.4 KB per session.
+is small too and what it holds per selected session is what grows; the collector runs often
+(cyclic garbage check's judge leaves awaits it for longer the more ran before). The decisions
+live in the scratch database and are read back a page at a time: what grows is the index
+stream's share (its sorted list of every id, ~75 bytes each): measured 115 bytes per session
+alone, 205 after the other prune tests. Holding a decision per selected session in Python, as
+the plan before did (its ``PruneDecision``, the ``top`` dict, ``statuses``, the lists of
+``PruneResult``), measured 807. The bound is 450.
 
 (Peak RSS of the CLI cannot tell the two apart at sizes a test can build: below ~10,000
 sessions the decisions fit in what the index stream and check's judge freed before them. At
-30,000 the old plan took 57.5 MB, this one 42.3, as much as a plan selecting nothing.)
+30,000 the old plan took 59.0 MB, this one 42.2, as much as a plan selecting nothing.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import os
 import time
 import tracemalloc
@@ -35,7 +38,7 @@ from agentdb.prune import planning, scratch
 from tests.support import make_session
 
 SMALL, LARGE = 500, 3000
-BOUND = 400  # bytes per selected session the peak may grow by
+BOUND = 450  # bytes per selected session the peak may grow by
 
 
 def _iso(t: dt.datetime) -> str:
@@ -79,6 +82,11 @@ def test_a_plan_selecting_every_session_is_flat_in_memory(
         time.sleep(0.12)  # settled: the index keeps their rows (racily clean rule)
         with prune.plan(sessions_dir, plugin_cache, sel):  # the index written, imports done
             pass
+        # Frequent collections: check's judge leaves cyclic garbage per file it judges, and how
+        # much of it awaits the collector at the peak depends on what ran before in this
+        # process (other tests), not on the plan.
+        threshold = gc.get_threshold()
+        gc.set_threshold(100, 1, 1)
         tracemalloc.start()
         try:
             with (
@@ -95,6 +103,7 @@ def test_a_plan_selecting_every_session_is_flat_in_memory(
             peaks[n] = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
+            gc.set_threshold(*threshold)
         del plan, result
     per_session = (peaks[LARGE] - peaks[SMALL]) / (LARGE - SMALL)
     assert per_session < BOUND, (

@@ -1,6 +1,7 @@
-"""What a prune plan decided: one :class:`PruneDecision` per candidate, and the
-:class:`PrunePlan` that holds them over the plan's scratch database (what it knows of every
-other session of the directory, :mod:`agentdb.prune.scratch`)."""
+"""What a prune plan decided: one :class:`PruneDecision` per candidate, kept as a row of the
+plan's scratch database (:mod:`agentdb.prune.scratch`, with what the plan knows of every other
+session of the directory) and read back in session id order (:class:`Rows`), and the
+:class:`PrunePlan` that holds that database."""
 
 from __future__ import annotations
 
@@ -204,8 +205,9 @@ class PrunePlan:
     """What a prune run would do. Nothing has been changed when this exists.
 
     What the plan knows of the sessions it did not pick (identities, parent links, references)
-    is in its scratch database, open until :meth:`close` (``with plan:``; a plan never closed
-    drops it when collected or at exit); ``execute`` needs it open.
+    and what it decided of each candidate are in its scratch database, open until
+    :meth:`close` (``with plan:``; a plan never closed drops it when collected or at exit);
+    ``execute``, and reading :attr:`candidates` and what ``dry_run`` returns, need it open.
     """
 
     sessions_dir: Path

@@ -22,8 +22,7 @@ Tables (one row per session id; ``facts`` rows only for the ids a plan looks at)
   subtrees, each with the selected session whose group it is in;
 * ``decision``: what the plan decided of each candidate (:class:`~.decisions.PruneDecision`:
   its reasons, files, stamp, pins, status), read back in id order by ``dry_run``, ``execute``
-  and the renderers;
-* ``outcome``: what each ``execute`` of the plan did of each candidate, in id order.
+  and the renderers.
 """
 
 from __future__ import annotations
@@ -122,14 +121,6 @@ CREATE TABLE decision(
   status TEXT,                          -- its status as planned
   odd INTEGER NOT NULL,                 -- a reason of its own reads as one a subtree passed on
   comp INTEGER NOT NULL DEFAULT 0       -- the fixed point has run over its connected set
-) WITHOUT ROWID;
-CREATE TABLE outcome(
-  run INTEGER NOT NULL,                 -- which execute of the plan
-  id TEXT NOT NULL,
-  removed INTEGER NOT NULL,
-  decision BLOB,                        -- refused: the decision as reported (marshal)
-  files BLOB,                           -- removed: the names removed (marshal)
-  PRIMARY KEY (run, id)
 ) WITHOUT ROWID;
 CREATE TEMP TABLE gone(id TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TEMP TABLE load(id TEXT PRIMARY KEY) WITHOUT ROWID;
