@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -171,7 +172,8 @@ def _run(plan: prune.PrunePlan, *, dry_run: bool, yes: bool, as_json: bool, fmt:
         output.warn(n)
     if dry_run:
         return _report(prune.dry_run(plan), as_json, fmt)
-    if not plan.removals:  # nothing to remove; execute only forgets stale intents of past runs
+    removals = len(plan.removals)  # a count: the decisions stay in the plan's database
+    if not removals:  # nothing to remove; execute only forgets stale intents of past runs
         return _report(prune.execute(plan), as_json, fmt)
     if not yes:
         if not (sys.stdin.isatty() and sys.stderr.isatty()):
@@ -180,15 +182,15 @@ def _run(plan: prune.PrunePlan, *, dry_run: bool, yes: bool, as_json: bool, fmt:
             return errors.EXIT_PROBLEMS
         preview = prune.dry_run(plan)
         _show(preview, fmt)
-        pinned = [d for d in plan.removals if d.pins]
+        pinned = plan.pinned_removals
         if pinned:
-            output.note(f"{len(pinned)} of them are pinned (--include-pinned); they pin:")
+            output.note(f"{pinned} of them are pinned (--include-pinned); they pin:")
             for v in preview.versions:
                 if v.removed:
                     output.note(f"  {_version_line(v)}")
         if not click.confirm(
-            f"Remove {len(plan.removals)} session(s), {output.human_bytes(plan.bytes)}"
-            + (f", {len(pinned)} of them pinned" if pinned else "")
+            f"Remove {removals} session(s), {output.human_bytes(plan.bytes)}"
+            + (f", {pinned} of them pinned" if pinned else "")
             + "?",
             default=False,
             err=True,
@@ -219,25 +221,32 @@ def _version_line(v: prune.VersionUse) -> str:
     return f"{'/'.join(v.version)}: pinned by {v.removed} removed session(s); {after}"
 
 
-def _show(result: prune.PruneResult, fmt: str) -> None:
+def _rows(result: prune.PruneResult, refused: int) -> Iterator[tuple[str, str, str]]:
+    """The table's rows, as it draws them (the plan's lists are read as they go)."""
     verb = "would remove" if result.dry_run else "removed"
     ids = result.would_remove if result.dry_run else result.removed
-    rows: list[tuple[str, str, str]] = [(sid, verb, "") for sid in ids]
+    for sid in ids:
+        yield (sid, verb, "")
     shown = result.refused if output.verbose() else result.refused[:REFUSED_ROWS]
+    listed = 0
     for d in shown:
+        listed += 1
         for i, r in enumerate(d.reasons):
-            rows.append(
-                (
-                    d.session_id if i == 0 else "",
-                    "refused" if i == 0 else "",
-                    f"{r.code}: {r.message}",
-                )
+            yield (
+                d.session_id if i == 0 else "",
+                "refused" if i == 0 else "",
+                f"{r.code}: {r.message}",
             )
-    hidden = len(result.refused) - len(shown)
+    hidden = refused - listed
     if hidden:
-        rows.append(("…", f"and {hidden} more refused", "-v lists every one; --json too"))
-    output.emit_table(rows, ["session", "action", "reason"], fmt)
-    if result.refused:
+        yield ("…", f"and {hidden} more refused", "-v lists every one; --json too")
+
+
+def _show(result: prune.PruneResult, fmt: str) -> None:
+    ids = result.would_remove if result.dry_run else result.removed
+    refused = len(result.refused)
+    output.emit_table(_rows(result, refused), ["session", "action", "reason"], fmt)
+    if refused:
         output.emit_text("")
         output.emit_table(
             [(code, str(n)) for code, n in result.by_reason.items()],
@@ -265,7 +274,7 @@ def _show(result: prune.PruneResult, fmt: str) -> None:
     else:
         freed = output.human_bytes(result.freed_bytes)
         done = f"{len(ids)} session(s) removed, {freed} freed"
-    output.note(f"{done}; {len(result.refused)} refused")
+    output.note(f"{done}; {refused} refused")
     if result.unreferenced:
         names = ", ".join("/".join(v.version) for v in result.unreferenced)
         would = "would reference" if result.dry_run else "references"

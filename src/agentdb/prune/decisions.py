@@ -1,17 +1,22 @@
-"""What a prune plan decided: one :class:`PruneDecision` per candidate, and the
-:class:`PrunePlan` that holds them over the plan's scratch database (what it knows of every
-other session of the directory, :mod:`agentdb.prune.scratch`)."""
+"""What a prune plan decided: one :class:`PruneDecision` per candidate, kept as a row of the
+plan's scratch database (:mod:`agentdb.prune.scratch`, with what the plan knows of every other
+session of the directory) and read back in session id order (:class:`Rows`), and the
+:class:`PrunePlan` that holds that database."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import marshal
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 from agentdb import plugins
-from agentdb.prune.scan import Pins, Stamp
-from agentdb.prune.scratch import PlanStore
+from agentdb.prune.scan import STAMPLESS, Pins, Stamp
+from agentdb.prune.scratch import GONE, PlanStore
 from agentdb.results import PruneReasonCode
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,134 @@ class PruneDecision:
     resume: bool = False  # an interrupted prune left an intent for it: this finishes that prune
     stamp: Stamp | None = None  # the main file and WAL as planned; execute re-checks under lock
     pins: Sequence[plugins.PluginVersion] = ()  # cached versions it uses
+
+
+# The columns of a ``decision`` row that make a PruneDecision (after its id).
+DECISION_COLUMNS = "remove, reasons, bytes, files, damaged, resume, stamp, pins"
+
+
+def encode_decision(d: PruneDecision, status: str | None, odd: bool) -> tuple[Any, ...]:
+    """A ``decision`` row (:mod:`agentdb.prune.scratch`): plain values, marshalled."""
+    return (
+        d.session_id,
+        not d.reasons,
+        encode_reasons(d.reasons),
+        d.bytes,
+        marshal.dumps(tuple(d.files)),
+        d.damaged,
+        d.resume,
+        None if d.stamp is None else marshal.dumps((d.stamp.main, d.stamp.wal)),
+        marshal.dumps(tuple(tuple(v) for v in d.pins)),
+        len(d.pins),
+        status,
+        odd,
+    )
+
+
+def encode_reasons(reasons: Sequence[Reason]) -> bytes:
+    return marshal.dumps(tuple((r.code, r.message) for r in reasons))
+
+
+def decode_decision(store: PlanStore, sid: str, row: Sequence[Any]) -> PruneDecision:
+    """The PruneDecision of ``sid`` from its row's :data:`DECISION_COLUMNS`."""
+    remove, reasons, nbytes, files, damaged, resume, stamp, pins = row
+    st: Stamp | None = None
+    if stamp is not None:
+        main, wal = marshal.loads(stamp)
+        st = Stamp(main, wal) if main is not None or wal is not None else STAMPLESS
+    return PruneDecision(
+        sid,
+        bool(remove),
+        [Reason(c, m) for c, m in marshal.loads(reasons)],
+        nbytes,
+        list(marshal.loads(files)),
+        bool(damaged),
+        bool(resume),
+        st,
+        store.shared_pins(pins),
+    )
+
+
+class Rows(Sequence[_T]):
+    """A list of what a plan decided, read from its scratch database when asked (in key
+    order, a page at a time): iterating it holds one page, ``len`` is a ``COUNT``, an index or
+    a slice reads only those rows. It reads the database as it is then (a plan's decisions do
+    not change once it is made). ``flat``: each row decodes to a sequence, and this is their
+    concatenation (``len`` and indexing then iterate)."""
+
+    def __init__(
+        self,
+        store: PlanStore,
+        table: str,
+        columns: str,
+        where: str,
+        decode: Callable[[str, Sequence[Any]], Any],
+        *,
+        flat: bool = False,
+    ) -> None:
+        self._store = store
+        self._from = f"FROM {table} WHERE ({where})"
+        self._columns = columns
+        self._decode = decode
+        self._flat = flat
+
+    def __iter__(self) -> Iterator[_T]:
+        decode = self._decode
+        for page in self._store.keyed_pages(
+            f"SELECT id, {self._columns} {self._from} AND id > ? ORDER BY id LIMIT ?"
+        ):
+            for r in page:
+                if self._flat:
+                    yield from decode(r[0], r[1:])
+                else:
+                    yield decode(r[0], r[1:])
+
+    def __len__(self) -> int:
+        if self._flat:
+            return sum(1 for _ in self)
+        return int(next(self._store.rows(f"SELECT COUNT(*) {self._from}"))[0])
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[_T]: ...
+
+    def __getitem__(self, i: int | slice) -> _T | list[_T]:
+        if self._flat:
+            return list(self)[i]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return list(self)[i]
+            return list(self._range(start, max(0, stop - start)))
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(i)
+        (got,) = self._range(j, 1)
+        return got
+
+    def _range(self, offset: int, count: int) -> Iterator[_T]:
+        if count <= 0:
+            return
+        for r in self._store.rows(
+            f"SELECT id, {self._columns} {self._from} ORDER BY id LIMIT ? OFFSET ?",
+            (count, offset),
+        ):
+            yield self._decode(r[0], r[1:])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows):
+            return list(self) == list(other)
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 @dataclass(frozen=True)
@@ -72,16 +205,15 @@ class PrunePlan:
     """What a prune run would do. Nothing has been changed when this exists.
 
     What the plan knows of the sessions it did not pick (identities, parent links, references)
-    is in its scratch database, open until :meth:`close` (``with plan:``; a plan never closed
-    drops it when collected or at exit); ``execute`` needs it open.
+    and what it decided of each candidate are in its scratch database, open until
+    :meth:`close` (``with plan:``; a plan never closed drops it when collected or at exit);
+    ``execute``, and reading :attr:`candidates` and what ``dry_run`` returns, need it open.
     """
 
     sessions_dir: Path
-    candidates: list[PruneDecision] = field(default_factory=list)  # in session id order
     notes: list[str] = field(default_factory=list)  # things the operator should know (stderr)
     include_pinned: bool = False  # --include-pinned: pinned sessions are removable
     wait: float = 0.0  # --wait: seconds execute may wait for a session someone opened meanwhile
-    statuses: dict[str, str | None] = field(default_factory=dict)  # each candidate's, as planned
     notes_index: list[str] = field(default_factory=list)  # why the index was not used (stderr)
     store: PlanStore | None = field(default=None, repr=False)  # the scratch database
 
@@ -121,6 +253,65 @@ class PrunePlan:
         """Its identity was not settled when the plan began (execute reads its status again)."""
         return self._store().planned(sid)[4]
 
+    def planned_status(self, sid: str) -> tuple[bool, str | None]:
+        """(a candidate of the plan, its status as planned) for one session id."""
+        row = next(self._store().rows("SELECT status FROM decision WHERE id=?", (sid,)), None)
+        return (False, None) if row is None else (True, row[0])
+
+    # ---------------------------------------------------------------- the decisions, in id order
+
+    def _decisions(self, where: str) -> Rows[PruneDecision]:
+        store = self._store()
+        return Rows(
+            store,
+            "decision",
+            DECISION_COLUMNS,
+            where,
+            lambda sid, row: decode_decision(store, sid, row),
+        )
+
+    @property
+    def candidates(self) -> Rows[PruneDecision]:
+        """Every candidate's decision, in session id order (read as iterated: never all)."""
+        return self._decisions("1")
+
+    @property
+    def removals(self) -> Rows[PruneDecision]:
+        return self._decisions("remove")
+
+    @property
+    def refusals(self) -> Rows[PruneDecision]:
+        return self._decisions("NOT remove")
+
+    @property
+    def removal_ids(self) -> Rows[str]:
+        return Rows(self._store(), "decision", "1", "remove", lambda sid, _: sid)
+
+    @property
+    def removal_files(self) -> Rows[str]:
+        """The names the removals would remove, one session after another (their ``files``)."""
+        return Rows(
+            self._store(),
+            "decision",
+            "files",
+            "remove",
+            lambda _, row: marshal.loads(row[0]),
+            flat=True,
+        )
+
+    @property
+    def pinned_removals(self) -> int:
+        """How many removals use a cached plugin version (--include-pinned)."""
+        return int(
+            next(self._store().rows("SELECT COUNT(*) FROM decision WHERE remove AND npins"))[0]
+        )
+
+    @property
+    def statuses(self) -> dict[str, str | None]:
+        """Each candidate's status as planned (materialised: for tests and tools; execute asks
+        :meth:`planned_status`)."""
+        return dict(self._store().rows("SELECT id, status FROM decision ORDER BY id"))
+
     # ---------------------------------------------------------------- whole-plan views (tests)
 
     @property
@@ -154,34 +345,41 @@ class PrunePlan:
             )
         ]
 
-    def unknown_count(self, removed: Iterable[str]) -> int:
-        """Of :attr:`unknown_references`, those not in ``removed``."""
-        return self._store().unknown_count(removed)
+    def unknown_count(self, removed: Iterable[str] | None = None) -> int:
+        """Of :attr:`unknown_references`, those not in ``removed`` (default: the plan's
+        removals)."""
+        store = self._store()
+        if removed is not None:
+            store.set_gone(removed)
+        return store.unknown_count_gone("plan" if removed is None else "listed")
 
     def version_uses(self, removed: Iterable[str] | None = None) -> list[VersionUse]:
         """Each cached version a selected session references, counted; ``removed`` are the
         sessions actually removed (default: the plan's removals)."""
-        gone = set(removed) if removed is not None else {d.session_id for d in self.removals}
+        store = self._store()
+        if removed is not None:
+            store.set_gone(removed)
+        gone = "plan" if removed is None else "listed"
         counts: dict[plugins.PluginVersion, list[int]] = {}
-        for d in self.candidates:
-            for v in d.pins:
-                c = counts.setdefault(v, [0, 0, 0, 0])
-                c[0] += 1
-                c[1] += d.session_id in gone
+        for page in store.keyed_pages(
+            f"SELECT id, pins, EXISTS ({GONE[gone]} AND g.id = d.id) FROM decision d "
+            "WHERE id > ? AND npins ORDER BY id LIMIT ?"
+        ):
+            for _, pins, is_gone in page:
+                for v in marshal.loads(pins):
+                    c = counts.setdefault(tuple(v), [0, 0, 0, 0])
+                    c[0] += 1
+                    c[1] += bool(is_gone)
         if counts:
-            for v, (outside, staying) in self._store().version_counts(counts, gone).items():
-                counts[v][2] += outside
-                counts[v][3] += staying
+            for v, (outside, staying) in store.version_counts_gone(gone).items():
+                if v in counts:
+                    counts[v][2] += outside
+                    counts[v][3] += staying
         return [VersionUse(v, *counts[v]) for v in sorted(counts)]
 
     @property
-    def removals(self) -> list[PruneDecision]:
-        return [d for d in self.candidates if d.remove]
-
-    @property
-    def refusals(self) -> list[PruneDecision]:
-        return [d for d in self.candidates if not d.remove]
-
-    @property
     def bytes(self) -> int:
-        return sum(d.bytes for d in self.removals)
+        """What the removals would free."""
+        return int(
+            next(self._store().rows("SELECT COALESCE(SUM(bytes), 0) FROM decision WHERE remove"))[0]
+        )

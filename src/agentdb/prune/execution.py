@@ -32,13 +32,13 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdb import errors, faults, fsutil, index, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
-from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason, VersionUse
+from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason, Rows, VersionUse
 from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key, status_held
 from agentdb.results import PruneReasonCode
 from agentdb.schema.enums import RUNNING
@@ -51,16 +51,20 @@ class PruneResult:
     ``removed``, ``freed_bytes`` and ``files`` are only ever what was actually removed: a dry
     run reports its plan in the ``would_*`` fields, so a script reading ``removed`` is never
     misled.
+
+    A dry run's per-session fields are :class:`~agentdb.prune.decisions.Rows`, read from the
+    plan's scratch database as they are iterated (in session id order, never all at once), so
+    the plan must be open while it is read; an execute's are lists.
     """
 
     dry_run: bool  # True: nothing was changed (--dry-run, or no confirmation)
-    removed: list[str] = field(default_factory=list)  # session ids removed (empty in a dry run)
-    refused: list[PruneDecision] = field(default_factory=list)  # sessions kept, with reasons
+    removed: Sequence[str] = field(default_factory=list)  # session ids removed (none: dry run)
+    refused: Sequence[PruneDecision] = field(default_factory=list)  # kept, with reasons
     freed_bytes: int = 0  # bytes removed
-    files: list[str] = field(default_factory=list)  # names removed from the sessions directory
-    would_remove: list[str] = field(default_factory=list)  # dry run: ids the plan would remove
+    files: Sequence[str] = field(default_factory=list)  # names removed from the sessions dir
+    would_remove: Sequence[str] = field(default_factory=list)  # dry run: ids it would remove
     would_free_bytes: int = 0  # dry run: bytes the plan would free
-    would_remove_files: list[str] = field(default_factory=list)  # dry run: names it would remove
+    would_remove_files: Sequence[str] = field(default_factory=list)  # dry run: names it would
     # cached plugin versions the selected sessions reference, counted after this run
     versions: list[VersionUse] = field(default_factory=list)
     include_pinned: bool = False  # --include-pinned was given
@@ -70,11 +74,18 @@ class PruneResult:
     @property
     def by_reason(self) -> dict[str, int]:
         """Refused sessions per reason code (a session with two reasons counts under both)."""
+        if isinstance(self.refused, Rows):  # a plan's decisions do not change: counted once
+            cached = self.__dict__.get("_by_reason")
+            if cached is not None and cached[0] is self.refused:
+                return dict(cached[1])
         counts: dict[str, int] = {}
         for d in self.refused:
             for code in dict.fromkeys(r.code for r in d.reasons):
                 counts[code] = counts.get(code, 0) + 1
-        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        out = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        if isinstance(self.refused, Rows):
+            self.__dict__["_by_reason"] = (self.refused, out)
+        return dict(out)
 
     @property
     def unreferenced(self) -> list[VersionUse]:
@@ -128,16 +139,16 @@ class PruneResult:
 
 
 def dry_run(plan: PrunePlan) -> PruneResult:
-    """The plan as a result that changed nothing."""
+    """The plan as a result that changed nothing (its lists read from the plan as iterated)."""
     return PruneResult(
         True,
         refused=plan.refusals,
-        would_remove=[d.session_id for d in plan.removals],
+        would_remove=plan.removal_ids,
         would_free_bytes=plan.bytes,
-        would_remove_files=[n for d in plan.removals for n in d.files],
+        would_remove_files=plan.removal_files,
         versions=plan.version_uses(),
         include_pinned=plan.include_pinned,
-        unknown_references=plan.unknown_count(d.session_id for d in plan.removals),
+        unknown_references=plan.unknown_count(),
     )
 
 
@@ -152,7 +163,7 @@ class _Damaged(Exception):
 def execute(plan: PrunePlan) -> PruneResult:
     """Remove every session the plan decided to remove; re-judge each under its lock."""
     faults.point("after_plan")
-    result = PruneResult(False)
+    result = _Executed(False)
     try:
         _execute(plan, result)
     except KeyboardInterrupt:  # the session in hand has its intent: the next run finishes it
@@ -168,7 +179,7 @@ def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
     link read again from every file new or changed since the plan began (a session's parent
     is written when it is created; only a new file, or one replaced — recover, restore,
     migrate — can name another)."""
-    removing = {d.session_id for d in plan.candidates if d.remove}
+    removing = set(plan.removal_ids)
     if not removing:
         return {}
     named: dict[str, list[str]] = {}
@@ -188,7 +199,16 @@ def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
     return named
 
 
-def _execute(plan: PrunePlan, result: PruneResult) -> None:
+@dataclass
+class _Executed(PruneResult):
+    """What an execute did: lists, as it goes (an interrupted run reports what it did)."""
+
+    removed: list[str] = field(default_factory=list)
+    refused: list[PruneDecision] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def _execute(plan: PrunePlan, result: _Executed) -> None:
     sessions_dir = plan.sessions_dir
     named = _named_as_parent(plan)
     for d in plan.candidates:
@@ -246,9 +266,10 @@ def _judge_held(plan: PrunePlan, d: PruneDecision, main: Path) -> None:
             raise _Damaged(problem)
     listed, key = plan.planned_identity(sid)
     changed = listed and index.stat.seen(paths.Entry(sid, main)).key != key
-    if (changed or plan.is_racy(sid)) and sid in plan.statuses:
+    candidate, planned = plan.planned_status(sid)
+    if (changed or plan.is_racy(sid)) and candidate:
         status = status_held(main)
-        if status != plan.statuses[sid] or status == RUNNING:
+        if status != planned or status == RUNNING:
             raise _Changed(
                 f"changed since the plan was made (status now {status or 'unreadable'}); it "
                 "stays, run prune again"

@@ -4,8 +4,11 @@ Pure and read-only: one ``scandir``, a lock probe per session, read-only opens. 
 ``docs/prune.md`` for the rules this module implements. What the plan learns of each session of
 the directory goes into its scratch database (:mod:`agentdb.prune.scratch`) as it comes, and
 the selection (the filters, ``--keep-last``, which sessions were read from the index or judged)
-is marked there; only the candidates (the selected sessions, the subtrees that join them and
-interrupted prunes to finish) become objects.
+is marked there. The candidates (the selected sessions, the subtrees that join them and
+interrupted prunes to finish) are grouped there (``grp``) and their decisions written there
+(``decision``), a page at a time; only the decisions the subtree and ``has_children`` rules can
+touch (candidates with children, those children, members of a subtree of more than one) are
+objects together, for the fixed point.
 """
 
 from __future__ import annotations
@@ -13,11 +16,19 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentdb import index, locks, paths, plugins
-from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason
+from agentdb.prune.decisions import (
+    DECISION_COLUMNS,
+    PruneDecision,
+    PrunePlan,
+    Reason,
+    decode_decision,
+    encode_decision,
+    encode_reasons,
+)
 from agentdb.prune.reasons import (
     corrupt_bytes,
     files_of,
@@ -196,102 +207,188 @@ def _plan(
                 ],
                 0,
             )
-    selected = sorted(explicit | {s for page in store.ids("f.matched") for s in page})
+    # The selection, in id order: each selected session a group of its own (``grp``).
+    store.select_groups()
     if wait:
         deadline = time.monotonic() + wait
-        for sid in selected:
-            if not store.has(sid):
-                continue
-            f = store.get(sid)
-            if f.holder is None or f.entry_kind == "absent":
-                continue
-            main = paths.session_path(sessions_dir, sid)
-            if locks.wait_free(main, max(0.0, deadline - time.monotonic())) is None:
-                store.put(read_facts(sessions_dir, sid, store.files(sid), pins), fresh=False)
-                store.set_flag("confirmed", [sid], 0)
+        for page in store.ids("(f.matched OR e.explicit) AND f.holder AND NOT f.absent"):
+            for sid in page:
+                main = paths.session_path(sessions_dir, sid)
+                if locks.wait_free(main, max(0.0, deadline - time.monotonic())) is None:
+                    store.put(read_facts(sessions_dir, sid, store.files(sid), pins), fresh=False)
+                    store.set_flag("confirmed", [sid], 0)
 
     # 2. --with-descendants: each selected session's subtree joins, grouped under its top.
-    top: dict[str, str] = {sid: sid for sid in selected}
     if selectors.with_descendants:
-        for root in selected:
-            stack = store.children(root)
-            while stack:
-                c = stack.pop()
-                if c in top:
-                    continue
-                top[c] = root
-                stack.extend(store.children(c))
-        for sid in list(top):  # a selected session inside another's subtree joins that group
-            r = top[sid]
-            while top[r] != r:
-                r = top[r]
-            top[sid] = r
+        for roots in store.selected_ids():
+            for root in roots:
+                stack = store.children(root)
+                while stack:
+                    c = stack.pop()
+                    if store.in_group(c):
+                        continue
+                    store.join_group(c, root)
+                    stack.extend(store.children(c))
+        if store.nested_roots():  # a selected session inside another's subtree joins that group
+            for members in store.keyed_pages(
+                "SELECT seq, id FROM grp WHERE seq > ? ORDER BY seq LIMIT ?", first=0
+            ):
+                for _, sid in members:
+                    r = store.root_of(sid)
+                    while store.root_of(r) != r:
+                        r = store.root_of(r)
+                    store.set_root(sid, r)
         if use_index:  # the descendants that joined are read from their files too
-            joined = [s for s in top if s not in explicit]
-            for i in range(0, len(joined), PAGE):
-                part = joined[i : i + PAGE]
-                known = {
-                    r[0]
-                    for r in store.rows(
-                        "SELECT id FROM facts WHERE (fresh OR confirmed) AND id IN "
-                        f"({','.join('?' * len(part))})",
-                        part,
-                    )
-                }
-                read_fresh([(s, store.files(s)) for s in part if s not in known])
+            for joined in store.keyed_pages(
+                "SELECT g.seq, g.id FROM grp g JOIN facts f ON f.id = g.id "
+                "JOIN entry e ON e.id = g.id WHERE g.seq > ? AND NOT e.explicit "
+                "AND NOT (f.fresh OR f.confirmed) ORDER BY g.seq LIMIT ?",
+                first=0,
+            ):
+                read_fresh([(s, store.files(s)) for _, s in joined])
     # Interrupted prunes are finished whatever this run selects.
-    resumes = {
-        r[0]
-        for r in store.rows("SELECT f.id FROM facts f JOIN entry e ON e.id = f.id WHERE e.intent")
-    }
-    candidates = sorted(set(top) | resumes)
-    store.set_flag("cand", candidates)
+    store.mark_candidates()
 
     # 3. Each session judged alone (by check's judge, when nothing simpler refuses it).
-    for i in range(0, len(candidates), PAGE):
-        todo = [
-            s
-            for s in candidates[i : i + PAGE]
-            if store.judgement(s) is None and needs_judge(store.get(s))
-        ]
+    for page in store.ids("f.cand"):
+        todo = [s for s in page if store.judgement(s) is None and needs_judge(store.get(s))]
         store.judged_as(judge_each(todo))
-    decisions: dict[str, PruneDecision] = {}
-    for sid in candidates:
-        f = store.get(sid)
-        is_explicit = sid in explicit or sid in resumes
-        damaged = sid in explicit and selectors.include_damaged
-        pins_of = f.producers if f.entry_kind != "absent" and f.readable else ()
-        d = PruneDecision(sid, False, stamp=f.stamp, pins=pins_of)
-        if sid in resumes:
-            intent = read_intent(sessions_dir, sid)
-            d.resume = True
-            damaged = damaged or intent.damaged
-            d.reasons += resume_reasons(f, intent.stamp)
-        if sid in resumes and f.entry_kind == "absent":
-            if f.holder is not None:  # the orphan -shm is in use
-                d.reasons.append(Reason("live", f"{f.holder.file} is open; retry later"))
-        else:
-            judged = store.judgement(sid)
-            d.reasons += own_reasons(
-                f,
-                is_explicit,
-                damaged,
-                d.pins,
-                selectors.include_pinned,
-                judged[0] if judged is not None else None,
-            )
-        d.damaged = damaged
-        d.files = files_of(f, damaged)
-        d.bytes = f.bytes + (corrupt_bytes(sessions_dir, f) if damaged else 0)
-        decisions[sid] = d
-        result.statuses[sid] = f.info.status if f.info is not None else None
+    # Its decision, as a row (``decision``): only a page of them is ever in memory.
+    for rows in store.keyed_pages(
+        "SELECT f.id, e.intent FROM facts f JOIN entry e ON e.id = f.id "
+        "WHERE f.id > ? AND f.cand ORDER BY f.id LIMIT ?"
+    ):
+        out = []
+        for sid, intent in rows:
+            d, status = _decide(result, store, selectors, sid, sid in explicit, bool(intent))
+            odd = selectors.with_descendants and _odd(d.reasons)
+            out.append(encode_decision(d, status, odd))
+        store.put_decisions(out)
 
     # 4. Whole subtrees, then has_children, to a fixed point (refusing a child keeps its parent).
-    children = store.candidates_children()
+    # The rules join a session only to its parent, its children and its subtree's members, so
+    # they run over each set of sessions so joined alone, read back from the scratch database
+    # (a session no rule joins to another keeps its own reasons, as the rules leave them):
+    # what is in memory is the largest such set, never every candidate.
+    wd = selectors.with_descendants
+    for component in _components(store, wd):
+        decisions = _load(store, component)
+        children = {sid: kids for sid in decisions if (kids := store.children(sid))}
+        top = store.groups_of(list(decisions))
+        before = {sid: list(d.reasons) for sid, d in decisions.items()}
+        settle(decisions, top, children, wd)
+        store.set_reasons(
+            (encode_reasons(d.reasons), not d.reasons, wd and _odd(d.reasons), sid)
+            for sid, d in decisions.items()
+            if d.reasons != before[sid]
+        )
+
+
+def _odd(reasons: Sequence[Reason]) -> bool:
+    return any(is_inherited(r) for r in reasons)
+
+
+def _components(store: PlanStore, with_descendants: bool) -> Iterator[list[str]]:
+    """The candidates the fixed point's rules join, one connected set at a time (in id order):
+    a candidate and its parent and children that are candidates, and with --with-descendants
+    its group's members. Only sets the rules can change are given: those with a candidate
+    that has children (candidates or not), and with --with-descendants those of a group of
+    more than one or with a reason that reads as passed on by a subtree (the rules drop it)."""
+    seeds = "EXISTS (SELECT 1 FROM facts c WHERE c.parent = d.id)"
+    neighbours = (
+        "SELECT c.id FROM facts c JOIN decision k ON k.id = c.id WHERE c.parent = ?1 "
+        "UNION SELECT p.id FROM facts me JOIN decision p ON p.id = me.parent WHERE me.id = ?1"
+    )
+    if with_descendants:
+        seeds += " OR d.odd OR EXISTS (SELECT 1 FROM grp g WHERE g.root = d.id AND g.id != d.id)"
+        seeds += " OR EXISTS (SELECT 1 FROM grp g WHERE g.id = d.id AND g.root != d.id)"
+        neighbours += (
+            " UNION SELECT root FROM grp WHERE id = ?1 UNION SELECT id FROM grp WHERE root = ?1"
+        )
+    for page in store.keyed_pages(
+        f"SELECT d.id FROM decision d WHERE d.id > ? AND NOT d.comp AND ({seeds}) "
+        "ORDER BY d.id LIMIT ?"
+    ):
+        for (seed,) in page:
+            if store.in_component(seed):
+                continue
+            found = {seed}
+            stack = [seed]
+            while stack:
+                for (y,) in store.rows(neighbours, (stack.pop(),)):
+                    if y not in found:
+                        found.add(y)
+                        stack.append(y)
+            store.set_component(found)
+            yield sorted(found)
+
+
+def _load(store: PlanStore, ids: Sequence[str]) -> dict[str, PruneDecision]:
+    """The decisions of ``ids``, in id order."""
+    store.conn.execute("DELETE FROM temp.load")
+    store.conn.executemany("INSERT OR IGNORE INTO temp.load VALUES (?)", ((s,) for s in ids))
+    return {
+        sid: decode_decision(store, sid, row)
+        for sid, *row in store.rows(
+            f"SELECT id, {DECISION_COLUMNS} FROM decision "
+            "WHERE id IN (SELECT id FROM temp.load) ORDER BY id"
+        )
+    }
+
+
+def _decide(
+    result: PrunePlan,
+    store: PlanStore,
+    selectors: Selectors,
+    sid: str,
+    explicit: bool,
+    resume: bool,
+) -> tuple[PruneDecision, str | None]:
+    """One candidate judged alone (its own reasons, files, bytes) and its status as planned."""
+    sessions_dir = result.sessions_dir
+    f = store.get(sid)
+    is_explicit = explicit or resume
+    damaged = explicit and selectors.include_damaged
+    pins_of = f.producers if f.entry_kind != "absent" and f.readable else ()
+    d = PruneDecision(sid, False, stamp=f.stamp, pins=pins_of)
+    if resume:
+        intent = read_intent(sessions_dir, sid)
+        d.resume = True
+        damaged = damaged or intent.damaged
+        d.reasons += resume_reasons(f, intent.stamp)
+    if resume and f.entry_kind == "absent":
+        if f.holder is not None:  # the orphan -shm is in use
+            d.reasons.append(Reason("live", f"{f.holder.file} is open; retry later"))
+    else:
+        judged = store.judgement(sid)
+        d.reasons += own_reasons(
+            f,
+            is_explicit,
+            damaged,
+            d.pins,
+            selectors.include_pinned,
+            judged[0] if judged is not None else None,
+        )
+    d.damaged = damaged
+    d.files = files_of(f, damaged)
+    d.bytes = f.bytes + (corrupt_bytes(sessions_dir, f) if damaged else 0)
+    d.remove = not d.reasons
+    return d, f.info.status if f.info is not None else None
+
+
+def settle(
+    decisions: dict[str, PruneDecision],
+    top: dict[str, str],
+    children: dict[str, list[str]],
+    with_descendants: bool,
+) -> None:
+    """Whole subtrees, then has_children, to a fixed point, over ``decisions`` (in id order);
+    ``top``: each one's group (its selected session), in the order it joined; ``children``:
+    the sessions naming each as parent, in id order."""
     changed = True
     while changed:
         changed = False
-        if selectors.with_descendants:
+        if with_descendants:
             changed |= refuse_whole_groups(decisions, top)
         for sid, d in decisions.items():
             # Every reason is listed: a session refused for its own reasons gets has_children
@@ -314,4 +411,3 @@ def _plan(
             changed = True
     for d in decisions.values():
         d.remove = not d.reasons
-    result.candidates = [decisions[s] for s in sorted(decisions)]

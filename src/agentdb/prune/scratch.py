@@ -17,7 +17,12 @@ Tables (one row per session id; ``facts`` rows only for the ids a plan looks at)
   the columns the plan selects by: parent link, status, profile, ``ended_at``), then what the
   plan decided of it (matched by the filters, confirmed from the index, check's judgement,
   a candidate);
-* ``refs``: the cached plugin versions it references (readable sessions only).
+* ``refs``: the cached plugin versions it references (readable sessions only);
+* ``grp``: the selected sessions and, with ``--with-descendants``, the members of their
+  subtrees, each with the selected session whose group it is in;
+* ``decision``: what the plan decided of each candidate (:class:`~.decisions.PruneDecision`:
+  its reasons, files, stamp, pins, status), read back in id order by ``dry_run``, ``execute``
+  and the renderers.
 """
 
 from __future__ import annotations
@@ -52,6 +57,13 @@ from agentdb.prune.scan import (
 )
 
 PAGE = 4096  # rows fetched at a time when a pass walks a table
+# The sessions a count takes as removed, as a correlated subquery (``g.id`` is a session id):
+# those listed in ``temp.gone``, or the plan's removals (looked up one at a time: never a copy
+# of them all).
+GONE = {
+    "listed": "SELECT 1 FROM temp.gone g WHERE 1",
+    "plan": "SELECT 1 FROM decision g WHERE g.remove",
+}
 # What the scratch database raises when it cannot be written (a full disk, a file size limit):
 # the plan is then made again with the database in memory.
 FAILURES: tuple[type[BaseException], ...] = (apsw.Error,)
@@ -89,7 +101,29 @@ CREATE TABLE refs(
   id TEXT NOT NULL, category TEXT NOT NULL, name TEXT NOT NULL, version TEXT NOT NULL,
   PRIMARY KEY (id, category, name, version)
 ) WITHOUT ROWID;
+CREATE TABLE grp(
+  id TEXT PRIMARY KEY,                  -- a selected session, or one that joined its subtree
+  root TEXT NOT NULL,                   -- the selected session whose group it is in
+  seq INTEGER NOT NULL UNIQUE           -- the order it joined (the selected first, in id order)
+) WITHOUT ROWID;
+CREATE INDEX grp_root ON grp(root);
+CREATE TABLE decision(
+  id TEXT PRIMARY KEY,                  -- a candidate (grp, or an interrupted prune to finish)
+  remove INTEGER NOT NULL,              -- no reason keeps it
+  reasons BLOB NOT NULL,                -- marshal: ((code, message), ...), every reason it stays
+  bytes INTEGER NOT NULL,
+  files BLOB NOT NULL,                  -- marshal: the names removing it deletes, in order
+  damaged INTEGER NOT NULL,
+  resume INTEGER NOT NULL,
+  stamp BLOB,                           -- marshal: (main, wal), or NULL for no stamp
+  pins BLOB NOT NULL,                   -- marshal: the cached versions it uses
+  npins INTEGER NOT NULL,
+  status TEXT,                          -- its status as planned
+  odd INTEGER NOT NULL,                 -- a reason of its own reads as one a subtree passed on
+  comp INTEGER NOT NULL DEFAULT 0       -- the fixed point has run over its connected set
+) WITHOUT ROWID;
 CREATE TEMP TABLE gone(id TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TEMP TABLE load(id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 
 
@@ -367,16 +401,6 @@ class PlanStore:
             for r in db.rows(self.conn, "SELECT id FROM facts WHERE parent=? ORDER BY id", (sid,))
         ]
 
-    def candidates_children(self) -> dict[str, list[str]]:
-        """The children of every candidate that has any (one query)."""
-        out: dict[str, list[str]] = {}
-        for parent, sid in self.conn.execute(
-            "SELECT c.parent, c.id FROM facts c JOIN facts p ON p.id = c.parent "
-            "WHERE c.parent IS NOT NULL AND p.cand ORDER BY c.parent, c.id"
-        ):
-            out.setdefault(parent, []).append(sid)
-        return out
-
     # ------------------------------------------------------------------ what execute asks
 
     def planned(self, sid: str) -> tuple[bool, str | None, bool, str | None, bool]:
@@ -397,33 +421,142 @@ class PlanStore:
         """For each of ``versions``: (sessions outside the candidates, every session) that
         reference it and are not in ``gone``."""
         wanted = set(versions)
-        self.conn.execute("DELETE FROM temp.gone")
-        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in gone))
-        out: dict[plugins.PluginVersion, tuple[int, int]] = {}
-        for cat, name, ver, outside, staying in self.conn.execute(
-            "SELECT r.category, r.name, r.version, SUM(NOT f.cand), COUNT(*) FROM refs r "
-            "JOIN facts f ON f.id = r.id WHERE r.id NOT IN (SELECT id FROM temp.gone) "
-            "GROUP BY 1, 2, 3"
-        ):
-            v = (cat, name, ver)
-            if v in wanted:
-                out[v] = (outside, staying)
-        return out
+        self.set_gone(gone)
+        return {v: c for v, c in self.version_counts_gone("listed").items() if v in wanted}
 
     def unknown_count(self, removed: Iterable[str]) -> int:
         """Sessions with a file whose references could not be read, not in ``removed``."""
-        self.conn.execute("DELETE FROM temp.gone")
-        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in removed))
-        return int(
-            db.scalar(
-                self.conn,
-                "SELECT COUNT(*) FROM facts WHERE NOT absent AND NOT readable AND id NOT IN "
-                "(SELECT id FROM temp.gone)",
-            )
-        )
+        self.set_gone(removed)
+        return self.unknown_count_gone("listed")
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         yield from self.conn.execute(sql, params)
+
+    def keyed_pages(
+        self, sql: str, params: Sequence[Any] = (), first: Any = ""
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` a page at a time, by key: ``sql`` takes the last key seen as
+        its first parameter, then ``params``, then the page size (``... WHERE key > ? ...
+        ORDER BY key LIMIT ?``), and each row's first column is its key. Each page is fetched
+        whole, so the tables may change between pages."""
+        last = first
+        while True:
+            rows = db.rows(self.conn, sql, (last, *params, PAGE))
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield rows
+
+    # ------------------------------------------------------------------ groups, candidates
+
+    def select_groups(self) -> None:
+        """The selection (explicit ids and the matches, each with facts) as groups of one, in
+        id order."""
+        self.conn.execute(
+            "INSERT INTO grp(id, root, seq) SELECT f.id, f.id, ROW_NUMBER() OVER (ORDER BY f.id) "
+            "FROM facts f JOIN entry e ON e.id = f.id WHERE f.matched OR e.explicit ORDER BY f.id"
+        )
+
+    def selected_ids(self) -> Iterator[list[str]]:
+        """The selected sessions (groups' roots), in id order, a page at a time."""
+        for page in self.keyed_pages(
+            "SELECT id FROM grp WHERE id > ? AND root = id ORDER BY id LIMIT ?"
+        ):
+            yield [r[0] for r in page]
+
+    def in_group(self, sid: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM grp WHERE id=?", (sid,)).fetchone() is not None
+
+    def join_group(self, sid: str, root: str) -> None:
+        self.conn.execute(
+            "INSERT INTO grp(id, root, seq) VALUES (?, ?, (SELECT MAX(seq) + 1 FROM grp))",
+            (sid, root),
+        )
+
+    def root_of(self, sid: str) -> str:
+        return str(db.scalar(self.conn, "SELECT root FROM grp WHERE id=?", (sid,)))
+
+    def set_root(self, sid: str, root: str) -> None:
+        self.conn.execute("UPDATE grp SET root=? WHERE id=?", (root, sid))
+
+    def nested_roots(self) -> int:
+        """Groups whose root is itself in another group (none, as the plan builds them)."""
+        return int(
+            db.scalar(
+                self.conn,
+                "SELECT COUNT(*) FROM grp g JOIN grp r ON r.id = g.root WHERE r.root != r.id",
+            )
+        )
+
+    def mark_candidates(self) -> None:
+        """The candidates: every group member and every interrupted prune (with facts). A
+        page of ids at a time (one ``UPDATE`` of them all would hold them all in memory)."""
+        for sql in (
+            "SELECT id FROM grp WHERE id > ? ORDER BY id LIMIT ?",
+            "SELECT id FROM entry WHERE id > ? AND intent ORDER BY id LIMIT ?",
+        ):
+            for page in self.keyed_pages(sql):
+                self.set_flag("cand", [r[0] for r in page])
+
+    def groups_of(self, ids: Sequence[str]) -> dict[str, str]:
+        """Each of ``ids`` in a group, with its group's root, in the order they joined."""
+        self.conn.execute("DELETE FROM temp.load")
+        self.conn.executemany("INSERT OR IGNORE INTO temp.load VALUES (?)", ((s,) for s in ids))
+        return {
+            sid: root
+            for sid, root in self.conn.execute(
+                "SELECT id, root FROM grp WHERE id IN (SELECT id FROM temp.load) ORDER BY seq"
+            )
+        }
+
+    def in_component(self, sid: str) -> bool:
+        return bool(db.scalar(self.conn, "SELECT comp FROM decision WHERE id=?", (sid,)))
+
+    def set_component(self, ids: Iterable[str]) -> None:
+        self.conn.executemany("UPDATE decision SET comp=1 WHERE id=?", ((s,) for s in ids))
+
+    def put_decisions(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO decision(id, remove, reasons, bytes, files, damaged, resume, stamp, "
+            "pins, npins, status, odd) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+
+    def set_reasons(self, rows: Iterable[tuple[bytes, bool, bool, str]]) -> None:
+        """(reasons, remove, odd, id) for decisions the fixed point changed."""
+        self.conn.executemany("UPDATE decision SET reasons=?, remove=?, odd=? WHERE id=?", rows)
+
+    def set_gone(self, ids: Iterable[str]) -> None:
+        """``temp.gone``: the sessions a count takes as removed (:data:`GONE`)."""
+        self.conn.execute("DELETE FROM temp.gone")
+        self.conn.executemany("INSERT OR IGNORE INTO temp.gone VALUES (?)", ((s,) for s in ids))
+
+    def version_counts_gone(self, gone: str) -> dict[plugins.PluginVersion, tuple[int, int]]:
+        """For every version a session references: (sessions outside the candidates, every
+        session) that reference it and are not ``gone`` (a key of :data:`GONE`)."""
+        return {
+            (cat, name, ver): (outside, staying)
+            for cat, name, ver, outside, staying in self.conn.execute(
+                "SELECT r.category, r.name, r.version, SUM(NOT f.cand), COUNT(*) FROM refs r "
+                f"JOIN facts f ON f.id = r.id WHERE NOT EXISTS ({GONE[gone]} AND g.id = r.id) "
+                "GROUP BY 1, 2, 3"
+            )
+        }
+
+    def unknown_count_gone(self, gone: str) -> int:
+        """Sessions with a file whose references could not be read, not ``gone``."""
+        return int(
+            db.scalar(
+                self.conn,
+                "SELECT COUNT(*) FROM facts f WHERE NOT absent AND NOT readable AND NOT EXISTS "
+                f"({GONE[gone]} AND g.id = f.id)",
+            )
+        )
+
+    def shared_pins(self, blob: bytes) -> tuple[plugins.PluginVersion, ...]:
+        """A marshalled tuple of versions, the plan's own tuple of them again."""
+        pins: tuple[plugins.PluginVersion, ...] = marshal.loads(blob)
+        return self.pins.seen.setdefault(pins, pins) if pins else pins
 
 
 def _encode(f: Facts) -> bytes:
