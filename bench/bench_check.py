@@ -50,6 +50,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from tests import peak_rss  # noqa: E402
+
 from agentdb import demo  # noqa: E402
 from agentdb.schema.revisions import REV1_DDL  # noqa: E402
 from agentdb.store import SessionWriter  # noqa: E402
@@ -186,20 +188,16 @@ def run(argv: list[str]) -> tuple[float, int, float]:
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed agentdb runs from bytecode
     t = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    before = os.times()
-    _, status, usage = os.wait4(p.pid, 0)
+    # through tests.peak_rss: a child spawned from this process would report this process's
+    # own peak (the trees it built) as its RSS
+    m = peak_rss.Measured(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert m.proc.stderr is not None
+    err = m.proc.stderr.read()
+    usage = m.wait()
     dt = time.perf_counter() - t
-    after = os.times()  # children_*: the process's reaped workers too
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode not in (0, 1):
-        raise SystemExit(f"{argv!r} exited {p.returncode}: {err.decode()[-500:]}")
-    cpu = (after.children_user - before.children_user) + (
-        after.children_system - before.children_system
-    )
-    return dt, usage.ru_maxrss, cpu
+    if usage.returncode not in (0, 1):
+        raise SystemExit(f"{argv!r} exited {usage.returncode}: {err.decode()[-500:]}")
+    return dt, usage.maxrss_kib, usage.cpu_s
 
 
 def best(repeat: int, argv: list[str]) -> tuple[float, int, float]:

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from tests import peak_rss  # noqa: E402
 from tests.rows import row_sets, write_at, zero_page  # noqa: E402
 from tests.salvage import corpus  # noqa: E402
 
@@ -294,13 +295,11 @@ def fingerprints(path: Path, table: str = "events") -> set[bytes]:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> tuple[float, int, str]:
-    """(seconds, peak RSS in MiB, stdout) of one process."""
+    """(seconds, peak RSS in MiB, stdout) of one process, measured through tests.peak_rss (a
+    child spawned from this process would report this process's own peak as its RSS)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, **kw)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, usage.ru_maxrss // 1024, out.decode(errors="replace")
+    usage, out = peak_rss.run(argv, env=env, **kw)
+    return time.perf_counter() - t0, usage.maxrss_kib // 1024, out.decode(errors="replace")
 
 
 def cli_env(root: Path) -> dict[str, str]:
@@ -350,14 +349,12 @@ def run_agentdb_cli(path: Path, sid: str, root: Path) -> tuple[float, int, dict[
 def run_shell_pipeline(path: Path, shell: Path, new_db: Path) -> tuple[float, int]:
     """``shell damaged .recover | shell new.db``: wall time and the sum of both peak RSS."""
     t0 = time.perf_counter()
-    p1 = subprocess.Popen([str(shell), str(path), ".recover"], stdout=subprocess.PIPE)
-    p2 = subprocess.Popen([str(shell), str(new_db)], stdin=p1.stdout, stdout=subprocess.DEVNULL)
+    p1 = peak_rss.Measured([str(shell), str(path), ".recover"], stdout=subprocess.PIPE)
+    p2 = peak_rss.Measured([str(shell), str(new_db)], stdin=p1.stdout, stdout=subprocess.DEVNULL)
     if p1.stdout:
         p1.stdout.close()
-    _, _, u1 = os.wait4(p1.pid, 0)
-    _, _, u2 = os.wait4(p2.pid, 0)
-    p1.returncode = p2.returncode = 0
-    return time.perf_counter() - t0, (u1.ru_maxrss + u2.ru_maxrss) // 1024
+    u1, u2 = p1.wait(), p2.wait()
+    return time.perf_counter() - t0, (u1.maxrss_kib + u2.maxrss_kib) // 1024
 
 
 def small_session(d: Path, n: int) -> tuple[str, Path]:
@@ -505,7 +502,8 @@ def main() -> None:
             text += (
                 f"\nOne run each, {time.strftime('%Y-%m-%d %H:%M')}, load average {load} on "
                 f"{os.cpu_count()} cores; shell: {_shown(shell_path)}. Kept: rows of `events` "
-                "byte-identical to the undamaged file. MiB: peak RSS (wait4).\n"
+                "byte-identical to the undamaged file. MiB: peak RSS (wait4, each command forked "
+                "from a small launcher, tests/peak_rss.py: the bench's own pages do not count).\n"
             )
     print(text)
     out = ROOT / "bench" / "results" / "bench_recover.md"

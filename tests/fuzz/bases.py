@@ -10,6 +10,7 @@ by ``SessionWriter.create(revision=1)`` and reopened without migrating.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -155,8 +156,8 @@ def _chains(path: Path, ps: int) -> list[list[int]]:
         ]
     finally:
         conn.close()
-    data = path.read_bytes()
-    nxt = {p: int.from_bytes(data[(p - 1) * ps : (p - 1) * ps + 4], "big") for p in ovf}
+    with open(path, "rb") as f:  # each page's first 4 bytes, not the file whole (it may be large)
+        nxt = {p: int.from_bytes(os.pread(f.fileno(), 4, (p - 1) * ps), "big") for p in ovf}
     out = []
     for head in sorted(set(ovf) - set(nxt.values())):
         chain, p = [], head
