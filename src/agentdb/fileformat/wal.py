@@ -54,9 +54,10 @@ class WalHeader:
         return bool(self.magic & 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WalFrame:
-    """One full frame found in the WAL."""
+    """One full frame found in the WAL (one per frame is held: slots keep it ~100 bytes, not
+    ~500 with a ``__dict__``, about 0.1 byte per byte of WAL)."""
 
     index: int  # 0-based frame number
     offset: int  # byte offset of the frame header in the WAL
