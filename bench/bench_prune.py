@@ -35,6 +35,10 @@ from pathlib import Path
 import apsw
 import ulid
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests import peak_rss
+
 from agentdb import demo, fsutil, prune
 from agentdb.store import SessionWriter
 
@@ -80,14 +84,16 @@ def baseline(sessions_dir: Path) -> int:
 
 
 def process(argv: list[str]) -> tuple[tuple[float, float], int]:
-    """((wall, CPU seconds), peak RSS in KB) of one process, which must exit 0."""
+    """((wall, CPU seconds), peak RSS in KB) of one process, which must exit 0; measured
+    through tests.peak_rss (a child spawned from this process would report this process's own
+    peak, the trees it built, as its RSS)."""
     t = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, err[-500:]
-    return (time.perf_counter() - t, usage.ru_utime + usage.ru_stime), usage.ru_maxrss
+    m = peak_rss.Measured(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert m.proc.stderr is not None
+    err = m.proc.stderr.read()
+    usage = m.wait()
+    assert usage.returncode == 0, err[-500:]
+    return (time.perf_counter() - t, usage.cpu_s), usage.maxrss_kib
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
