@@ -37,10 +37,10 @@ def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str
         ]
     except db.READ_ERRORS:
         return None
-    if len(ids) != 1 or ids[0] == session_id.encode():
-        return None
+    if len(ids) != 1 or not isinstance(ids[0], bytes) or ids[0] == session_id.encode():
+        return None  # a NULL id (a damaged cell read as NULL) is damage, not another session
     try:
-        other_id = bytes(ids[0]).decode("utf-8")
+        other_id = ids[0].decode("utf-8")
     except UnicodeDecodeError:
         return None  # no session id at all (damage, e.g. invalid UTF-8): not another session's
     if not paths.is_valid_id(other_id):
@@ -65,7 +65,7 @@ def meta_elsewhere(conn: Any, db_copy: Path, session_id: str, work: Path) -> str
         copy.unlink()
     if mine != [session_id.encode()]:
         return None
-    theirs = bytes(ids[0])[:40].decode("utf-8", "backslashreplace")
+    theirs = ids[0][:40].decode("utf-8", "backslashreplace")
     return f"applied, it gives session_meta {theirs!r}; the file alone names {session_id}"
 
 
