@@ -51,6 +51,7 @@ from agentdb.fileformat.varint import read_varint  # noqa: E402
 from agentdb.hashing import event_hash  # noqa: E402
 from agentdb.schema.revisions import REV2_DDL  # noqa: E402
 from agentdb.store import Event, Producer, SessionWriter, Usage  # noqa: E402
+from bench_emit import timed_emits  # noqa: E402
 
 RESULTS = HERE / "results" / "chain_design.md"
 TOOL = Producer("tool", "shell", "2.0.0")
@@ -462,16 +463,9 @@ def emit_paired(
     for b in range(blocks):
         for kind in ("rev2", "rev3") if b % 2 == 0 else ("rev3", "rev2"):
             w = writers[kind]
-            events = [ev() for _ in range(n)]
-            t, c = time.perf_counter(), time.process_time()
-            if batch == 1:
-                for e in events:
-                    w.emit(e)
-            else:
-                for i in range(0, n, batch):
-                    w.emit_batch(events[i : i + batch])
-            wall[kind].append((time.perf_counter() - t) / n * 1e6)
-            cpu[kind].append((time.process_time() - c) / n * 1e6)
+            dt, dc = timed_emits(w, [ev() for _ in range(n)], batch)
+            wall[kind].append(dt / n * 1e6)
+            cpu[kind].append(dc / n * 1e6)
     for w in writers.values():
         w.close()
     shutil.rmtree(root)

@@ -114,6 +114,18 @@ KINDS = {"tool_call": "tool_call", "message": "message + cost row"}
 Row = tuple[str, int, str, int, list[list[float]], list[list[float]], list[str]]
 
 
+def timed_emits(w: SessionWriter, events: list[Event], batch: int) -> tuple[float, float]:
+    """(wall, CPU seconds) of emitting ``events``: one by one, or in transactions of ``batch``."""
+    t, c = time.perf_counter(), time.process_time()
+    if batch == 1:
+        for e in events:
+            w.emit(e)
+    else:
+        for i in range(0, len(events), batch):
+            w.emit_batch(events[i : i + batch])
+    return time.perf_counter() - t, time.process_time() - c
+
+
 def worker(sessions: Path, revision: int, sync: str, batch: int, kind: str) -> None:
     """A worker process: one writer; each line ``N`` on stdin emits N events (in transactions
     of ``batch``) and answers ``wall_us cpu_us`` per event; ``q`` closes the writer, proves the
@@ -132,15 +144,7 @@ def worker(sessions: Path, revision: int, sync: str, batch: int, kind: str) -> N
         if line.strip() == "q":
             break
         n = int(line)
-        events = [event() for _ in range(n)]
-        t, c = time.perf_counter(), time.process_time()
-        if batch == 1:
-            for e in events:
-                w.emit(e)
-        else:
-            for i in range(0, n, batch):
-                w.emit_batch(events[i : i + batch])
-        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        wall, cpu = timed_emits(w, [event() for _ in range(n)], batch)
         print(f"{wall / n * 1e6:.3f} {cpu / n * 1e6:.3f}", flush=True)
     path = w.path
     w.close()
