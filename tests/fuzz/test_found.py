@@ -226,11 +226,20 @@ CAMPAIGN = [
 ]
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite
-# says when one is fixed, and it then moves to CAMPAIGN). None are open.
-KNOWN_OPEN: list[str] = []
+# says when one is fixed, and it then moves to CAMPAIGN).
+KNOWN_OPEN: list[str] = [
+    # the final revision-1 campaign of 2026-12-02 (seed 340000..): a torn hot journal (the killed
+    # UPDATE's, cut to 28 bytes) beside a file whose header's page size is garbage. The journal
+    # then disagrees with the header, so it is judged not this file's (journal_note) and the
+    # torn-journal doubt (snapshot.journal_torn) is dropped: 96 events the dead writer rewrote
+    # are kept as committed (recover_row_differs). Likely fix: a hot journal that cannot be
+    # applied leaves every row no hash vouches for in doubt (journal_torn = frozenset())
+    "rev=1 wal=0 size=long layout=plain "
+    "damages=hot_journal_torn/933941192+header_garbage/768840528",
+]
 
 
-@pytest.mark.xfail(strict=True, reason="open: revision-1 foreign -wal that applies cleanly")
+@pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")
 @pytest.mark.parametrize("case", KNOWN_OPEN)
 def test_known_open_failures_still_fail(bases: Bases, tmp_path: Path, case: str) -> None:
     from tests.fuzz.invariants import run_case
