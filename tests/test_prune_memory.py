@@ -10,7 +10,7 @@ live in the scratch database and are read back a page at a time: what grows is t
 stream's share (its sorted list of every id, ~75 bytes each): measured 115 bytes per session
 alone, 205 after the other prune tests. Holding a decision per selected session in Python, as
 the plan before did (its ``PruneDecision``, the ``top`` dict, ``statuses``, the lists of
-``PruneResult``), measured 807. The bound is 450.
+``PruneResult``), measured 807. The bound is 600: after the full suite this code measured up to 451.
 
 (Peak RSS of the CLI cannot tell the two apart at sizes a test can build: below ~10,000
 sessions the decisions fit in what the index stream and check's judge freed before them. At
@@ -38,7 +38,7 @@ from agentdb.prune import planning, scratch
 from tests.support import make_session
 
 SMALL, LARGE = 500, 3000
-BOUND = 450  # bytes per selected session the peak may grow by
+BOUND = 600  # bytes per selected session the peak may grow by (old code: 807-842)
 
 
 def _iso(t: dt.datetime) -> str:
