@@ -223,20 +223,18 @@ CAMPAIGN = [
     # plan_items): recover's test for another session's WAL decoded the id with bytes(None)
     # and recover, recover --dry-run and the kernel's open died with a TypeError traceback
     "rev=1 wal=0 size=short layout=plain damages=invalid_utf8/191440717+cell_pointers/770387296",
+    # the final revision-1 campaign of 2026-12-02 (seed 340000..): a torn hot journal (the killed
+    # UPDATE's, cut to 28 bytes) beside a header whose page size is garbage. The journal then
+    # disagrees with the header and is judged not this file's, and the torn-journal doubt was
+    # dropped: 96 events the dead writer rewrote were kept as committed. A hot journal left
+    # unapplied now leaves every row no hash vouches for in doubt (unverified)
+    "rev=1 wal=0 size=long layout=plain "
+    "damages=hot_journal_torn/933941192+header_garbage/768840528",
 ]
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite
 # says when one is fixed, and it then moves to CAMPAIGN).
-KNOWN_OPEN: list[str] = [
-    # the final revision-1 campaign of 2026-12-02 (seed 340000..): a torn hot journal (the killed
-    # UPDATE's, cut to 28 bytes) beside a file whose header's page size is garbage. The journal
-    # then disagrees with the header, so it is judged not this file's (journal_note) and the
-    # torn-journal doubt (snapshot.journal_torn) is dropped: 96 events the dead writer rewrote
-    # are kept as committed (recover_row_differs). Likely fix: a hot journal that cannot be
-    # applied leaves every row no hash vouches for in doubt (journal_torn = frozenset())
-    "rev=1 wal=0 size=long layout=plain "
-    "damages=hot_journal_torn/933941192+header_garbage/768840528",
-]
+KNOWN_OPEN: list[str] = []
 
 
 @pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")

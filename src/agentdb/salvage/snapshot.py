@@ -128,7 +128,9 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         had_wal=wal is not None,
         had_journal=had_journal,
         journal_note=journal_note,
-        journal_torn=torn if journal_note is None else None,
+        # a hot journal left unapplied: the dead writer may have changed any page, and none
+        # was restored, so every row no hash vouches for is in doubt
+        journal_torn=torn if journal_note is None else frozenset(),
         header=header,
     )
     if wal is not None:
