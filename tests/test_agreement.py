@@ -105,6 +105,23 @@ def _hot_journal(p: Path) -> None:
     assert sidecar(p, "-journal").stat().st_size > 0
 
 
+def _column_renamed(p: Path) -> None:
+    """A byte of a column name in the stored CREATE TABLE text flipped (the fuzz campaign's
+    seed 360093): SQLite still reads the file, but no reader finds ``parent_session_id``."""
+    data = bytearray(p.read_bytes())
+    at = data.index(b"parent_session_id", data.index(b"CREATE TABLE session_meta"))
+    data[at + 8] ^= 0x01  # parent_sEssion_id -> parent_sDssion_id
+    p.write_bytes(bytes(data))
+
+
+def _index_dropped(p: Path) -> None:
+    """A schema that differs from its revision in what no reader needs (an index gone):
+    inconsistent, and every command still reads the session."""
+    conn = apsw.Connection(str(p))
+    conn.execute("DROP INDEX idx_events_kind")
+    conn.close()
+
+
 # Built from a session copied while its writer had commits only in its WAL (revision 2 only).
 WAL_CASES: dict[str, Callable[[Path], None] | None] = {
     "wal_healthy": None,
@@ -125,6 +142,8 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "invalid_utf8": rows.invalid_text,
     "too_new": _too_new,
     "negative_version": _negative_version,
+    "column_renamed": _column_renamed,
+    "index_dropped": _index_dropped,
     "misnamed": None,  # a healthy session copied under another id (renamed in _answers)
 }
 RELATIONS = (

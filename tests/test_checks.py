@@ -141,6 +141,21 @@ def test_identity_foreign_too_new_old_empty_garbage(sessions_dir: Path) -> None:
     assert check(sessions_dir, garbage).verdict == "unreadable"
 
 
+def test_a_column_missing_by_name_is_corrupt_not_inconsistent(sessions_dir: Path) -> None:
+    # a flipped byte in the stored CREATE TABLE text: SQLite reads the file, no reader finds
+    # session_meta.parent_session_id (the fuzz campaign's seed 360093)
+    a, pa = make_session(sessions_dir)
+    data = bytearray(pa.read_bytes())
+    at = data.index(b"parent_session_id", data.index(b"CREATE TABLE session_meta"))
+    data[at + 8] ^= 0x01
+    pa.write_bytes(bytes(data))
+    r = check(sessions_dir, a)
+    assert r.verdict == "corrupt"
+    assert codes(r) == ["schema_columns_missing", "schema_mismatch"]
+    assert "session_meta has no column parent_session_id" in r.findings[0].message
+    assert r.findings[0].fix == f"agentdb recover {a}"
+
+
 def test_schema_and_meta_inconsistencies(sessions_dir: Path) -> None:
     a, pa = make_session(sessions_dir)
     raw(pa, "DROP INDEX idx_events_kind")

@@ -106,7 +106,7 @@ class EventLog:
     def _open(self) -> SessionReader:
         r = SessionReader(self.path, session_id=self.session_id)
         try:
-            r.info()  # session_meta names this session
+            r.require_named()  # session_meta names this session
             return r
         except (errors.Corrupt, errors.ForeignFile) as first:
             r.close()
@@ -117,7 +117,7 @@ class EventLog:
             except errors.AgentdbError:
                 raise first from None
             try:
-                alone.info()
+                alone.require_named()
             except errors.AgentdbError:
                 alone.close()
                 raise first from None

@@ -37,7 +37,7 @@ import apsw
 from agentdb import db, errors, faults, fsutil, locks, paths, workers
 from agentdb.errors import one_line
 from agentdb.results import MigrateOutcomeName
-from agentdb.schema.identity import identify, schema_differences
+from agentdb.schema.identity import columns_missing, identify, schema_differences
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION, TABLES
 
@@ -210,6 +210,14 @@ def _probe(session_id: str, path: Path) -> MigrationPlanItem:
                 return item
             diffs = schema_differences(conn, ident.user_version)
             if diffs:
+                gaps = columns_missing(conn, ident.user_version)
+                if gaps:  # damaged CREATE text, as check judges it (schema_columns_missing)
+                    item.outcome = "corrupt"
+                    item.message = (
+                        f"{path}: the schema lacks what revision {ident.user_version} names "
+                        f"({gaps[0]}); not migrated — run `agentdb recover {item.session_id}`"
+                    )
+                    return item
                 item.outcome = "failed"
                 item.message = (
                     f"{path}: tables do not match revision {ident.user_version} ({diffs[0]}); "

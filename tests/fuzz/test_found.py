@@ -230,6 +230,11 @@ CAMPAIGN = [
     # unapplied now leaves every row no hash vouches for in doubt (unverified)
     "rev=1 wal=0 size=long layout=plain "
     "damages=hot_journal_torn/933941192+header_garbage/768840528",
+    # the revision-2 campaign of 2026-12-02 (seed 360093): a flipped byte inside the stored CREATE
+    # TABLE text renamed session_meta.parent_session_id. SQLite reads the file, so check said
+    # inconsistent (schema_mismatch) while show and events failed ("no such column"): a table
+    # or column of the revision missing by name is now schema_columns_missing (corrupt)
+    "rev=2 wal=0 size=long layout=plain damages=byte_flip/272169842",
 ]
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite

@@ -46,6 +46,9 @@ CODES: dict[str, tuple[Severity, Problem | None]] = {
     "wal_not_judged": ("info", None),  # the session is open: its WAL is being written
     # schema and consistency
     "schema_mismatch": ("error", "inconsistent"),
+    # a table or column the revision names is not in the schema: damaged CREATE text (a conforming
+    # writer never drops one), so no reader finds the rows where the revision puts them
+    "schema_columns_missing": ("error", "corrupt"),
     "meta_missing": ("error", "inconsistent"),
     "meta_multiple": ("error", "inconsistent"),
     "meta_id_mismatch": ("error", "foreign"),  # session_meta names another session: its file

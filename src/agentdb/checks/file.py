@@ -23,7 +23,13 @@ from agentdb.hashing import mismatch_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck
 from agentdb.schema import enums
-from agentdb.schema.identity import SchemaRows, identify, schema_rows, table_differences
+from agentdb.schema.identity import (
+    SchemaRows,
+    columns_missing,
+    identify,
+    schema_rows,
+    table_differences,
+)
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
 from agentdb.schema.text import invalid_text, text_encoding
 
@@ -325,6 +331,15 @@ class _Run:
     def schema(self, conn: apsw.Connection, revision: int, rows: SchemaRows) -> bool:
         diffs = table_differences(conn, revision, rows=rows)
         if diffs:
+            gaps = columns_missing(conn, revision)
+            if gaps:
+                self.add(
+                    "schema_columns_missing",
+                    f"the schema lacks what revision {revision} names: {'; '.join(gaps[:3])}"
+                    + (f" (+{len(gaps) - 3} more)" if len(gaps) > 3 else "")
+                    + f": the rows cannot be read as the session's; run `{self.fix_recover}`",
+                    self.fix_recover,
+                )
             self.add(
                 "schema_mismatch",
                 f"schema differs from revision {revision}: {'; '.join(diffs[:3])}"

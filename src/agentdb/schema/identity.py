@@ -251,6 +251,33 @@ def identify(conn: apsw.Connection, *, rows: SchemaRows | None = None) -> Identi
 _UNSAFE = ("unexpected trigger", "unexpected view")
 
 
+def columns_missing(conn: apsw.Connection, revision: int) -> list[str]:
+    """The tables and columns of ``revision`` that the file's schema does not have, by name:
+    [] when every one is there (the schema may still differ in types or constraints). A
+    conforming writer never drops one, so a gap means the stored CREATE text was damaged (a
+    flipped byte in a column name): SQLite reads the file, but no reader finds the session's
+    rows where the revision puts them. Called only for a schema that differs."""
+    have = {
+        str(name)
+        for (name,) in db.rows(
+            conn, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    gaps = []
+    for key, entry in expected_fingerprint(revision).items():
+        kind, _, table = key.partition(":")
+        if kind != "table":
+            continue
+        if table not in have:
+            gaps.append(f"no table {table}")
+            continue
+        named = {
+            str(r[0]) for r in db.rows(conn, "SELECT name FROM pragma_table_xinfo(?)", (table,))
+        }
+        gaps += [f"{table} has no column {c[0]}" for c in entry["columns"] if c[0] not in named]
+    return gaps
+
+
 def table_differences(
     conn: apsw.Connection, revision: int, *, rows: SchemaRows | None = None
 ) -> list[str]:

@@ -72,19 +72,38 @@ def _read_info_count(
             path=path,
         )
     r = _texts(rows[0], range(7))
-    if session_id is not None and r[0] != session_id and is_valid_id(str(r[0])):
+    _require_named(path, session_id, r[0])
+    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
+    return info, (int(r[8]) if count_events else None)
+
+
+def _require_named(path: Path, session_id: str | None, named: Any) -> None:
+    """Raise unless ``named`` (session_meta's id, as read) is ``session_id`` (None: anything)."""
+    if session_id is not None and named != session_id and is_valid_id(str(named)):
         raise errors.ForeignFile(
-            f"{path}: session_meta names session {r[0]}, not {session_id}: another session's "
+            f"{path}: session_meta names session {named}, not {session_id}: another session's "
             "file under this name; move it back to its own name (see `agentdb check` on it)",
             path=path,
         )
-    if session_id is not None and r[0] != session_id:
+    if session_id is not None and named != session_id:
         raise errors.Corrupt(
-            f"{path}: session_meta names {r[0]!r}, not {session_id}; run `agentdb check` on it",
+            f"{path}: session_meta names {named!r}, not {session_id}; run `agentdb check` on it",
             path=path,
         )
-    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
-    return info, (int(r[8]) if count_events else None)
+
+
+def read_named(conn: apsw.Connection, path: Path, session_id: str | None) -> None:
+    """:func:`read_info`'s identity test alone: exactly one session_meta row, naming
+    ``session_id``. It reads that one column, so a file whose other session_meta columns or
+    cost_ledger cannot be read (damaged CREATE text) still shows whose events it holds."""
+    rows = db.rows(conn, f"SELECT {_capped('session_id', 64)} FROM session_meta LIMIT 2")
+    if len(rows) != 1:
+        raise errors.Corrupt(
+            f"{path}: expected exactly one session_meta row for {session_id}, found "
+            f"{len(rows)}; run `agentdb check` on it",
+            path=path,
+        )
+    _require_named(path, session_id, _text(rows[0][0]))
 
 
 class SessionReader:
@@ -129,6 +148,11 @@ class SessionReader:
     def info(self) -> SessionInfo:
         with db.translated(self.path):
             return read_info(self.conn, self.path, self.session_id)
+
+    def require_named(self) -> None:
+        """Raise unless session_meta names this session (see :func:`read_named`)."""
+        with db.translated(self.path):
+            read_named(self.conn, self.path, self.session_id)
 
     def info_and_count(self) -> tuple[SessionInfo, int]:
         """:meth:`info` and :meth:`event_count` in one statement."""
