@@ -689,25 +689,22 @@ def _open_copy(
         if not copied or not unchanged or not _same(file_stats(path), stats):
             stack.close()
             return None
-        if suffix == "-journal":
-            try:
-                roll_back_private(copy)
-            except errors.AgentdbError:
-                # A journal SQLite cannot roll back (another database's, damaged): the file
-                # alone is what there is to read, as check judges it (foreign_journal) — with
-                # its -wal, if it has one.
-                stack.close()
-                if stats.wal is not None:
-                    return _open_copy(path, stats, setup)
-                conn = _connect(
-                    path,
-                    _uri(path, mode="ro", immutable="1"),
-                    apsw.SQLITE_OPEN_READONLY,
-                    setup,
-                    cls=ReadConnection,
-                )
-                assert isinstance(conn, ReadConnection)
-                return conn
+        if suffix == "-journal" and not _rolled_back(copy):
+            # A journal that is not this database's (check's foreign_journal) or that SQLite
+            # cannot roll back: the file alone is what there is to read, as check judges it —
+            # with its -wal, if it has one.
+            stack.close()
+            if stats.wal is not None:
+                return _open_copy(path, stats, setup)
+            conn = _connect(
+                path,
+                _uri(path, mode="ro", immutable="1"),
+                apsw.SQLITE_OPEN_READONLY,
+                setup,
+                cls=ReadConnection,
+            )
+            assert isinstance(conn, ReadConnection)
+            return conn
         conn = _connect(
             path, _uri(copy, mode="ro"), apsw.SQLITE_OPEN_READONLY, setup, cls=ReadConnection
         )
@@ -718,6 +715,25 @@ def _open_copy(
     conn.how = "copy"
     conn._cleanup = weakref.finalize(conn, stack.close)
     return conn
+
+
+def _rolled_back(copy: Path) -> bool:
+    """Roll the private ``copy``'s journal back, unless the journal is not the database's
+    (:func:`agentdb.fileformat.journal_problem`: another page size, or it would truncate the
+    file to nothing); False, the copy untouched or left as SQLite failed it, when it was not."""
+    from agentdb.fileformat import journal_problem  # only beside a journal (start-up)
+
+    journal = sidecar(copy, "-journal")
+    with open(copy, "rb") as f:
+        head = f.read(100)
+    with open(journal, "rb") as f:
+        if journal_problem(head, f.read(28), os.fstat(f.fileno()).st_size) is not None:
+            return False
+    try:
+        roll_back_private(copy)
+    except errors.AgentdbError:
+        return False
+    return True
 
 
 def roll_back_private(path: Path) -> None:

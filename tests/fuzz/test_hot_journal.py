@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import checks, salvage
 from agentdb.paths import sidecar
@@ -199,3 +200,89 @@ def test_journal_torn_reads_records_as_the_playback_does(sessions_dir: Path) -> 
     bad[sector + (ps + 8) + 4 + ps - 200] ^= 1  # the second record's checksum fails
     got = journal_torn(bytes(bad))
     assert got is not None and len(got[0]) == 1 and got[1] >= promised - 1
+
+
+def _header(records: int, initial: int, sector: int, page_size: int) -> bytes:
+    fields = (records, 0, initial, sector, page_size)
+    return bytes.fromhex("d9d505f920a163d7") + b"".join(v.to_bytes(4, "big") for v in fields)
+
+
+# Journal headers no killed writer of ours leaves, beside a healthy file at rest: magic and
+# zeros (the red-team's), sizes SQLite does not allow, a valid header that promises nothing but
+# names a smaller original size, each 28 bytes long and one sector long (SQLite reads no
+# header from a journal shorter than its 512-byte sector).
+ODD_JOURNALS = {
+    "zeros": _header(0, 0, 0, 0),
+    "no_sector_size": _header(0, 1, 0, 4096),
+    "no_page_size": _header(3, 1, 512, 0),
+    "odd_page_size": _header(0, 1, 512, 3000),
+    "restores_one_page": _header(0, 1, 512, 4096),
+    "restores_no_page": _header(0, 0, 512, 4096),
+}
+
+
+@pytest.mark.parametrize("length", [28, 512])
+@pytest.mark.parametrize("name", sorted(ODD_JOURNALS))
+def test_odd_journal_headers_are_judged_as_sqlite_rolls_them_back(
+    sessions_dir: Path, tmp_path: Path, name: str, length: int
+) -> None:
+    """SQLite is the oracle: a private copy of the file and the journal opened normally shows
+    what the next open of the session would do. Where that leaves every row as it was, check
+    is ok and recover leaves the file; where it destroys rows (it truncates the file to the
+    header's original size), check calls the journal foreign (corrupt) and recover keeps every
+    row from the file as it is, with the journal beside the original."""
+    sid, path = make_session(sessions_dir, turns=20)
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
+    conn.close()
+    committed = row_sets(path)
+    journal = ODD_JOURNALS[name].ljust(length, b"\0")
+    sidecar(path, "-journal").write_bytes(journal)
+    os.chmod(sidecar(path, "-journal"), 0o600)
+    probe = tmp_path / "oracle"
+    probe.mkdir()
+    (probe / path.name).write_bytes(path.read_bytes())
+    sidecar(probe / path.name, "-journal").write_bytes(journal)
+    try:
+        conn = apsw.Connection(str(probe / path.name))  # read-write: SQLite rolls back
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+        conn.close()
+        assert not sidecar(probe / path.name, "-journal").exists()
+        intact = row_sets(probe / path.name) == committed
+    except apsw.Error:
+        intact = False
+    result = checks.check_path(path, sid)
+    out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
+    if intact:
+        assert result.verdict == "ok", result.findings
+        assert out.outcome == "healthy", out.notes
+        return
+    assert result.verdict == "corrupt", result.findings
+    assert "foreign_journal" in {f.code for f in result.findings}
+    assert out.outcome == "recovered", out.notes
+    assert row_sets(path) == committed
+    assert out.corrupt_journal is not None
+    assert Path(out.corrupt_journal).read_bytes() == journal
+    assert not sidecar(path, "-journal").exists()
+
+
+@pytest.mark.parametrize("length", [28, 512])
+@pytest.mark.parametrize("name", sorted(ODD_JOURNALS))
+def test_the_kernel_opens_beside_an_odd_journal_and_loses_nothing(
+    sessions_dir: Path, name: str, length: int
+) -> None:
+    """The writer's open judges the file first: a journal whose rollback would truncate the
+    session goes with the original (recovered), a harmless one is SQLite's to delete; either
+    way every committed row is there afterwards and no journal is left beside the file."""
+    from agentdb.kernel import open_session
+
+    sid, path = make_session(sessions_dir, turns=20)
+    conn = apsw.Connection(str(path))
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchall() == [("delete",)]
+    conn.close()
+    committed = row_sets(path)
+    sidecar(path, "-journal").write_bytes(ODD_JOURNALS[name].ljust(length, b"\0"))
+    os.chmod(sidecar(path, "-journal"), 0o600)
+    open_session(sessions_dir, sid).close()
+    assert row_sets(path) == committed
+    assert not sidecar(path, "-journal").exists()

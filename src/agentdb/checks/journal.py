@@ -74,7 +74,7 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
     from agentdb.fileformat import journal_problem
 
     name = path.name
-    problem = journal_problem(read_header(path), data)
+    problem = journal_problem(read_header(path), data, len(data))
     if problem is None:
         with fsutil.private_workdir("agentdb-journal-") as work:
             copy = work / name

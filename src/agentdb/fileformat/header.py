@@ -118,11 +118,22 @@ class JournalHeader:
 
 def parse_journal_header(data: Buffer) -> JournalHeader | None:
     """The header of a *hot* journal, or None when the bytes are not one (empty, zeroed after a
-    commit, or too short): such a journal rolls nothing back."""
+    commit, or too short), or when its page size or sector size is no size SQLite allows:
+    SQLite's playback stops at such a header (its writer died before syncing it, so no page
+    was written after it) and deletes the journal, so it rolls nothing back."""
     if len(data) < 28 or bytes(data[:8]) != JOURNAL_MAGIC:
         return None
     records, _nonce, initial, sector, page_size = struct.unpack(">iIIII", bytes(data[8:28]))
+    # page size 0: SQLite before 3.5.8 wrote no page size; the playback takes the database's
+    if not (page_size == 0 or _power_of_two(page_size, 512, 65536)):
+        return None
+    if not _power_of_two(sector, 32, 65536):
+        return None
     return JournalHeader(records, initial, sector, page_size)
+
+
+def _power_of_two(n: int, low: int, high: int) -> bool:
+    return low <= n <= high and n & (n - 1) == 0
 
 
 def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
@@ -138,10 +149,8 @@ def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
     if first is None or first.records == 0:
         return None  # nothing was promised: no page was written before the journal's sync
     ps, sector = first.page_size, first.sector_size
-    if not (512 <= ps <= 65536 and ps & (ps - 1) == 0) or not (
-        32 <= sector <= 65536 and sector & (sector - 1) == 0
-    ):
-        return None  # not SQLite's (journal_problem judges the page size)
+    if ps == 0:  # the database's page size (see parse_journal_header): its records unknown
+        return frozenset(), max(first.records, 1)
     restored: set[int] = set()
     missing, off, end = 0, 0, 0
     size = ps + 8
@@ -179,17 +188,23 @@ def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
     return frozenset(restored), missing
 
 
-def journal_problem(db_head: Buffer, journal: Buffer) -> str | None:
+# SQLite reads a journal's first header only when the journal holds one whole sector (the
+# pager's sector size, 512 where the file system overwrites sectors safely, the default on Unix):
+# a shorter hot journal is deleted unread.
+JOURNAL_MIN_READ = 512
+
+
+def journal_problem(db_head: Buffer, journal: Buffer, journal_size: int) -> str | None:
     """Why a hot journal cannot be this database's: its page size is not the file's, or the size
     it would restore is no size at all. None when it may be rolled back (or is not hot)."""
     j = parse_journal_header(journal)
-    if j is None:
-        return None
+    if j is None or journal_size < JOURNAL_MIN_READ:
+        return None  # SQLite reads no header from it: it rolls nothing back
     try:
         head = parse_header(bytes(db_head[:100]))
     except FormatError:
         return None  # the file's header is the damage; the rollback may restore it
-    if j.page_size != head.page_size:
+    if j.page_size not in (0, head.page_size):
         return f"its page size {j.page_size} is not the database's {head.page_size}"
     if j.initial_pages == 0:
         return "it would restore a database of 0 pages"

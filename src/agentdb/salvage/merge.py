@@ -371,8 +371,9 @@ class _Merger:
             "unconfirmed": "SQLite read them, the page engine found no identical copy",
             "shell": "only SQLite's recovery extension read them (their overflow chains "
             "unchecked) and no content hash vouches for them",
-            "torn": "the hot journal is cut short or torn, so its rollback could not restore "
-            "every page the killed transaction wrote: they may be its uncommitted writes",
+            "torn": "the hot journal is cut short or torn, or could not be applied, so no "
+            "rollback restored every page the killed transaction wrote: they may be its "
+            "uncommitted writes",
         }
         counts = dict.fromkeys(why, 0)
         for table in tables.TABLES:

@@ -136,7 +136,7 @@ def roll_back(copy: Path, journal: Path, work: Path) -> str | None:
     with open(copy, "rb") as f:
         header = f.read(100)
     with open(journal, "rb") as f:
-        problem = journal_problem(header, f.read(28))
+        problem = journal_problem(header, f.read(28), os.fstat(f.fileno()).st_size)
     if problem is None:
         where = work / "rollback"
         fsutil.ensure_dir(where)
