@@ -122,6 +122,17 @@ def _index_dropped(p: Path) -> None:
     conn.close()
 
 
+def _ledger_misdirected(p: Path) -> None:
+    """A cost_ledger row pointing at an event that is no message (a flipped bit in its
+    integer: the revision-1 campaign's seed 390386): every row reads, the tables disagree."""
+    conn = apsw.Connection(str(p))
+    conn.execute(
+        "UPDATE cost_ledger SET event_sequence = (SELECT min(sequence) FROM events "
+        "WHERE kind != 'message') WHERE rowid = (SELECT min(rowid) FROM cost_ledger)"
+    )
+    conn.close()
+
+
 # Built from a session copied while its writer had commits only in its WAL (revision 2 only).
 WAL_CASES: dict[str, Callable[[Path], None] | None] = {
     "wal_healthy": None,
@@ -144,6 +155,7 @@ CASES: dict[str, Callable[[Path], None] | None] = {
     "negative_version": _negative_version,
     "column_renamed": _column_renamed,
     "index_dropped": _index_dropped,
+    "ledger_misdirected": _ledger_misdirected,
     "misnamed": None,  # a healthy session copied under another id (renamed in _answers)
 }
 RELATIONS = (

@@ -171,6 +171,13 @@ def _judge(item: MigrationPlanItem) -> None:
         item.message = (
             f"{item.path}: {j.describe()}; not migrated — run `agentdb recover {item.session_id}`"
         )
+    elif j.verdict == "inconsistent":  # the tables disagree: a migration would carry it forward
+        item.action = NONE
+        item.outcome = "failed"
+        item.message = (
+            f"{item.path}: {j.describe()}; not migrated — inspect it with "
+            f"`agentdb check {item.session_id}`"
+        )
 
 
 def _probe(session_id: str, path: Path) -> MigrationPlanItem:

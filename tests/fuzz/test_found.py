@@ -235,6 +235,12 @@ CAMPAIGN = [
     # inconsistent (schema_mismatch) while show and events failed ("no such column"): a table
     # or column of the revision missing by name is now schema_columns_missing (corrupt)
     "rev=2 wal=0 size=long layout=plain damages=byte_flip/272169842",
+    # the revision-1 campaign of 2026-12-02 (seed 390386): a flipped bit in a cost_ledger row's
+    # event_sequence points it at a tool event. check: inconsistent (ledger_not_message); recover
+    # --dry-run said healthy (its diagnosis reads pages, hashes and text, not what rows say of
+    # each other). recover now also asks check's full judge, and refuses an inconsistent file
+    # whose every row reads (nothing to salvage, no way to tell which row is wrong)
+    "rev=1 wal=0 size=long layout=plain damages=byte_flip/568224240",
 ]
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite

@@ -19,7 +19,7 @@ from agentdb.checks.judge import (
     judge,
     judgement_of,
 )
-from agentdb.checks.run import check_directory_extras, check_file, check_sessions
+from agentdb.checks.run import check_directory_extras, check_file, check_sessions, was_recovered
 
 __all__ = [
     "CODES",
@@ -36,4 +36,5 @@ __all__ = [
     "judge",
     "judgement_of",
     "verdict_of",
+    "was_recovered",
 ]

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentdb import fsutil, recoverylog
+from agentdb import checks, fsutil, recoverylog
 from agentdb.salvage import diskrows, replacement, rows, snapshot
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
@@ -125,10 +125,27 @@ def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool
         out.notes += diag.reasons
         return False
     if not diag.damaged and snap.interrupted is None:
-        if snap.had_journal:
-            out.notes.append("a hot journal will be rolled back on the next open")
-        _healthy(plan_, log)
-        return False
+        verdict, findings = _full_judge(snap, out.session_id, log)
+        if verdict in checks.HEALTHY:
+            if snap.had_journal:
+                out.notes.append("a hot journal will be rolled back on the next open")
+            _healthy(plan_, log)
+            return False
+        if verdict == "inconsistent":
+            # Every row reads and every page is sound: there is nothing to salvage, and which
+            # of the rows that disagree is wrong (a flipped reference, a status) no engine can
+            # tell. The file stays as it is, for the operator to inspect.
+            out.outcome = "refused"
+            out.notes += findings
+            out.notes.append(
+                f"check calls it inconsistent while every row reads: recover has nothing to "
+                f"salvage and cannot tell which row is wrong; inspect it with `agentdb check "
+                f"{out.session_id}`"
+            )
+            return False
+        diag.damaged = True  # damage only check's full judge sees: salvage it
+        diag.integrity_only = False
+        diag.reasons += findings
     if snap.had_journal and snap.journal_note is None:
         diag.reasons.append(
             "salvaged from the state the hot journal's rollback gives; the journal is kept "
@@ -137,6 +154,21 @@ def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool
     if snap.interrupted is not None:
         diag.reasons.append(f"resuming an interrupted recovery ({snap.interrupted.name})")
     return True
+
+
+def _full_judge(snap: Snapshot, session_id: str, log: Path) -> tuple[str, list[str]]:
+    """``agentdb check``'s full verdict on the snapshot's private copy (its journal already
+    rolled back, with its WAL unless that was set aside), and the messages of its errors: the
+    diagnosis reads pages, hashes and text; the judge also reads what the rows say of each
+    other (references, status, kinds), so a file is healthy only when both say so."""
+    recovered = checks.was_recovered(recoverylog.entries_for(log, session_id))
+    result = checks.check_path(snap.copy, session_id, recovered=recovered)
+    errors = [
+        f.message.replace(str(snap.copy), str(snap.path))
+        for f in result.findings
+        if f.severity == "error"
+    ]
+    return result.verdict, errors
 
 
 def _healthy(plan_: RecoveryPlan, log: Path) -> None:
