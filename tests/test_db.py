@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -243,3 +244,40 @@ def test_has_moved_sees_a_rename_over_the_path(tmp_path: Path) -> None:
         assert db.has_moved(conn) is True
     finally:
         conn.close()
+
+
+def _journal_cases() -> Any:
+    from hypothesis import strategies as st
+
+    sizes = st.sampled_from([0, 1, 31, 32, 256, 511, 512, 1024, 3000, 4096, 65536, 131072])
+    header = st.tuples(
+        st.sampled_from([0, 1, 3, -1]),  # records
+        st.sampled_from([0, 1, 2, 75]),  # original size in pages
+        sizes,  # sector size
+        sizes,  # page size
+    )
+    db_page = st.sampled_from([0, 1, 512, 1000, 4096, 65536 // 2])
+    return st.tuples(header, db_page, st.integers(0, 40), st.sampled_from([28, 100, 511, 512]))
+
+
+def test_the_sqlite_layer_refuses_exactly_the_journals_check_calls_foreign() -> None:
+    """db.journal_refused restates fileformat.journal_problem (db stays below the format
+    readers): the two agree on every header, database page size, reserved bytes and length."""
+    from hypothesis import given, settings
+
+    from agentdb import fileformat
+
+    @settings(max_examples=400, deadline=None)
+    @given(_journal_cases())
+    def agree(case: Any) -> None:
+        (records, initial, sector, page), db_page, reserved, length = case
+        journal = bytes.fromhex("d9d505f920a163d7") + b"".join(
+            v.to_bytes(4, "big", signed=True) for v in (records, 0, initial, sector, page)
+        )
+        head = bytearray(b"SQLite format 3\x00".ljust(100, b"\0"))
+        head[16:18] = (db_page if db_page != 65536 else 1).to_bytes(2, "big")
+        head[20] = reserved
+        expect = fileformat.journal_problem(bytes(head), journal, length) is not None
+        assert db.journal_refused(bytes(head), journal, length) == expect
+
+    agree()

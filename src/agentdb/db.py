@@ -21,6 +21,7 @@ import os
 import pwd
 import re
 import stat
+import struct
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -718,22 +719,46 @@ def _open_copy(
 
 
 def _rolled_back(copy: Path) -> bool:
-    """Roll the private ``copy``'s journal back, unless the journal is not the database's
-    (:func:`agentdb.fileformat.journal_problem`: another page size, or it would truncate the
-    file to nothing); False, the copy untouched or left as SQLite failed it, when it was not."""
-    from agentdb.fileformat import journal_problem  # only beside a journal (start-up)
-
+    """Roll the private ``copy``'s journal back, unless the journal is not the database's;
+    False, the copy untouched or left as SQLite failed it, when it was not."""
     journal = sidecar(copy, "-journal")
     with open(copy, "rb") as f:
         head = f.read(100)
     with open(journal, "rb") as f:
-        if journal_problem(head, f.read(28), os.fstat(f.fileno()).st_size) is not None:
+        if journal_refused(head, f.read(28), os.fstat(f.fileno()).st_size):
             return False
     try:
         roll_back_private(copy)
     except errors.AgentdbError:
         return False
     return True
+
+
+def journal_refused(db_head: bytes, journal_head: bytes, journal_size: int) -> bool:
+    """Whether a hot journal is not the database's, by the rule
+    :func:`agentdb.fileformat.journal_problem` words for check (the SQLite layer stays below the
+    format readers, so the rule is restated here; ``tests/test_db.py`` holds the two equal):
+    SQLite reads its header (one 512-byte sector at least, the magic, a page size that is 0
+    or a power of two in 512..65536, a sector size a power of two in 32..65536) and it names
+    another page size than the database's header, or an original size of 0 pages (its rollback
+    would truncate the session to nothing). A database header that does not parse refuses
+    nothing: the rollback may restore it."""
+    if journal_size < 512 or len(journal_head) < 28 or journal_head[:8] != _JOURNAL_MAGIC:
+        return False
+    initial, sector, page_size = struct.unpack(">III", journal_head[16:28])
+    if not (page_size == 0 or _power_of_two(page_size, 512)) or not _power_of_two(sector, 32):
+        return False
+    if len(db_head) < 100 or db_head[:16] != b"SQLite format 3\x00":
+        return False
+    raw = int.from_bytes(db_head[16:18], "big")
+    db_page = 65536 if raw == 1 else raw
+    if not _power_of_two(db_page, 512) or db_page - db_head[20] < 480:
+        return False
+    return page_size not in (0, db_page) or initial == 0
+
+
+def _power_of_two(n: int, low: int) -> bool:
+    return low <= n <= 65536 and n & (n - 1) == 0
 
 
 def roll_back_private(path: Path) -> None:
