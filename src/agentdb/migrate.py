@@ -161,7 +161,8 @@ def probe(session_id: str, path: Path) -> MigrationPlanItem:
 def _judge(item: MigrationPlanItem) -> None:
     from agentdb import checks  # the one judge of damage (a job beside this one)
 
-    j = checks.judgement_of(checks.judge(item.path, item.session_id), "full")
+    recovered = _was_recovered(item.path.parent, item.session_id)
+    j = checks.judgement_of(checks.judge(item.path, item.session_id, recovered=recovered), "full")
     if j.verdict == "foreign":  # e.g. another session's file under this name
         item.action, item.outcome = NONE, "foreign"
         item.message = f"{item.path}: {j.describe()}; left untouched"
@@ -171,13 +172,34 @@ def _judge(item: MigrationPlanItem) -> None:
         item.message = (
             f"{item.path}: {j.describe()}; not migrated — run `agentdb recover {item.session_id}`"
         )
-    elif j.verdict == "inconsistent":  # the tables disagree: a migration would carry it forward
+    elif j.verdict == "inconsistent" and item.action == MIGRATE:
+        # the tables disagree: a migration would carry that forward under fresh hashes
         item.action = NONE
         item.outcome = "failed"
         item.message = (
             f"{item.path}: {j.describe()}; not migrated — inspect it with "
             f"`agentdb check {item.session_id}`"
         )
+
+
+_RECOVERY: tuple[tuple[str, int, int], dict[str, list[dict[str, Any]]]] | None = None
+
+
+def _was_recovered(sessions_dir: Path, session_id: str) -> bool:
+    """Whether the recovery log records a salvage of the session (its orphan rows are then
+    expected, as ``check`` judges them); the log is read once per run, again if it changes."""
+    global _RECOVERY
+    from agentdb.checks.run import read_recovery_index, was_recovered
+
+    log = paths.recovery_log_path(sessions_dir)
+    try:
+        st = os.stat(log)
+        key = (str(log), st.st_mtime_ns, st.st_size)
+        if _RECOVERY is None or _RECOVERY[0] != key:
+            _RECOVERY = (key, read_recovery_index(log))
+    except (OSError, errors.AgentdbError):
+        return False
+    return was_recovered(_RECOVERY[1].get(session_id, []))
 
 
 def _probe(session_id: str, path: Path) -> MigrationPlanItem:
