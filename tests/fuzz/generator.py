@@ -401,7 +401,10 @@ KINDS: dict[str, Kind] = {
 }
 WAL_ONLY = {"truncate_wal", "wal_checksum"}
 NO_WAL_ONLY = {"hot_journal", "hot_journal_torn", "ptrmap"}
-# through SQLite: before any byte-level damage
+# through SQLite: before any byte-level damage, in this order. A torn journal comes last and
+# once: any later open through SQLite (another killed writer, the UTF-8 write) would roll it back
+# as far as it reaches and delete it, making the killed write's partial pages SQLite's committed
+# state, which no reader (and no oracle built from the undamaged copy) could tell apart.
 FIRST = ("invalid_utf8", "hot_journal", "hot_journal_torn")
 
 
@@ -472,7 +475,9 @@ class Case:
         layout = "plain"
         if not w and "stale_page" not in kinds and ("ptrmap" in kinds or rng.random() < 0.15):
             layout = "autovacuum"
-        kinds.sort(key=lambda k: (k not in FIRST, 0))
+        if kinds.count("hot_journal_torn") > 1:
+            kinds = [k for k in kinds if k != "hot_journal_torn"] + ["hot_journal_torn"]
+        kinds.sort(key=lambda k: FIRST.index(k) if k in FIRST else len(FIRST))
         damages = tuple((k, rng.randrange(1 << 30)) for k in kinds)
         return cls(rev, w, size, layout, damages, seed)
 

@@ -80,6 +80,24 @@ def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
                 assert (kind, rev, wal) in seen, (kind, rev, wal)
 
 
+def test_a_torn_journal_is_the_last_write_through_sqlite() -> None:
+    """No drawn case opens the file through SQLite after tearing its journal: that open would
+    roll the torn journal back and delete it, laundering the killed write (seed 400496)."""
+    from tests.fuzz.generator import FIRST
+
+    seen = 0
+    for seed in range(20000):
+        for include in (None, "hot_journal_torn"):
+            kinds = [k for k, _ in Case.from_seed(seed, include=include).damages]
+            if "hot_journal_torn" not in kinds:
+                continue
+            seen += 1
+            at = kinds.index("hot_journal_torn")
+            assert kinds.count("hot_journal_torn") == 1, kinds
+            assert not any(k in FIRST for k in kinds[at + 1 :]), kinds
+    assert seen > 1000
+
+
 def test_same_case_same_bytes(bases: Bases, tmp_path: Path) -> None:
     c = Case.parse("rev=1 wal=1 size=short layout=plain damages=random_sector/5+truncate_wal/9")
     a = apply(c, bases, tmp_path / "a")
