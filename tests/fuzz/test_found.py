@@ -247,11 +247,46 @@ CAMPAIGN = [
     # cost_ledger: the generator's, not agentdb's; the same at 059d101). The generator now puts
     # a torn journal last and once; drawn that way, the case holds every invariant
     "rev=1 wal=0 size=long layout=plain damages=hot_journal/803550428+hot_journal_torn/222912400",
+    # the same campaign, seed 401384: the UTF-8 write through SQLite after the torn journal
+    # laundered it the same way; drawn in the generator's order now, the case holds
+    "rev=1 wal=0 size=short layout=plain damages=invalid_utf8/711440612+hot_journal_torn/555660339",
 ]
+
+PRODUCER_MISMATCH = (
+    "rev=1 wal=0 size=short layout=plain "
+    "damages=index_and_table/937578572+byte_flip/1003168259+stale_page/1049911308"
+)
+
+
+def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
+    bases: Bases, tmp_path: Path
+) -> None:
+    """Seed 401823: the replacement failed check (producer_mismatch) and recover kept nothing."""
+    from agentdb import salvage
+
+    sessions = tmp_path / "sessions"
+    a = apply(Case.parse(PRODUCER_MISMATCH), bases, sessions)
+    out = salvage.recover_session(sessions, a.session_id, recovery_log=tmp_path / "log")
+    assert out.outcome == "recovered", out.notes
+    assert out.tables["events"]["salvaged"] >= 36
+    assert any("named a first-seen event another producer wrote" in n for n in out.notes)
+
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite
 # says when one is fixed, and it then moves to CAMPAIGN).
-KNOWN_OPEN: list[str] = []
+# The revision-1 campaign of 2026-12-02 (seeds 400000..402214), both the same at 059d101:
+KNOWN_OPEN: list[str] = [
+    # seed 401823: a byte flip in an event's producer name (revision 1: no hash) leaves the
+    # producers row naming that event as its first-seen one: the replacement failed check's
+    # producer_mismatch and recover kept nothing (.recover: 36 events). The producers row is now
+    # pointed at its producer's earliest salvaged event (recovered, every event kept), so one
+    # producers row is no longer byte-identical where .recover keeps it as it was (4 against 5)
+    PRODUCER_MISMATCH,
+    # seed 401917: a random page and index/table damage in an auto_vacuum file: agentdb keeps
+    # 465 events byte-identical, .recover 466
+    "rev=1 wal=0 size=long layout=autovacuum "
+    "damages=random_page/821629611+index_and_table/262461355",
+]
 
 
 @pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")

@@ -166,6 +166,7 @@ def derive_producers(m: Merged) -> None:
     for _, row in ordered(m.rows["events"]):
         key = (row[4], row[5], row[6])
         seen[key] = min(row[0], seen.get(key, row[0]))
+    _repoint_producers(m, seen)
     for key, first in sorted(seen.items(), key=lambda kv: kv[1]):
         if key not in m.rows["producers"]:
             m.rows["producers"][key] = (*key, first)
@@ -176,6 +177,38 @@ def derive_producers(m: Merged) -> None:
         m.notes.append(
             f"producers: {m.derived_producers} rows derived from salvaged events "
             "(first_seen_sequence is the earliest salvaged event, perhaps not the first)"
+        )
+
+
+def _repoint_producers(m: Merged, seen: dict[tuple[str, str, str], int]) -> None:
+    """A kept producers row whose first-seen event was salvaged but written by another producer
+    (a damaged name in the event, a stale producers page) fails check's ``producer_mismatch``,
+    and with it the whole replacement. It is pointed at the earliest salvaged event of its own
+    (unverified), or dropped when it has none, and the note says so."""
+    events, producers = m.rows["events"], m.rows["producers"]
+    repointed = dropped = 0
+    for key in list(producers):
+        event = events.get(producers[key][3])
+        if event is None or (event[4], event[5], event[6]) == tuple(key):
+            continue
+        if key in seen:
+            producers[key] = (*key, seen[key])
+            m.unverified.setdefault("producers", set()).add(key)
+            repointed += 1
+        else:
+            del producers[key]
+            counts = m.sources["producers"]
+            src = next((s for s in ("live", "rows") if counts[s]), None) or next(
+                (s for s, n in counts.items() if n), None
+            )
+            if src is not None:
+                counts[src] -= 1
+            dropped += 1
+    if repointed or dropped:
+        m.notes.append(
+            f"producers: {repointed + dropped} rows named a first-seen event another producer "
+            f"wrote: {repointed} pointed at their earliest salvaged event (unverified), "
+            f"{dropped} dropped (no salvaged event of theirs)"
         )
 
 
