@@ -65,16 +65,21 @@ def _read_info_count(
 ) -> tuple[SessionInfo, int | None]:
     count = ", (SELECT count(*) FROM events)" if count_events else ""
     rows = db.rows(conn, f"{_INFO_SQL}{count} FROM session_meta LIMIT 2")
+    r = _texts(_one_row(rows, path, session_id), range(7))
+    _require_named(path, session_id, r[0])
+    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
+    return info, (int(r[8]) if count_events else None)
+
+
+def _one_row(rows: list[Any], path: Path, session_id: str | None) -> Any:
+    """The one session_meta row read (``LIMIT 2``); Corrupt when there are none or two."""
     if len(rows) != 1:
         raise errors.Corrupt(
             f"{path}: expected exactly one session_meta row for {session_id}, found "
             f"{len(rows)}; run `agentdb check` on it",
             path=path,
         )
-    r = _texts(rows[0], range(7))
-    _require_named(path, session_id, r[0])
-    info = SessionInfo(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7] or 0.0))
-    return info, (int(r[8]) if count_events else None)
+    return rows[0]
 
 
 def _require_named(path: Path, session_id: str | None, named: Any) -> None:
@@ -97,13 +102,7 @@ def read_named(conn: apsw.Connection, path: Path, session_id: str | None) -> Non
     ``session_id``. It reads that one column, so a file whose other session_meta columns or
     cost_ledger cannot be read (damaged CREATE text) still shows whose events it holds."""
     rows = db.rows(conn, f"SELECT {_capped('session_id', 64)} FROM session_meta LIMIT 2")
-    if len(rows) != 1:
-        raise errors.Corrupt(
-            f"{path}: expected exactly one session_meta row for {session_id}, found "
-            f"{len(rows)}; run `agentdb check` on it",
-            path=path,
-        )
-    _require_named(path, session_id, _text(rows[0][0]))
+    _require_named(path, session_id, _text(_one_row(rows, path, session_id)[0]))
 
 
 class SessionReader:
