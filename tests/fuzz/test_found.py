@@ -286,6 +286,10 @@ KNOWN_OPEN: list[str] = [
     # 465 events byte-identical, .recover 466
     "rev=1 wal=0 size=long layout=autovacuum "
     "damages=random_page/821629611+index_and_table/262461355",
+    # the 5-minute campaign of seed 11054 (case 11458): a torn journal (the killed UPDATE of
+    # payloads, cut at 22,048 of 40,464 bytes) whose partial rollback leaves event 20 with the
+    # killed write's bytes, kept as committed (not counted unverified); not yet diagnosed
+    "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/951770924",
 ]
 
 
