@@ -199,8 +199,51 @@ def test_prune_reports_what_it_removed_before_ctrl_c(sessions_dir: Path) -> None
         env=env(),
         timeout=300,
     )
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert list(sessions_dir.iterdir()) == []  # finished, intent and all
+
+
+def test_ctrl_c_while_prune_creates_its_intent_never_leaves_it_cut(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """SIGINT the moment the intent file exists and is still empty (the window the test above
+    hit by chance, one run in ten on a loaded machine): the intent is finished first, so the
+    next run completes that removal instead of refusing an unreadable intent."""
+    ids = clones(sessions_dir, 3, revision=2)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    p = subprocess.Popen(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), *PRUNE],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env() | {"AGENTDB_PAUSE": f"intent_created:{gate}"},
+    )
+    try:
+        assert wait_for(lambda: (gate / "reached").exists(), timeout=120), "no intent made"
+        intent = sessions_dir / f"{ids[0]}.sqlite.agentdb-prune-intent"
+        assert intent.read_bytes() == b""
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.2)  # delivered (and held back) while the intent is still empty
+        (gate / "go").touch()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert json.loads(intent.read_bytes())["session_id"] == ids[0]  # whole
+    r = subprocess.run(
+        [*AGENTDB, "--sessions-dir", str(sessions_dir), *PRUNE],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert list(sessions_dir.iterdir()) == []
 
 
 def test_recover_all_reports_what_it_recovered_before_ctrl_c(sessions_dir: Path) -> None:

@@ -141,7 +141,7 @@ def test_yes_removes_and_exit_codes(sessions_dir: Path, plugin_cache: Path) -> N
     assert (sessions_dir / f"{running}.sqlite").exists()
 
 
-FAULTS = ["after_plan", "after_intent", "after_db_unlink", "after_sidecars"]
+FAULTS = ["after_plan", "intent_created", "after_intent", "after_db_unlink", "after_sidecars"]
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -162,7 +162,7 @@ def test_kill_9_then_rerun_leaves_no_orphans(
     assert crashed and plain
 
 
-@pytest.mark.parametrize("fault", FAULTS[1:])
+@pytest.mark.parametrize("fault", FAULTS[2:])
 def test_kill_9_with_include_damaged(sessions_dir: Path, plugin_cache: Path, fault: str) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     demo.damage_page(path, table="events", nth_leaf=1)
@@ -176,6 +176,30 @@ def test_kill_9_with_include_damaged(sessions_dir: Path, plugin_cache: Path, fau
         *global_options(sessions_dir, plugin_cache), "prune", "--older-than", "1000d", "--yes"
     )
     assert r.returncode == 0, r.stderr
+    assert os.listdir(sessions_dir) == []
+
+
+def test_intent_cut_short_decides_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
+    """A kill between creating the intent and writing it leaves it empty. It is fsynced before
+    anything is removed, so nothing was: a run that does not select the session leaves it and
+    its files alone (exit 0); one that selects it removes it, the cut intent with it."""
+    sid, path = make_session(sessions_dir, turns=20)
+    demo.damage_page(path, table="events", nth_leaf=1)
+    (sessions_dir / f"{sid}.sqlite.corrupt").write_bytes(b"older damaged original")
+    args = ("prune", sid, "--include-damaged", "--yes")
+    r = run_cli(*global_options(sessions_dir, plugin_cache), *args, fault="intent_created")
+    assert r.returncode == -9
+    intent = sessions_dir / f"{sid}.sqlite.agentdb-prune-intent"
+    assert intent.read_bytes() == b""
+    before = snapshot(sessions_dir)
+    r = run_cli(
+        *global_options(sessions_dir, plugin_cache), "prune", "--older-than", "1000d", "--yes"
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snapshot(sessions_dir) == before
+    r = run_cli(*global_options(sessions_dir, plugin_cache), *args, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["removed"] == [sid]
     assert os.listdir(sessions_dir) == []
 
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +41,15 @@ from pathlib import Path
 from agentdb import errors, faults, fsutil, index, locks, paths, recoverylog
 from agentdb.paths import FILE_MODE
 from agentdb.prune.decisions import PruneDecision, PrunePlan, Reason, Rows, VersionUse
-from agentdb.prune.scan import INTENT, Stamp, intent_bytes, quick_problem, stat_key, status_held
+from agentdb.prune.scan import (
+    INTENT,
+    Stamp,
+    intent_bytes,
+    quick_problem,
+    read_intent,
+    stat_key,
+    status_held,
+)
 from agentdb.results import PruneReasonCode
 from agentdb.schema.enums import RUNNING
 
@@ -222,7 +232,8 @@ def _execute(plan: PrunePlan, result: _Executed) -> None:
         if not d.remove:
             result.refused.append(d)
             main = paths.session_path(sessions_dir, d.session_id)
-            if d.resume and os.path.lexists(main):  # the session stays: forget the old decision
+            # The session stays, or the old decision was cut short: forget it.
+            if d.resume and (os.path.lexists(main) or read_intent(sessions_dir, d.session_id).cut):
                 _unlink(sessions_dir / (paths.session_filename(d.session_id) + INTENT))
                 fsutil.fsync_dir(sessions_dir)
             continue
@@ -299,7 +310,7 @@ def _remove(
                 raise _Changed("changed since the plan was made; it stays, run prune again")
             if plan is not None and not d.resume:
                 _judge_held(plan, d, main)
-            _write_intent(intent, d, planned)
+            _write_intent(intent, d, planned, held=True)
             faults.point("after_intent")
             if stat_key(os.lstat(main)) != now.main:  # the name still names the locked file
                 raise _Changed(f"{main.name} was replaced meanwhile; it stays")
@@ -354,29 +365,57 @@ def _key(path: Path) -> tuple[int, int, int] | None:
         return None
 
 
-def _write_intent(intent: Path, d: PruneDecision, planned: Stamp) -> None:
-    """Record the decision beside the session before the first unlink (kept on resume)."""
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(intent, flags, FILE_MODE)
-    except FileExistsError:
-        if d.resume:
-            return
-        raise errors.SessionLive(
-            problem="another prune is removing this session", path=intent
-        ) from None
-    try:
-        with fsutil.naming(intent):
-            os.fchmod(fd, FILE_MODE)
-            fsutil.write_all(fd, intent_bytes(d.session_id, planned, d.damaged))
-            os.fsync(fd)
-    except BaseException:
+def _write_intent(intent: Path, d: PruneDecision, planned: Stamp, *, held: bool = False) -> None:
+    """Record the decision beside the session before the first unlink (kept on resume).
+    ``held``: the caller holds the session's lock, so an intent found cut short (its writer
+    was killed before it was whole: nothing was removed) is no other prune's, and is replaced.
+    Ctrl-C waits until the intent is whole or gone: it never leaves one cut short."""
+    with _sigint_deferred():
+        try:
+            fd = _create(intent)
+            faults.point("intent_created")  # a kill here leaves it empty: cut short
+        except FileExistsError:
+            if d.resume:
+                return
+            sid = d.session_id
+            if not (held and read_intent(intent.parent, sid).cut):
+                raise errors.SessionLive(
+                    problem="another prune is removing this session", path=intent
+                ) from None
+            os.unlink(intent)
+            fd = _create(intent)
+        try:
+            with fsutil.naming(intent):
+                os.fchmod(fd, FILE_MODE)
+                fsutil.write_all(fd, intent_bytes(d.session_id, planned, d.damaged))
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(intent)  # not written whole: nothing was removed, leave nothing behind
+            raise
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(intent)  # not written whole: nothing was removed, leave nothing behind
-        raise
-    os.close(fd)
     fsutil.fsync_dir(intent.parent)
+
+
+def _create(intent: Path) -> int:
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(intent, flags, FILE_MODE)
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """SIGINT held back (it is delivered when the block ends): Python raises
+    ``KeyboardInterrupt`` between any two bytecodes, so without this one arriving just after
+    ``os.open`` returns would leave the new file empty and its descriptor lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs Python's signal handlers
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _unlink_rest(sessions_dir: Path, d: PruneDecision) -> tuple[int, list[str]]:

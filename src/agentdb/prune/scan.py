@@ -435,6 +435,9 @@ class Intent:
 
     stamp: Stamp | None  # None: the intent file is unreadable (then it is only dropped)
     damaged: bool  # the prune included the session's .corrupt copies
+    # Empty or not whole JSON: its write was cut short (a kill between creating and fsyncing
+    # it). It is fsynced before anything is removed, so nothing was: it decides nothing.
+    cut: bool = False
 
 
 def read_intent(sessions_dir: Path, session_id: str) -> Intent:
@@ -446,7 +449,7 @@ def read_intent(sessions_dir: Path, session_id: str) -> Intent:
     try:
         doc = json.loads(raw)
     except ValueError:
-        return Intent(None, False)
+        return Intent(None, False, cut=True)
     if not isinstance(doc, dict) or doc.get("session_id") != session_id:
         return Intent(None, False)
     return Intent(Stamp.from_json(doc.get("stamp")), doc.get("damaged") is True)

@@ -54,6 +54,7 @@ from agentdb.prune.scan import (
     Meta,
     Pins,
     Stamp,
+    read_intent,
 )
 
 PAGE = 4096  # rows fetched at a time when a pass walks a table
@@ -211,9 +212,12 @@ class PlanStore:
             f.main = bool(db.scalar(self.conn, "SELECT main FROM entry WHERE id=?", (sid,)))
             if f == PLAIN:  # only its main file and names prune ignores
                 continue
+            # An intent cut short beside its session removed nothing: the session is judged as
+            # this run judges any (removing it replaces that intent, under the session's lock).
+            resume = f.intent and not (f.main and read_intent(sessions_dir, sid).cut)
             self.conn.execute(
                 "UPDATE entry SET files=?, intent=? WHERE id=?",
-                (pickle.dumps(f), int(f.intent), sid),
+                (pickle.dumps(f), int(resume), sid),
             )
         self.conn.executemany(
             "INSERT INTO entry(id, explicit) VALUES (?, 1) "
