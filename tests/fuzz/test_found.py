@@ -250,6 +250,12 @@ CAMPAIGN = [
     # the same campaign, seed 401384: the UTF-8 write through SQLite after the torn journal
     # laundered it the same way; drawn in the generator's order now, the case holds
     "rev=1 wal=0 size=short layout=plain damages=invalid_utf8/711440612+hot_journal_torn/555660339",
+    # the 5-minute campaign of seed 11054 (case 11458): the killed UPDATE of payloads wrote a
+    # journal of three segments; it was cut at 22,048 of 40,464 bytes, exactly where the second
+    # segment's records end, so it read as whole, and event 20 kept the killed write's bytes as
+    # committed. A rollback that needs salvage now counts every row off the journal's restored
+    # pages unverified, as a torn journal's does (a whole journal's rollback reads whole)
+    "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/951770924",
 ]
 
 PRODUCER_MISMATCH = (
@@ -286,10 +292,6 @@ KNOWN_OPEN: list[str] = [
     # 465 events byte-identical, .recover 466
     "rev=1 wal=0 size=long layout=autovacuum "
     "damages=random_page/821629611+index_and_table/262461355",
-    # the 5-minute campaign of seed 11054 (case 11458): a torn journal (the killed UPDATE of
-    # payloads, cut at 22,048 of 40,464 bytes) whose partial rollback leaves event 20 with the
-    # killed write's bytes, kept as committed (not counted unverified); not yet diagnosed
-    "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/951770924",
 ]
 
 

@@ -144,6 +144,18 @@ def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
     every promised record is intact (or the journal is not hot). The killed transaction may
     have overwritten any page whose record is missing, so only the restored pages are known to
     hold committed content."""
+    got = journal_restores(journal)
+    return None if got is None or not got[1] else got
+
+
+def journal_restores(journal: Buffer) -> tuple[frozenset[int], int] | None:
+    """What SQLite's playback of a hot journal does (see :func:`journal_torn`): (the pages its
+    intact records restore, the records promised but missing), whole or not. None when the
+    journal is not hot or promises nothing.
+
+    A journal cut exactly where a segment's records end reads as whole: nothing in it says
+    another segment followed (a transaction killed after a sync writes none). Only the
+    database can say so: its rollback then fails integrity."""
     data = memoryview(journal)  # a mapped file: no copy of it
     first = parse_journal_header(data)
     if first is None or first.records == 0:
@@ -183,8 +195,6 @@ def journal_torn(journal: Buffer) -> tuple[frozenset[int], int] | None:
         break
     if not missing and end < len(data) < off + sector:
         missing = 1  # a next segment's header (written a whole sector at once) was cut short
-    if not missing:
-        return None
     return frozenset(restored), missing
 
 

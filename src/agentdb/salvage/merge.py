@@ -73,14 +73,19 @@ def merge(
     shell: ShellRows | None,
     store: Scratch | None = None,
     torn: frozenset[int] | None = None,
+    *,
+    torn_witness: PageSalvage | None = None,
 ) -> Merged:
     """One row per key from what the engines found, by the precedence in the module docstring.
     The merged rows of the AUTOINCREMENT tables go into ``store`` (default: one in memory).
     ``torn``: the file is the rollback of a hot journal that could not restore every page it
     promised; these pages (the ones it did restore) are the only ones known to hold committed
-    content, and every other row no hash vouches for is unverified."""
+    content, and every other row no hash vouches for is unverified. ``torn_witness``: the page
+    engine's walk that says which rows those pages hold (default ``page``; given apart when
+    its rows are not merged, as when SQLite reads every table whole)."""
     m = _Merger(session_id, page, rows, store or Scratch(None))
     m.torn = torn
+    m.torn_witness = torn_witness if torn_witness is not None else page
     m.take_engines(shell)
     return m.finish()
 
@@ -112,6 +117,7 @@ class _Merger:
         self.live_meta = False
         self.torn: frozenset[int] | None = None  # see merge()
         self.torn_doubt: dict[str, set[Any]] = {}  # table -> keys a torn journal leaves in doubt
+        self.torn_witness: PageSalvage | None = None  # see merge()
 
     def vouched(self, table: str, key: Any, row: Row) -> bool:
         """A revision-2 event whose stored content hash matches these very bytes."""
@@ -371,9 +377,9 @@ class _Merger:
             "unconfirmed": "SQLite read them, the page engine found no identical copy",
             "shell": "only SQLite's recovery extension read them (their overflow chains "
             "unchecked) and no content hash vouches for them",
-            "torn": "the hot journal is cut short or torn, or could not be applied, so no "
-            "rollback restored every page the killed transaction wrote: they may be its "
-            "uncommitted writes",
+            "torn": "the hot journal is cut short or torn, could not be applied, or its "
+            "rollback does not read whole, so no rollback restored every page the killed "
+            "transaction wrote: they may be its uncommitted writes",
         }
         counts = dict.fromkeys(why, 0)
         for table in tables.TABLES:
@@ -411,9 +417,10 @@ class _Merger:
             return set()
         got = self.rows[table]
         committed: set[Any] = set()
-        if self.page is not None and self.torn:
+        witness = self.torn_witness
+        if witness is not None and self.torn:
             places = {f"page {p}" for p in self.torn}
-            for c in self.page.candidates.found_at(places):
+            for c in witness.candidates.found_at(places):
                 if c.table != table or not set(c.chain) <= self.torn:
                     continue
                 key = tables.key_of(table, c.row)

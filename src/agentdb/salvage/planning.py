@@ -202,7 +202,15 @@ def _merge(
     understand every page, SQLite's own recovery extension may fill gaps."""
     rebuild = tables_intact(diag, found, page, store)
     torn = snap.journal_torn
-    merged = merge_mod.merge(session_id, None if rebuild else page, found, None, store, torn)
+    if torn is None and snap.journal_restored is not None:
+        # The rollback of a whole-looking journal needs salvage: a whole journal's rollback
+        # gives a committed state, which reads whole. Either the journal lost segments after
+        # one that ends where the file ends (nothing in it tells), or other damage struck;
+        # either way only the pages it restored are known to hold committed content.
+        torn = snap.journal_restored
+    merged = merge_mod.merge(
+        session_id, None if rebuild else page, found, None, store, torn, torn_witness=page
+    )
     got = Salvage(found, page, merged, None, [], rebuild)
     if rebuild:
         got.shell_notes.append(
@@ -219,7 +227,9 @@ def _merge(
     elif merged.lost or not merged.rows["session_meta"]:
         got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store)
         if got.shell is not None and any(got.shell.rows.values()):
-            got.merged = merge_mod.merge(session_id, page, found, got.shell, store, torn)
+            got.merged = merge_mod.merge(
+                session_id, page, found, got.shell, store, torn, torn_witness=page
+            )
     return got
 
 

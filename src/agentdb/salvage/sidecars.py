@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, fsutil, paths
-from agentdb.fileformat import journal_problem, journal_torn, parse_journal_header
+from agentdb.fileformat import journal_problem, journal_restores, parse_journal_header
 from agentdb.fileformat.btree import FormatError, PageKind, TableLeafCell, parse_page
 from agentdb.fileformat.record import decode_record
 from agentdb.fileformat.wal import WalScan
@@ -117,16 +117,16 @@ def is_hot_journal(journal: Path) -> bool:
         return parse_journal_header(f.read(28)) is not None
 
 
-def torn_journal(journal: Path) -> frozenset[int] | None:
-    """The pages a hot journal that cannot roll its whole transaction back (cut short, or a
-    record's checksum fails) restores; None when it can (see
-    :func:`agentdb.fileformat.journal_torn`)."""
+def journal_playback(journal: Path) -> tuple[frozenset[int], bool] | None:
+    """The pages a hot journal's rollback restores, and whether it is torn: cut short, or a
+    record's checksum fails, so it cannot roll its whole transaction back. None when it
+    promises nothing (see :func:`agentdb.fileformat.journal_restores`)."""
     with open(journal, "rb") as f:
         if os.fstat(f.fileno()).st_size < 28:
             return None  # not hot
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
-            got = journal_torn(view)
-    return None if got is None else got[0]
+            got = journal_restores(view)
+    return None if got is None else (got[0], bool(got[1]))
 
 
 def roll_back(copy: Path, journal: Path, work: Path) -> str | None:

@@ -57,6 +57,8 @@ class Snapshot:
     # the pages its intact records restored, the only ones known to hold committed content;
     # every other page may hold the killed transaction's writes. None: no such journal.
     journal_torn: frozenset[int] | None = None
+    # The pages a hot journal applied to the copy restored, torn or whole; None: none applied.
+    journal_restored: frozenset[int] | None = None
     header: bytes = field(default=b"", repr=False)  # the copy's first 100 bytes
     # the private WAL copy's frames, scanned once (pages read from it on demand), None: no WAL
     wal_scan: WalScan | None = field(default=None, repr=False)
@@ -112,9 +114,12 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     except (OSError, errors.AgentdbError):
         had_journal = False  # no journal a rollback would read
     _copy_fd(fd, st.st_size, copy)
-    journal_note, torn = None, None
+    journal_note, torn, restored = None, None, None
     if had_journal:
-        torn = sidecars.torn_journal(journal)
+        playback = sidecars.journal_playback(journal)
+        if playback is not None:
+            restored = playback[0]
+            torn = restored if playback[1] else None
         journal_note = sidecars.roll_back(copy, journal, work)
     journal.unlink(missing_ok=True)
     with open(copy, "rb") as f:
@@ -131,6 +136,7 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         # a hot journal left unapplied: the dead writer may have changed any page, and none
         # was restored, so every row no hash vouches for is in doubt
         journal_torn=torn if journal_note is None else frozenset(),
+        journal_restored=restored if journal_note is None else None,
         header=header,
     )
     if wal is not None:
