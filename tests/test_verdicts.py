@@ -7,6 +7,10 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from agentdb import checked, verdicts
 from agentdb.store import SessionWriter
 from tests.support import make_session
@@ -285,3 +289,43 @@ def test_an_entry_with_a_verdict_this_build_does_not_know_is_never_checked(
     got = verdicts.lookup(sessions_dir, cache_dir=cache)
     assert got[good.name].verdict == "ok"
     assert odd.name not in got
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    recorded=st.sets(st.integers(0, 40), max_size=25),
+    asked=st.lists(st.integers(0, 45), max_size=60),
+    page=st.integers(1, 6),
+)
+def test_the_paged_lookup_answers_as_the_whole_one(
+    sessions_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    recorded: set[int],
+    asked: list[int],
+    page: int,
+) -> None:
+    """``sessions list`` asks a page of names at a time (memory flat in the directory's size):
+    in any order, for names recorded or not, across page boundaries, it answers as
+    :func:`verdicts.lookup`'s dict does."""
+    cache = tmp_path_factory.mktemp("cache")
+    found = sorted(sessions_dir.glob("*.sqlite"))  # the examples share the directory
+    path = found[0] if found else make_session(sessions_dir)[1]
+    stamp = verdicts.stamp(path)
+    assert stamp is not None
+    name = lambda i: f"01ARZ3NDEK{i:016d}.sqlite"  # noqa: E731
+    entries = [verdicts.Entry(name(i), stamp, "ok", bool(i % 2), "completed", 2) for i in recorded]
+    if entries:
+        assert verdicts.record(sessions_dir, entries, cache_dir=cache)
+    whole = verdicts.lookup(sessions_dir, cache_dir=cache)
+    assert set(whole) == {name(i) for i in recorded}
+    old = verdicts.Lookup.PAGE
+    verdicts.Lookup.PAGE = page
+    try:
+        with verdicts.Lookup(sessions_dir, cache_dir=cache) as paged:
+            assert bool(paged) == bool(whole)
+            for i in [*asked, *sorted(asked)]:
+                assert paged.get(name(i)) == whole.get(name(i)), (i, page)
+    finally:
+        verdicts.Lookup.PAGE = old

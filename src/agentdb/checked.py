@@ -114,19 +114,19 @@ def changed_ids(
     ``quick``), or whose identity changed since it (or is too recent to tell: the racily-clean
     rule); and how many sessions there are. Bit rot changes no identity: only a full ``check``
     sees it (README: how often to run one)."""
-    recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
     out: list[str] = []
     total = 0
-    for e in paths.iter_session_entries(sessions_dir):
-        total += 1
-        r = recorded.get(e.path.name)
-        if (
-            r is None
-            or r.verdict != "ok"
-            or (r.quick and not quick)
-            or not r.matches(verdicts.identity_of(e.path))
-        ):
-            out.append(e.session_id)
+    with verdicts.Lookup(sessions_dir, cache_dir=cache_dir) as recorded:  # in name order
+        for e in paths.iter_session_entries(sessions_dir):
+            total += 1
+            r = recorded.get(e.path.name)
+            if (
+                r is None
+                or r.verdict != "ok"
+                or (r.quick and not quick)
+                or not r.matches(verdicts.identity_of(e.path))
+            ):
+                out.append(e.session_id)
     return out, total
 
 
@@ -135,13 +135,13 @@ def cached_judgement(
     session_id: str,
     level: Level,
     *,
-    recorded: dict[str, verdicts.Recorded] | None = None,
+    recorded: verdicts.Lookup | dict[str, verdicts.Recorded] | None = None,
     cache_dir: Path | None = None,
 ) -> Judgement | None:
     """The verdict ``check`` recorded for the session file as it is now, when it was judged at
     ``level`` or deeper (a ``--quick`` verdict does not stand in for a full one); None when the
-    cache has none, or the file changed since. ``recorded``: :func:`verdicts.lookup`'s answer,
-    when the caller asks about many files."""
+    cache has none, or the file changed since. ``recorded``: :func:`verdicts.lookup`'s answer
+    or a :class:`verdicts.Lookup`, when the caller asks about many files."""
     name = paths.validate_id(session_id) + paths.SESSION_SUFFIX
     if recorded is None:
         recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)

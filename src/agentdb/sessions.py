@@ -159,9 +159,7 @@ def list_sessions(
     return out
 
 
-def _with_verdict(
-    sessions_dir: Path, row: SessionRow, recorded: dict[str, verdicts.Recorded]
-) -> SessionRow:
+def _with_verdict(sessions_dir: Path, row: SessionRow, recorded: verdicts.Lookup) -> SessionRow:
     """The row with the verdict ``check`` recorded for its file as it is now, if any."""
     if not recorded:
         return row
@@ -174,9 +172,9 @@ def _with_verdict(
 def with_verdicts(sessions_dir: Path, rows: Iterable[SessionRow]) -> Iterator[SessionRow]:
     """``rows`` (from the index or a scan), each with the verdict ``check`` recorded for its
     file as it is now, if any (``sessions list`` checks nothing itself)."""
-    recorded = verdicts.lookup(sessions_dir)
-    for row in rows:
-        yield _with_verdict(sessions_dir, row, recorded)
+    with verdicts.Lookup(sessions_dir) as recorded:  # a page at a time, in name order
+        for row in rows:
+            yield _with_verdict(sessions_dir, row, recorded)
 
 
 def _judged(row: SessionRow, j: Judgement) -> None:
@@ -199,17 +197,17 @@ def iter_sessions(
     with the verdict ``check`` recorded for its file as it is now, if any."""
     now = now or dt.datetime.now(dt.timezone.utc)
     wanted = set(statuses) if statuses else None
-    recorded = verdicts.lookup(sessions_dir)
-    for row in scan(sessions_dir, jobs=jobs):
-        row = _with_verdict(sessions_dir, row, recorded)
-        if wanted is not None and row.status not in wanted:
-            continue
-        t = row.reference_time
-        if older is not None and not older_than(t, older, now):
-            continue
-        if newer is not None and older_than(t, newer, now):
-            continue
-        yield row
+    with verdicts.Lookup(sessions_dir) as recorded:  # a page at a time, in name order
+        for row in scan(sessions_dir, jobs=jobs):
+            row = _with_verdict(sessions_dir, row, recorded)
+            if wanted is not None and row.status not in wanted:
+                continue
+            t = row.reference_time
+            if older is not None and not older_than(t, older, now):
+                continue
+            if newer is not None and older_than(t, newer, now):
+                continue
+            yield row
 
 
 class Listing:

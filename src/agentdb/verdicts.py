@@ -355,47 +355,112 @@ def open_cache(cache_dir: Path | None = None) -> apsw.Connection | None:
 
 
 def lookup(sessions_dir: Path, *, cache_dir: Path | None = None) -> dict[str, Recorded]:
-    """Every entry recorded for ``sessions_dir``, by file name (empty without a cache)."""
-    if not os.path.lexists(cache_path(cache_dir)):
-        return {}  # a reader never creates the cache
-    conn = open_cache(cache_dir)
-    if conn is None:
-        return {}
-    try:
-        with db.translated(cache_path(cache_dir)):
-            rows = [
-                r[1:-1]
-                for r in conn.execute(
-                    f"SELECT {', '.join(VERDICT_COLUMNS)}, checksum FROM verdicts "
-                    "WHERE directory = ?",
-                    (directory_key(sessions_dir),),
-                )
-                if r[-1] == row_sum(r[:-1])
-            ]
-    except errors.AgentdbError as e:
-        conn.close()
-        if isinstance(e, errors.SessionUnusable):
-            _remove(cache_path(cache_dir))  # damaged: derived data, the next check rebuilds it
-        return {}
-    finally:
-        conn.close()
-    out: dict[str, Recorded] = {}
-    for name, ident, ns, verdict, quick, at, status, rev in rows:
-        if not (isinstance(name, str) and paths.session_id_of(name)):
-            continue
-        if not (isinstance(ident, str) and isinstance(ns, int) and is_verdict(verdict)):
-            continue  # not what this build records: as if never checked
-        out[name] = Recorded(
-            name,
-            ident,
-            ns,
-            verdict,
-            bool(quick),
-            str(at),
-            status if isinstance(status, str) else None,
-            rev if isinstance(rev, int) else None,
-        )
-    return out
+    """Every entry recorded for ``sessions_dir``, by file name (empty without a cache). Its size
+    grows with the directory: a caller that walks the sessions in order uses :class:`Lookup`."""
+    with Lookup(sessions_dir, cache_dir=cache_dir) as found:
+        return {r.name: r for r in found.all()}
+
+
+_SELECT = f"SELECT {', '.join(VERDICT_COLUMNS)}, checksum FROM verdicts WHERE directory = ?"
+
+
+class Lookup:
+    """The entries recorded for ``sessions_dir``, read a page of names at a time: asked in
+    ascending name order (the ULID order every walk of the directory takes), one query per
+    :data:`PAGE` names and memory flat in the number of sessions; asked out of order, one
+    query for that name. A damaged cache is removed (the next check rebuilds it) and answers
+    nothing from then on, as if never checked. Use it as a context manager (it holds the
+    cache open)."""
+
+    PAGE = 512
+
+    def __init__(self, sessions_dir: Path, *, cache_dir: Path | None = None) -> None:
+        self._path = cache_path(cache_dir)
+        self._directory = directory_key(sessions_dir)
+        self._conn: apsw.Connection | None = None
+        self._page: dict[str, Recorded] = {}
+        self._lo: str | None = None  # the page holds every entry with lo <= name <= hi
+        self._hi: str | None = None
+        self._last = ""
+        if os.path.lexists(self._path):  # a reader never creates the cache
+            self._conn = open_cache(cache_dir)
+        self.any = True
+        self.any = bool(self._read("SELECT 1 FROM verdicts WHERE directory = ? LIMIT 1", ()))
+
+    def __enter__(self) -> Lookup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __bool__(self) -> bool:
+        return self.any
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def get(self, name: str) -> Recorded | None:
+        if not self.any:
+            return None
+        in_order, self._last = name >= self._last, name
+        if self._lo is not None and self._hi is not None and self._lo <= name <= self._hi:
+            return self._page.get(name)
+        if not in_order:
+            got = self._rows(" AND name = ?", (name,))
+            return got[0] if got else None
+        rows = self._rows(" AND name >= ? ORDER BY name LIMIT ?", (name, self.PAGE), raw=True)
+        self._page = {r.name: r for r in (_recorded(row) for row in rows) if r is not None}
+        self._lo = name
+        # a short page reaches the end: every later name is in it (that is, absent)
+        self._hi = str(rows[-1][1]) if len(rows) == self.PAGE else "\U0010ffff"
+        return self._page.get(name)
+
+    def all(self) -> Iterable[Recorded]:
+        """Every entry (in no particular order)."""
+        return self._rows("", ()) if self.any else []
+
+    def _rows(self, where: str, args: tuple[Any, ...], raw: bool = False) -> list[Any]:
+        rows = self._read(_SELECT + where, args)
+        if raw:
+            return rows
+        return [r for r in (_recorded(row) for row in rows) if r is not None]
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        if self._conn is None:
+            return []
+        try:
+            with db.translated(self._path):
+                return list(self._conn.execute(sql, (self._directory, *args)))
+        except errors.AgentdbError as e:
+            self.close()
+            self.any = False
+            if isinstance(e, errors.SessionUnusable):
+                _remove(self._path)  # damaged: derived data, the next check rebuilds it
+            return []
+
+
+def _recorded(row: tuple[Any, ...]) -> Recorded | None:
+    """One row read back, or None when it fails its checksum or is not what this build
+    records (as if never checked)."""
+    if row[-1] != row_sum(row[:-1]):
+        return None
+    name, ident, ns, verdict, quick, at, status, rev = row[1:-1]
+    if not (isinstance(name, str) and paths.session_id_of(name)):
+        return None
+    if not (isinstance(ident, str) and isinstance(ns, int) and is_verdict(verdict)):
+        return None
+    return Recorded(
+        name,
+        ident,
+        ns,
+        verdict,
+        bool(quick),
+        str(at),
+        status if isinstance(status, str) else None,
+        rev if isinstance(rev, int) else None,
+    )
 
 
 def record(
