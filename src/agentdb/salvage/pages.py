@@ -111,8 +111,9 @@ class _PageReader:
         self.image = ""  # the page image being read ("page 7", "wal frame 12 (page 7, older)")
         self.anomalous: set[str] = set()  # images on which a cell did not parse or validate
         # cells of a live leaf whose keys lie outside the range its parent gives (a page moved
-        # or swapped): not live rows, but rows all the same, read as stray ones
-        self.out_of_bounds: list[tuple[int, TableLeafCell]] = []
+        # or swapped) or out of its run of increasing keys: not live rows, but rows all the
+        # same, read as stray ones (page, cell, why)
+        self.out_of_bounds: list[tuple[int, TableLeafCell, str]] = []
         # overflow page -> the live row whose chain it is (None: shared by several rows)
         self.chain_owner: dict[int, tuple[str, int] | None] = {}
 
@@ -226,11 +227,19 @@ class _PageReader:
     # -- pages
 
     def leaf_cells(
-        self, data: bytes, pgno: int, lo: int = _MIN_KEY, hi: int = tables.MAX_ROWID
+        self,
+        data: bytes,
+        pgno: int,
+        lo: int = _MIN_KEY,
+        hi: int = tables.MAX_ROWID,
+        *,
+        live: bool = False,
     ) -> list[TableLeafCell] | None:
         """The parseable cells of a table-leaf page whose keys lie in (lo, hi] and form the
         longest run in increasing key order (a garbage key rejects itself, not the valid cells
-        after it), or None if it is not a table-leaf page."""
+        after it), or None if it is not a table-leaf page. ``live``: the page is in a live
+        b-tree, and the cells outside the bounds or the run are read later as stray rows (the
+        run may have kept a garbage cell that repeats a key, and left out the sound one)."""
         try:
             page = parse_page(data, pgno, self.src.usable)
         except FormatError:
@@ -250,13 +259,21 @@ class _PageReader:
             if not lo < cell.rowid <= hi:
                 self.out.rejected["key outside its parent's bounds"] += 1
                 self.anomalous.add(self.image)
-                self.out_of_bounds.append((pgno, cell))  # read later as a stray row
+                if live:
+                    # read later as a stray row
+                    self.out_of_bounds.append((pgno, cell, "outside its parent's key range"))
                 continue
             cells.append(cell)
         keep = _increasing([c.rowid for c in cells])
         if len(keep) < len(cells):
             self.out.rejected["key out of order for its page"] += len(cells) - len(keep)
             self.anomalous.add(self.image)
+            if live:
+                self.out_of_bounds += [
+                    (pgno, c, "out of its page's key order")
+                    for i, c in enumerate(cells)
+                    if i not in keep
+                ]
         return [c for i, c in enumerate(cells) if i in keep]
 
     def walk(self, root: int, get_page: GetPage) -> Iterator[tuple[int, TableLeafCell]]:
@@ -280,7 +297,7 @@ class _PageReader:
             if page.kind is PageKind.LEAF_TABLE:
                 self.live_btree_pages.add(pgno)
                 self.image = f"page {pgno}"
-                for cell in self.leaf_cells(data, pgno, lo, hi) or []:
+                for cell in self.leaf_cells(data, pgno, lo, hi, live=True) or []:
                     yield pgno, cell
             elif page.kind is PageKind.INTERIOR_TABLE:
                 self.live_btree_pages.add(pgno)
@@ -407,8 +424,8 @@ def _walk_live(r: _PageReader) -> None:
             elif r.failed and name != "sqlite_sequence":
                 out.broken.setdefault(name, set()).add(cell.rowid)
             r.chain = None
-    for pgno, cell in r.out_of_bounds:
-        where = f"page {pgno} (outside its parent's key range)"
+    for pgno, cell, why in r.out_of_bounds:
+        where = f"page {pgno} ({why})"
         r.image = where
         r.anomalous.add(where)  # no hash: doubtful, as any row of a page in the wrong place
         r.chain = []
