@@ -130,6 +130,12 @@ def test_kernel_open_recovers_invalid_text_instead_of_raising(bases: Bases, tmp_
 # user_version that `sessions show` refuses (the invariant now allows that refusal, as for
 # events), and three random sectors over an events leaf whose garbage key made the page engine
 # reject every later cell of the page (480, 478 and 477 events kept where .recover kept 482).
+PRODUCER_MISMATCH = (
+    "rev=1 wal=0 size=short layout=plain "
+    "damages=index_and_table/937578572+byte_flip/1003168259+stale_page/1049911308"
+)
+
+
 CAMPAIGN = [
     *COLD_JOURNAL,
     # a hot journal cut to its 28-byte header after the killed INSERT overwrote pages (the
@@ -258,6 +264,8 @@ CAMPAIGN = [
     # are now read as stray rows, so the sound copy fills the gap
     "rev=1 wal=0 size=long layout=autovacuum "
     "damages=random_page/821629611+index_and_table/262461355",
+    # the revision-1 campaign of 2026-12-02, seed 401823: see the test just below
+    PRODUCER_MISMATCH,
     # the 5-minute campaign of seed 11054 (case 11458): the killed UPDATE of payloads wrote a
     # journal of three segments; it was cut at 22,048 of 40,464 bytes, exactly where the second
     # segment's records end, so it read as whole, and event 20 kept the killed write's bytes as
@@ -266,37 +274,33 @@ CAMPAIGN = [
     "rev=1 wal=0 size=short layout=plain damages=hot_journal_torn/951770924",
 ]
 
-PRODUCER_MISMATCH = (
-    "rev=1 wal=0 size=short layout=plain "
-    "damages=index_and_table/937578572+byte_flip/1003168259+stale_page/1049911308"
-)
-
 
 def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
     bases: Bases, tmp_path: Path
 ) -> None:
-    """Seed 401823: the replacement failed check (producer_mismatch) and recover kept nothing."""
+    """Seed 401823: event 7's producer version read ``1.0#0`` (a flipped byte, revision 1: no
+    hash), so the producers row naming event 7 first-seen disagreed with it. The replacement
+    failed check (producer_mismatch) and recover kept nothing; then (d3aa6f4) the producers row
+    was pointed at event 20 and a producers row derived for ``1.0#0``, so one producers row was
+    not byte-identical where .recover keeps it (4 against 5). The event's producer fields are
+    now taken from that producers row: every producers row is as written."""
     from agentdb import salvage
+    from tests.fuzz import oracle
 
     sessions = tmp_path / "sessions"
     a = apply(Case.parse(PRODUCER_MISMATCH), bases, sessions)
     out = salvage.recover_session(sessions, a.session_id, recovery_log=tmp_path / "log")
     assert out.outcome == "recovered", out.notes
     assert out.tables["events"]["salvaged"] >= 36
-    assert any("named a first-seen event another producer wrote" in n for n in out.notes)
+    assert any("taken from that row" in n for n in out.notes)
+    got = oracle.read_rows(a.path, a.base.rows.columns)
+    assert got.rows["producers"] == a.base.rows.rows["producers"]
 
 
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite
 # says when one is fixed, and it then moves to CAMPAIGN).
 # The revision-1 campaign of 2026-12-02 (seeds 400000..402214), both the same at 059d101:
-KNOWN_OPEN: list[str] = [
-    # seed 401823: a byte flip in an event's producer name (revision 1: no hash) leaves the
-    # producers row naming that event as its first-seen one: the replacement failed check's
-    # producer_mismatch and recover kept nothing (.recover: 36 events). The producers row is now
-    # pointed at its producer's earliest salvaged event (recovered, every event kept), so one
-    # producers row is no longer byte-identical where .recover keeps it as it was (4 against 5)
-    PRODUCER_MISMATCH,
-]
+KNOWN_OPEN: list[str] = []
 
 
 @pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")

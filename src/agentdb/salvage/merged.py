@@ -162,6 +162,7 @@ def missing(events: MutableMapping[Any, Row], counter: int, cap: int) -> set[int
 
 
 def derive_producers(m: Merged) -> None:
+    _restore_producer_fields(m)
     seen: dict[tuple[str, str, str], int] = {}
     for _, row in ordered(m.rows["events"]):
         key = (row[4], row[5], row[6])
@@ -178,6 +179,43 @@ def derive_producers(m: Merged) -> None:
             f"producers: {m.derived_producers} rows derived from salvaged events "
             "(first_seen_sequence is the earliest salvaged event, perhaps not the first)"
         )
+
+
+def _restore_producer_fields(m: Merged) -> None:
+    """An event whose producer fields differ by a byte or two, in one field, from those of the
+    producers row naming it first-seen, while no producers row names its own, holds damaged
+    producer fields (bit rot in the event's record): the producers row is the file's second
+    record of them, and they are taken from it. Never for an event a content hash vouches for
+    (its bytes are as written); the event is kept unverified and the note says so."""
+    events, producers = m.rows["events"], m.rows["producers"]
+    restored = []
+    for key in list(producers):
+        seq = producers[key][3]
+        event = events.get(seq)
+        if event is None or seq in m.hashes:
+            continue
+        theirs = (event[4], event[5], event[6])
+        if theirs == tuple(key) or theirs in producers or not _one_slip(theirs, tuple(key)):
+            continue
+        events[seq] = (*event[:4], *key, *event[7:])
+        m.unverified.setdefault("events", set()).add(seq)
+        restored.append(seq)
+    if restored:
+        m.notes.append(
+            f"events: {len(restored)} rows had producer fields a byte or two away from the "
+            "producers row naming them first-seen, which no producers row names; taken from "
+            f"that row (unverified): sequences {', '.join(map(str, restored[:10]))}"
+        )
+
+
+def _one_slip(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """``a`` and ``b`` differ in exactly one field, of the same length in UTF-8, in at most
+    two bytes: what bit rot does, and a different producer does not."""
+    diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    if len(diff) != 1 or not all(isinstance(v, str) for v in diff[0]):
+        return False
+    x, y = (str(v).encode("utf-8", "surrogatepass") for v in diff[0])
+    return len(x) == len(y) and sum(i != j for i, j in zip(x, y, strict=True)) <= 2
 
 
 def _repoint_producers(m: Merged, seen: dict[tuple[str, str, str], int]) -> None:
