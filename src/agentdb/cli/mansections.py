@@ -29,6 +29,12 @@ ENVIRONMENT = [
 FILES = [
     ("$XDG_STATE_HOME/agent/sessions/<ULID>.sqlite", "one session (with its -wal and -shm)"),
     ("<ULID>.sqlite.corrupt[.N]", "the damaged original of a recovered session"),
+    (
+        "<ULID>.sqlite.agentdb-<job>-<what>",
+        "a file a job keeps beside a session while it works (a prune's intent, a recovery's "
+        "temporary copy); a run cut short leaves it, check reports it, and the next run of that "
+        "job finishes or removes it",
+    ),
     ("$XDG_STATE_HOME/agent/recovery.log", "every recovery, one JSON object per line"),
     ("$XDG_CACHE_HOME/agent/plugins/<category>/<name>/<version>/", "the plugin cache"),
     (
