@@ -180,3 +180,110 @@ def test_a_recover_job_between_the_kernels_judge_and_its_hook(
         w.emit(Event("tool_result", Producer("tool", "shell", "1.0.0"), b"{}"))
     assert _integrity(path) == "ok"
     assert len(list(sessions_dir.glob(f"{sid}.sqlite.corrupt*"))) == 1
+
+
+def _paused(argv: list[str], point: str, gate: Path) -> subprocess.Popen[str]:
+    """``agentdb ARGV`` as a real process, stopped at fault point ``point`` until ``gate/go``."""
+    gate.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTDB_FAULT", "AGENTDB_PAUSE")}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentdb.cli.main", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"PYTHONPATH": str(SRC), "AGENTDB_PAUSE": f"{point}:{gate}"},
+    )
+    assert wait_for(lambda: (gate / "reached").exists(), 120), "never paused"
+    return p
+
+
+def _outcome_lines(sessions_dir: Path, sid: str) -> list[dict[str, object]]:
+    from agentdb import recoverylog
+
+    log = paths.recovery_log_path(sessions_dir)
+    return [e for e in recoverylog.entries_for(log, sid) if e.get("event") == "outcome"]
+
+
+def test_a_recovered_file_is_held_until_its_outcome_line(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    """Recover held the damaged original, but its replacement was free from the rename until
+    the outcome line: a kernel opening the session then judged the new file without that line
+    (no sign it was a recovered file), called it inconsistent, and refused it as unreadable.
+    Seen in CI (test_writers_starting_while_recover_runs). The replacement is now held from
+    before the rename until the outcome line is written."""
+    from agentdb import demo, locks
+
+    sid, path = make_session(sessions_dir, turns=4, status="running")
+    demo.damage_page(path, table="events")
+    job = _paused(
+        ["--sessions-dir", str(sessions_dir), "recover", sid], "after_rename", tmp_path / "g"
+    )
+    try:
+        assert swap.corrupt_name(path, 0).exists()  # swapped: the path names the replacement
+        assert not _outcome_lines(sessions_dir, sid)
+        assert locks.probe(path) is not None, "the replacement is free before its outcome line"
+        k = subprocess.Popen(
+            [sys.executable, "-c", _KERNEL, str(sessions_dir), sid, str(SRC)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        (tmp_path / "g" / "go").touch()
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    out, err = k.communicate(timeout=120)
+    assert k.returncode == 0 and out.startswith("wrote"), (out, err)
+    assert "damaged" not in err, err
+    assert [e["outcome"] for e in _outcome_lines(sessions_dir, sid)] == ["recovered"]
+    assert _has_marker(path) and _integrity(path) == "ok"
+
+
+def test_a_restored_file_is_held_until_its_outcome_line(sessions_dir: Path, tmp_path: Path) -> None:
+    """Restore's swap has the same window as recover's: the copy renamed into place is held
+    until the outcome line is written."""
+    from agentdb import kernel, locks
+    from agentdb.store import Event, Producer
+    from tests.runner import run_cli
+
+    sid, path = make_session(sessions_dir, turns=2)
+    dest = tmp_path / "b"
+    r = run_cli("--sessions-dir", str(sessions_dir), "backup", sid, "--to", str(dest))
+    assert r.returncode == 0, r.stderr
+    with kernel.open_session(sessions_dir, sid) as w:  # the session grows past its copy
+        w.set_status("running")
+        w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"{}"))
+    argv = ["--sessions-dir", str(sessions_dir), "restore", sid, "--from", str(dest), "--force"]
+    job = _paused(argv, "restore_after_rename", tmp_path / "g")
+    try:
+        assert path.with_name(path.name + ".pre-restore").exists()
+        assert locks.probe(path) is not None, "the restored copy is free before its outcome line"
+    finally:
+        (tmp_path / "g" / "go").touch()
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    assert [e["outcome"] for e in _outcome_lines(sessions_dir, sid)] == ["restored"]
+
+
+def test_a_session_removed_after_the_kernels_judge_is_not_called_damaged(
+    sessions_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prune truncated and unlinked a session while the kernel's judge read it: the judge saw an
+    empty file, and the recovery hook then found no file, warned "damaged and could not be
+    recovered (no such session file)" and raised Unreadable. Seen once in
+    test_writers_starting_while_prune_runs. The open now says the session is gone, and warns
+    of no damage."""
+    from agentdb import errors, kernel
+
+    sid, path = make_session(sessions_dir, turns=2)
+
+    def judge_while_pruned(p: Path, session_id: str) -> str | None:
+        os.unlink(p)  # what prune does between the judge's open and its reads
+        return "file is not a database"
+
+    monkeypatch.setattr(kernel, "judge_hook", judge_while_pruned)
+    with pytest.raises(errors.SessionNotFound, match="removed while it was being opened"):
+        kernel.open_session(sessions_dir, sid)
+    assert "damaged" not in caplog.text
+    assert sorted(os.listdir(sessions_dir)) == []

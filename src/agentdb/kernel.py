@@ -20,6 +20,7 @@ session —, :class:`~agentdb.errors.Retryable` — try again later.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from agentdb import checks, errors, locks, paths
@@ -86,6 +87,10 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
             f"{path}: the open refused it, but recover finds no damage to salvage; kept as it "
             f"is, see `agentdb check {session_id}`",
             path=path,
+        )
+    if not os.path.lexists(path):  # removed meanwhile (``prune``): nothing left to recover
+        raise errors.SessionNotFound(
+            f"{path}: removed while it was being opened; nothing was written", path=path
         )
     reason = out.notes[-1] if out.notes else out.outcome
     if out.outcome == "failed":  # the system refused a write (no space, ...)

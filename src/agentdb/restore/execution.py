@@ -214,19 +214,23 @@ def _restore(plan: RestorePlan, d: RestoreDecision, out: RestoreOutcome, main: P
         if locks.probe(main) is not None:
             raise errors.SessionLive(f"{main}: its -shm is in use; retry later", path=main)
         sidecar(main, "-shm").unlink(missing_ok=True)  # an orphan WAL index: rebuildable
-        recoverylog.append(log, out.log_entry("intent", intent))
-        faults.point("restore_after_intent")
-        try:
-            os.link(tmp, main)  # never replaces a session a kernel created meanwhile
-        except FileExistsError:
-            raise _Changed(f"{main.name} appeared meanwhile; it was left alone") from None
-        fsutil.fsync_dir(directory)
-        faults.point("restore_after_rename")
-        swap.remove_job_files(main, "restore")
-        fsutil.fsync_dir(directory)
-        recoverylog.append(log, out.log_entry("outcome"))
+        # The copy is held from before it takes the session's name until its outcome line.
+        with locks.hold(tmp):
+            recoverylog.append(log, out.log_entry("intent", intent))
+            faults.point("restore_after_intent")
+            try:
+                os.link(tmp, main)  # never replaces a session a kernel created meanwhile
+            except FileExistsError:
+                raise _Changed(f"{main.name} appeared meanwhile; it was left alone") from None
+            fsutil.fsync_dir(directory)
+            faults.point("restore_after_rename")
+            swap.remove_job_files(main, "restore")
+            fsutil.fsync_dir(directory)
+            recoverylog.append(log, out.log_entry("outcome"))
         return
-    with locks.hold(main) as fd:
+    # The current file is held while it is swapped; the copy from before it takes the
+    # session's name until its outcome line, so nobody opens it halfway.
+    with locks.hold(main) as fd, locks.hold(tmp):
         st = os.fstat(fd)
         now = os.lstat(main)
         if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino) or stamp_of(main) != d.stamp:
@@ -236,11 +240,11 @@ def _restore(plan: RestorePlan, d: RestoreDecision, out: RestoreOutcome, main: P
         recoverylog.append(log, out.log_entry("intent", intent))
         faults.point("restore_after_intent")
         swap.swap(main, tmp, pre, "restore_")
-    out.pre_restore_sidecars = [
-        str(sidecar(pre, s)) for s in ("-wal", "-journal") if os.path.lexists(sidecar(pre, s))
-    ]
-    swap.remove_job_files(main, "restore")
-    recoverylog.append(log, out.log_entry("outcome"))
+        out.pre_restore_sidecars = [
+            str(sidecar(pre, s)) for s in ("-wal", "-journal") if os.path.lexists(sidecar(pre, s))
+        ]
+        swap.remove_job_files(main, "restore")
+        recoverylog.append(log, out.log_entry("outcome"))
 
 
 def _pre_restore_name(main: Path, st: os.stat_result, d: RestoreDecision) -> Path:

@@ -10,7 +10,9 @@ Runs while the caller still holds :func:`agentdb.locks.hold` on the session, aft
 3. log the intent (the outcome and the ``.corrupt`` name; fault point ``after_intent``): from
    here an interrupted run is finished by the next one;
 4. swap (:func:`agentdb.swap.swap`: the original and its sidecars keep their bytes under the
-   ``.corrupt`` name, the replacement is renamed into place), then log the outcome.
+   ``.corrupt`` name, the replacement is renamed into place), then log the outcome. Steps 3
+   and 4 hold the replacement's lock as well as the original's: between the rename and the
+   outcome line no other process opens the new file, or judges it without that line.
 
 An ``unreadable`` plan only logs its outcome line; a healthy file whose earlier recovery was
 interrupted after its swap only gets the missing outcome line.
@@ -22,7 +24,7 @@ import errno
 import os
 from pathlib import Path
 
-from agentdb import errors, faults, fsutil, paths, recoverylog, swap
+from agentdb import errors, faults, fsutil, locks, paths, recoverylog, swap
 from agentdb.paths import sidecar
 from agentdb.salvage.outcome import RecoveryOutcome
 from agentdb.salvage.planning import RecoveryPlan
@@ -61,13 +63,16 @@ def execute(plan: RecoveryPlan, log: Path) -> RecoveryOutcome:
         out.corrupt_wal = str(sidecar(corrupt, "-wal"))
     if snap.had_journal or _goes_with(path, corrupt, "-journal"):
         out.corrupt_journal = str(sidecar(corrupt, "-journal"))
-    recoverylog.append(log, out.to_log("intent"))
-    out.swap_started = True
-    faults.point("after_intent")
-    with out.timed("swap"):
-        swap.swap(path, target, corrupt)
-    out.swap_started = False
-    log_outcome(log, out)
+    # The replacement is held as the original is: once renamed into place, no one opens or
+    # judges it before its outcome line (which tells check it is a recovered file) is written.
+    with locks.hold(target):
+        recoverylog.append(log, out.to_log("intent"))
+        out.swap_started = True
+        faults.point("after_intent")
+        with out.timed("swap"):
+            swap.swap(path, target, corrupt)
+        out.swap_started = False
+        log_outcome(log, out)
     return out
 
 

@@ -61,6 +61,14 @@ def open_checked(
         except _Swapped:
             continue
         except _Damaged as d:
+            now = _identity(path)
+            if now is None:  # removed meanwhile (``prune``): what was judged is gone
+                raise errors.SessionNotFound(
+                    f"{path}: removed while it was being opened; nothing was written",
+                    path=path,
+                ) from None
+            if now != seen:  # another job replaced the judged file: judge the new one
+                continue
             if recover is None or recovered:
                 fix = f"agentdb recover {session_id}"
                 hint = "" if fix in d.problem else f"; run `{fix}`"
