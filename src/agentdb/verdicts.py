@@ -384,8 +384,7 @@ class Lookup:
         self._last = ""
         if os.path.lexists(self._path):  # a reader never creates the cache
             self._conn = open_cache(cache_dir)
-        self.any = True
-        self.any = bool(self._read("SELECT 1 FROM verdicts WHERE directory = ? LIMIT 1", ()))
+        self.any: bool = bool(self._read("SELECT 1 FROM verdicts WHERE directory = ? LIMIT 1", ()))
 
     def __enter__(self) -> Lookup:
         return self
