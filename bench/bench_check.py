@@ -18,7 +18,9 @@ Run: ``.venv/bin/python bench/bench_check.py [--sizes 1000,10000] [--rss-n 10000
 ``bench/results/bench_check.md``. ``--in-process N`` prints instead the CPU per file measured
 inside one process over N warm files (bare loop, ``check_path`` on every file, the stream's
 own per-file check), alternating, best of 3 passes: finer than whole runs on a busy machine.
-``--keep DIR`` keeps (and reuses) the generated trees there;
+``--floor N`` prints what a quick check of a healthy file at rest costs before agentdb's own
+Python runs (the shared reader's SQL alone, its system calls alone) beside the bare loop and the
+whole check. ``--keep DIR`` keeps (and reuses) the generated trees there;
 ``--only quick,prune`` runs only the rows naming one of those words (and their bare loops).
 Each row has its wall time and its CPU time (user + system, workers included).
 
@@ -316,6 +318,25 @@ def _stream(work: list[tuple[str, str]], quick: bool) -> None:
         checks_run._check_one((sid, f, quick, False))
 
 
+def _warm_files(root: Path, writer: str, n: int) -> tuple[Path, list[str], list[tuple[str, str]]]:
+    """The tree of ``n`` files of ``writer``, read once; its files, and (id, file) pairs."""
+    d = tree(root, writer, n)
+    _warm(d)
+    files = sorted(str(p) for p in d.glob("*.sqlite"))
+    return d, files, [(os.path.basename(f)[:26], f) for f in files]
+
+
+def _best_of(fns: dict[str, functools.partial[None]], rounds: int, count: int) -> dict[str, float]:
+    """Each function's best CPU time per item (µs) over ``rounds`` passes, run alternating."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.process_time()
+            fn()
+            best[name] = min(best[name], (time.process_time() - t) / count * 1e6)
+    return best
+
+
 def in_process(root: Path, n: int, rounds: int = 3) -> str:
     """CPU per file in this process (best pass of ``rounds``, alternating, over ``n`` warm
     files per writer): the bare loop, ``check_path`` on every file (how each file was checked
@@ -330,10 +351,7 @@ def in_process(root: Path, n: int, rounds: int = 3) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for writer in ("other", "agentdb"):
-        d = tree(root, writer, n)
-        _warm(d)
-        files = sorted(str(p) for p in d.glob("*.sqlite"))
-        work = [(os.path.basename(f)[:26], f) for f in files]
+        d, files, work = _warm_files(root, writer, n)
         for quick in (True, False):
             kind = "quick" if quick else "full"
 
@@ -342,12 +360,7 @@ def in_process(root: Path, n: int, rounds: int = 3) -> str:
                 "check_path": functools.partial(_every_file, work, quick),
                 "stream": functools.partial(_stream, work, quick),
             }
-            best = dict.fromkeys(fns, float("inf"))
-            for _ in range(rounds):
-                for name, fn in fns.items():
-                    t = time.process_time()
-                    fn()
-                    best[name] = min(best[name], (time.process_time() - t) / len(work) * 1e6)
+            best = _best_of(fns, rounds, len(work))
             b = best["bare"]
             lines.append(
                 f"| {WRITERS[writer]} | {kind} | {b:.0f} | {best['check_path']:.0f} | "
@@ -417,6 +430,83 @@ def _batched_sql(files: list[str], k: int, *, statements: bool) -> None:
     conn.limit(apsw.SQLITE_LIMIT_ATTACHED, 2)
 
 
+def _system_calls(files: list[str]) -> None:
+    """The system calls of ``checks.atrest``'s quick check of a healthy file at rest, alone:
+    the stat pass before (the file and three sidecar names) and after (three), one descriptor
+    (open, fstat, the 100-byte header, close), the lock probes before and after (lease byte,
+    SQLite's lock range, the ``-shm`` open that finds none)."""
+    import fcntl
+    import struct
+
+    from agentdb import locks
+
+    flags = locks.OPEN_FLAGS
+    req = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, locks.LEASE_BYTE, 1, 0)
+    rng = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, locks.PENDING_BYTE, 512, 0)
+
+    def probe(fd: int, f: str) -> None:
+        fcntl.fcntl(fd, fcntl.F_OFD_GETLK, req)
+        fcntl.fcntl(fd, fcntl.F_OFD_GETLK, rng)
+        try:
+            os.close(os.open(f + "-shm", flags))
+        except OSError:
+            pass
+
+    def lstat(p: str) -> None:
+        try:
+            os.lstat(p)
+        except OSError:
+            pass
+
+    for f in files:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            lstat(f + suffix)
+        fd = os.open(f, flags)
+        os.fstat(fd)
+        probe(fd, f)
+        os.pread(fd, 100, 0)
+        for suffix in ("", "-wal", "-shm"):
+            lstat(f + suffix)
+        probe(fd, f)
+        os.close(fd)
+
+
+def floor(root: Path, n: int, rounds: int = 5) -> str:
+    """What a quick check of a healthy file at rest costs before any of agentdb's Python runs:
+    the shared reader's SQL alone and its system calls alone, beside the bare loop and the
+    stream's whole per-file check (best of ``rounds`` alternating passes over ``n`` warm files
+    of each writer)."""
+    from agentdb import db
+
+    lines = [
+        f"The floor of `check --all --quick` per file, CPU µs, best of {rounds} alternating passes"
+        f" over {n} warm files; load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        " at the start",
+        "",
+        "| files | bare loop | SQL alone | system calls alone | SQL + system calls "
+        "| whole check (stream) | floor / bare | check / bare |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for writer in ("other", "agentdb"):
+        d, files, work = _warm_files(root, writer, n)
+        db.shared_reader()  # made once per process, as in a check run
+        fns = {
+            "bare": functools.partial(bare, "quick", d),
+            "sql": functools.partial(_batched_sql, files, 0, statements=True),
+            "sys": functools.partial(_system_calls, files),
+            "stream": functools.partial(_stream, work, True),
+        }
+        best = _best_of(fns, rounds, len(files))
+        b, fl = best["bare"], best["sql"] + best["sys"]
+        lines.append(
+            f"| {WRITERS[writer]} | {b:.0f} | {best['sql']:.0f} | {best['sys']:.0f} | {fl:.0f} | "
+            f"{best['stream']:.0f} | {fl / b:.2f}× | {best['stream'] / b:.2f}× |"
+        )
+        print(lines[-1], file=sys.stderr)
+    lines.append(f"\nload average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return "\n".join(lines)
+
+
 def attach_batches(root: Path, n: int, rounds: int = 3) -> str:
     """CPU per file of the shared reader's SQL (no stat pass, probe or Python around it), one
     file ATTACHed at a time against batches of 4, 8 and 16 (best of ``rounds`` alternating
@@ -430,13 +520,8 @@ def attach_batches(root: Path, n: int, rounds: int = 3) -> str:
         for k in (0, 4, 8, 16):
             label = f"{what}, {'one at a time' if k == 0 else f'batches of {k}'}"
             fns[label] = functools.partial(_batched_sql, files, k, statements=statements)
-    best = dict.fromkeys(fns, float("inf"))
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t = time.process_time()
-            fn()
-            best[name] = min(best[name], (time.process_time() - t) / len(files) * 1e6)
+    best = _best_of(fns, rounds, len(files))
     lines = [
         f"Shared reader's SQL, CPU per file (µs), best of {rounds} alternating passes over {n}"
         f" warm files (another writer, migrated); load average {load} at the start",
@@ -483,26 +568,31 @@ def main() -> None:
         help="only the shared reader's SQL per file over N warm files, one file ATTACHed at a "
         "time against batches of 4, 8 and 16",
     )
+    ap.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the quick check's floor per file over N warm files: the SQL alone and the "
+        "system calls alone, beside the bare loop and the whole check",
+    )
     args = ap.parse_args()
     if args.bare:
         bare(args.bare[0], Path(args.bare[1]))
         return
-    if args.attach_batch:
-        root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
-        try:
-            print(attach_batches(root, args.attach_batch))
-        finally:
-            if args.keep is None:
-                shutil.rmtree(root)
-        return
-    if args.in_process:
-        root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
-        try:
-            print(in_process(root, args.in_process))
-        finally:
-            if args.keep is None:
-                shutil.rmtree(root)
-        return
+    for n, fn in (
+        (args.floor, floor),
+        (args.attach_batch, attach_batches),
+        (args.in_process, in_process),
+    ):
+        if n:  # one in-process measurement alone, printed
+            root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))
+            try:
+                print(fn(root, n))
+            finally:
+                if args.keep is None:
+                    shutil.rmtree(root)
+            return
     sizes = [int(x) for x in args.sizes.split(",") if x]
     writers = [w for w in args.writers.split(",") if w]
     root = args.keep or Path(tempfile.mkdtemp(prefix="agentdb-bench-"))

@@ -68,6 +68,16 @@ def _pad(path: Path) -> None:
     c.close()
 
 
+def _start_kernel(sessions_dir: Path, sid: str) -> subprocess.Popen[str]:
+    """A real process opening ``sid`` with the kernel's open and writing one event."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _KERNEL, str(sessions_dir), sid, str(SRC)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _race(sessions_dir: Path, path: Path, repl: Path, what: str) -> subprocess.Popen[str]:
     """Hold ``path``, start a kernel opening it, act (swap/unlink), release; the kernel's pid."""
     sid = path.name.removesuffix(".sqlite")
@@ -79,12 +89,7 @@ def _race(sessions_dir: Path, path: Path, repl: Path, what: str) -> subprocess.P
     )
     assert holder.stdin is not None and holder.stdout is not None
     assert holder.stdout.readline().strip() == "held"
-    k = subprocess.Popen(
-        [sys.executable, "-c", _KERNEL, str(sessions_dir), sid, str(SRC)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    k = _start_kernel(sessions_dir, sid)
 
     def kernel_opened() -> bool:  # SQLite has opened the path (and now waits for the lock)
         try:
@@ -223,12 +228,7 @@ def test_a_recovered_file_is_held_until_its_outcome_line(
         assert swap.corrupt_name(path, 0).exists()  # swapped: the path names the replacement
         assert not _outcome_lines(sessions_dir, sid)
         assert locks.probe(path) is not None, "the replacement is free before its outcome line"
-        k = subprocess.Popen(
-            [sys.executable, "-c", _KERNEL, str(sessions_dir), sid, str(SRC)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        k = _start_kernel(sessions_dir, sid)
     finally:
         (tmp_path / "g" / "go").touch()
     _, err = job.communicate(timeout=120)
