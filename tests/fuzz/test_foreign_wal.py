@@ -44,13 +44,13 @@ def other_session_wal(root: Path) -> bytes:
     return data
 
 
-def small_page_wal(root: Path) -> bytes:
-    """The -wal of a database with another page size."""
+def small_page_wal(root: Path, page_size: int = 1024) -> bytes:
+    """The -wal of a database with another page size (smaller or larger than the session's)."""
     p = root / "small.db"
     root.mkdir(parents=True, exist_ok=True)
     conn = apsw.Connection(str(p))
     conn.execute(
-        "PRAGMA page_size=1024; PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; "
+        f"PRAGMA page_size={page_size}; PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; "
         "CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(5000))"
     ).fetchall()
     data = sidecar(p, "-wal").read_bytes()
@@ -72,12 +72,15 @@ def rows_alone(path: Path, into: Path) -> dict[str, set[tuple[object, ...]]]:
     return row_sets(copy)
 
 
-@pytest.mark.parametrize("kind", ["other_session", "page_size"])
+@pytest.mark.parametrize("kind", ["other_session", "page_size", "larger_page_size"])
 def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind: str) -> None:
     sid, path = make_session(sessions_dir, turns=4)
     before = rows_alone(path, tmp_path / "alone")
     file_bytes = path.read_bytes()
-    wal = other_session_wal(tmp_path) if kind == "other_session" else small_page_wal(tmp_path)
+    if kind == "other_session":
+        wal = other_session_wal(tmp_path)
+    else:  # the session's pages are 4096 bytes
+        wal = small_page_wal(tmp_path, 1024 if kind == "page_size" else 65536)
     put_wal(path, wal)
 
     p = run_cli("--sessions-dir", str(sessions_dir), "check", sid, "--json")
