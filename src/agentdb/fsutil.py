@@ -256,6 +256,18 @@ StatKey = tuple[int, int, int]  # (inode, size, mtime_ns)
 Stamp = tuple[StatKey | None, StatKey | None, StatKey | None]  # main, -wal, -journal
 
 
+def gone(path: Path | str) -> bool:
+    """True when there is no entry of that name (never followed), not when an entry cannot be
+    looked at (permission, I/O error)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 

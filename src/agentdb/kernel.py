@@ -20,10 +20,9 @@ session —, :class:`~agentdb.errors.Retryable` — try again later.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from agentdb import checks, errors, locks, paths
+from agentdb import checks, errors, fsutil, locks, paths
 from agentdb.salvage import recover_session
 from agentdb.store import SessionWriter
 
@@ -88,7 +87,7 @@ def recover_hook(sessions_dir: Path, session_id: str) -> None:
             f"is, see `agentdb check {session_id}`",
             path=path,
         )
-    if not os.path.lexists(path):  # removed meanwhile (``prune``): nothing left to recover
+    if fsutil.gone(path):  # removed meanwhile (``prune``): nothing left to recover
         raise errors.SessionNotFound(
             f"{path}: removed while it was being opened; nothing was written", path=path
         )

@@ -159,3 +159,69 @@ def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path
     assert out.corrupt_path == str(path) + ".corrupt.1"
     assert Path(out.corrupt_path).read_bytes() == second
     shutil.rmtree(sessions_dir)
+
+
+@pytest.mark.parametrize("point", swap.POINTS)
+def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
+    point: str, sessions_dir: Path
+) -> None:
+    """A replacement whose rows reference lost events (kept as history) is `inconsistent`
+    unless judged as a recovered file. Killed after its rename, before its outcome line, the
+    re-run judged it without that line and refused it, for ever ("check calls it inconsistent
+    while every row reads"); found by a red-team review. The re-run now finishes it."""
+    from agentdb import checks, demo, paths
+    from tests.support import make_session
+
+    sid, path = make_session(sessions_dir, turns=4, status="running")
+    demo.damage_page(path, table="events")
+    original = path.read_bytes()
+    job = start_job(sessions_dir, sid, point)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == -signal.SIGKILL, (out, err)
+    assert path.exists()
+    done = salvage.recover_session(sessions_dir, sid)
+    assert done.outcome == "recovered", done.notes
+    assert salvage.recover_session(sessions_dir, sid).outcome == "healthy"
+    corrupt = path.with_name(path.name + ".corrupt")
+    assert corrupt.read_bytes() == original
+    assert swap.corrupt_names(path) == [corrupt]
+    log = recoverylog.entries_for(paths.recovery_log_path(sessions_dir), sid)
+    assert [e["event"] for e in log][-1] == "outcome" and log[-1]["outcome"] == "recovered"
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"
+
+
+def test_a_replacement_someone_holds_is_not_swapped_in(sessions_dir: Path) -> None:
+    """Recover holds its replacement before the rename; when another open file description
+    holds a lock on it, nothing is swapped, the original stays as it was, and no job file is
+    left beside it."""
+    import fcntl
+    import os
+    import struct
+
+    from agentdb import demo, faults, locks, paths
+    from tests.support import make_session
+
+    sid, path = make_session(sessions_dir, turns=4, status="running")
+    demo.damage_page(path, table="events")
+    original = path.read_bytes()
+    target = paths.job_file(path, "recover", "tmp")
+    fds: list[int] = []
+
+    def someone_reads_it() -> None:
+        fd = os.open(target, os.O_RDONLY)
+        fds.append(fd)
+        req = struct.pack("@hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, locks.PENDING_BYTE, 512, 0)
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, req)
+
+    try:
+        with faults.injected({"after_salvage": someone_reads_it}):
+            out = salvage.recover_session(sessions_dir, sid)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert fds, "the fault point was not reached"
+    assert out.outcome == "skipped_live", out.notes
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in sessions_dir.iterdir()) == [path.name]
+    log = paths.recovery_log_path(sessions_dir)
+    assert not log.exists() or not recoverylog.entries_for(log, sid)

@@ -20,6 +20,7 @@ interrupted after its swap only gets the missing outcome line.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -65,7 +66,12 @@ def execute(plan: RecoveryPlan, log: Path) -> RecoveryOutcome:
         out.corrupt_journal = str(sidecar(corrupt, "-journal"))
     # The replacement is held as the original is: once renamed into place, no one opens or
     # judges it before its outcome line (which tells check it is a recovered file) is written.
-    with locks.hold(target):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(locks.hold(target))
+        except BaseException:  # someone has the new file open: nothing was swapped
+            swap.remove_job_files(path)
+            raise
         recoverylog.append(log, out.to_log("intent"))
         out.swap_started = True
         faults.point("after_intent")

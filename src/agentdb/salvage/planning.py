@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentdb import checks, fsutil, recoverylog
 from agentdb.salvage import diskrows, replacement, rows, snapshot
@@ -161,7 +162,10 @@ def _full_judge(snap: Snapshot, session_id: str, log: Path) -> tuple[str, list[s
     rolled back, with its WAL unless that was set aside), and the messages of its errors: the
     diagnosis reads pages, hashes and text; the judge also reads what the rows say of each
     other (references, status, kinds), so a file is healthy only when both say so."""
-    recovered = checks.was_recovered(recoverylog.entries_for(log, session_id))
+    entries = recoverylog.entries_for(log, session_id)
+    # A swap that finished without its outcome line (killed after the rename) left the
+    # replacement, as recovered as with the line: judged so, it is finished, not refused.
+    recovered = checks.was_recovered(entries) or _swapped_intent(entries) is not None
     result = checks.check_path(snap.copy, session_id, recovered=recovered)
     errors = [
         f.message.replace(str(snap.copy), str(snap.path))
@@ -176,17 +180,26 @@ def _healthy(plan_: RecoveryPlan, log: Path) -> None:
     is to finish that (its intent line says what it did)."""
     out = plan_.outcome
     out.outcome = "healthy"
-    entries = recoverylog.entries_for(log, out.session_id)
-    if not entries or entries[-1].get("event") != "intent":
-        return
-    done = RecoveryOutcome.from_log(entries[-1])
-    if done.corrupt_path is None or not Path(done.corrupt_path).exists():
+    done = _swapped_intent(recoverylog.entries_for(log, out.session_id))
+    if done is None:
         return
     done.outcome = "recovered"
     done.path = out.path
     done.notes = [*out.notes, *done.notes, "finished an interrupted recovery"]
     plan_.outcome = done
     plan_.finish_log = True
+
+
+def _swapped_intent(entries: list[dict[str, Any]]) -> RecoveryOutcome | None:
+    """The intent of a recovery whose swap was done but whose outcome line is missing: the
+    log's last line for the session is an intent whose ``.corrupt`` name exists. Asked only of
+    a file that is not that ``.corrupt`` copy (``Snapshot.interrupted`` is None)."""
+    if not entries or entries[-1].get("event") != "intent":
+        return None
+    done = RecoveryOutcome.from_log(entries[-1])
+    if done.corrupt_path is None or not Path(done.corrupt_path).exists():
+        return None
+    return done
 
 
 def _merge(

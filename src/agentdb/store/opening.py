@@ -12,7 +12,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import db, errors, locks
+from agentdb import db, errors, fsutil, locks
 from agentdb.hashing import mismatch_sql
 from agentdb.paths import sidecar
 from agentdb.schema.identity import identify, schema_differences
@@ -62,7 +62,7 @@ def open_checked(
             continue
         except _Damaged as d:
             now = _identity(path)
-            if now is None:  # removed meanwhile (``prune``): what was judged is gone
+            if now is None and fsutil.gone(path):  # removed meanwhile (``prune``): nothing to open
                 raise errors.SessionNotFound(
                     f"{path}: removed while it was being opened; nothing was written",
                     path=path,
