@@ -78,6 +78,21 @@ def _start_kernel(sessions_dir: Path, sid: str) -> subprocess.Popen[str]:
     )
 
 
+def _has_open(pid: int, path: Path) -> bool:
+    """Process ``pid`` has a descriptor of ``path`` (SQLite has opened it)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _race(sessions_dir: Path, path: Path, repl: Path, what: str) -> subprocess.Popen[str]:
     """Hold ``path``, start a kernel opening it, act (swap/unlink), release; the kernel's pid."""
     sid = path.name.removesuffix(".sqlite")
@@ -91,20 +106,7 @@ def _race(sessions_dir: Path, path: Path, repl: Path, what: str) -> subprocess.P
     assert holder.stdout.readline().strip() == "held"
     k = _start_kernel(sessions_dir, sid)
 
-    def kernel_opened() -> bool:  # SQLite has opened the path (and now waits for the lock)
-        try:
-            fds = os.listdir(f"/proc/{k.pid}/fd")
-        except OSError:
-            return False
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{k.pid}/fd/{fd}") == str(path):
-                    return True
-            except OSError:
-                continue
-        return False
-
-    assert wait_for(kernel_opened, 60)
+    assert wait_for(lambda: _has_open(k.pid, path), 60)  # and now waits for the lock
     holder.stdin.write("go\n")
     holder.stdin.flush()
     assert holder.stdout.readline().strip() == "done"
@@ -229,6 +231,8 @@ def test_a_recovered_file_is_held_until_its_outcome_line(
         assert not _outcome_lines(sessions_dir, sid)
         assert locks.probe(path) is not None, "the replacement is free before its outcome line"
         k = _start_kernel(sessions_dir, sid)
+        # the kernel meets the held replacement (its judge, then SQLite's busy wait)
+        assert wait_for(lambda: _has_open(k.pid, path), 60)
     finally:
         (tmp_path / "g" / "go").touch()
     _, err = job.communicate(timeout=120)
