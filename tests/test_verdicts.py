@@ -329,3 +329,27 @@ def test_the_paged_lookup_answers_as_the_whole_one(
                 assert paged.get(name(i)) == whole.get(name(i)), (i, page)
     finally:
         verdicts.Lookup.PAGE = old
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_session_recovered_during_a_check_is_judged_as_recovered(
+    sessions_dir: Path, tmp_path: Path, jobs: int
+) -> None:
+    """A check read the recovery log, then recover finished a session before the check reached
+    it: the replacement (rows of lost events kept as history) was judged without its outcome
+    line, `inconsistent`, and the cache kept that verdict for `sessions list`, `status` and
+    `report` until the next check. Found by a red-team review. The run now reads the log again
+    when it changed and judges the session as recovered."""
+    from agentdb import demo, salvage
+
+    cache = tmp_path / "c"
+    ids = [make_session(sessions_dir, turns=4)[0] for _ in range(3)]
+    sid = ids[-1]
+    demo.damage_page(sessions_dir / f"{sid}.sqlite", table="events")
+    run = checked.RecordedStream(sessions_dir, None, cache_dir=cache, jobs=jobs)
+    assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
+    _settle()
+    got = {s.session_id: s for s in run}
+    assert got[sid].verdict == "ok", [f.code for f in got[sid].findings]
+    assert "orphan_of_recovery" in {f.code for f in got[sid].findings}
+    assert checked.cached_judgement(sessions_dir, sid, "full", cache_dir=cache).verdict == "ok"

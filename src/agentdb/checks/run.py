@@ -61,6 +61,14 @@ def read_recovery_index_or_finding(
         )
 
 
+def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def was_recovered(entries: Iterable[dict[str, Any]]) -> bool:
     return any(e.get("event") == "outcome" and e.get("outcome") == "recovered" for e in entries)
 
@@ -273,6 +281,7 @@ class CheckStream:
         if log_problem is not None:
             self.directory.insert(0, log_problem)
         self._recovered = {sid for sid, entries in recovery.items() if was_recovered(entries)}
+        self._log, self._log_stamp = log, _stamp(log)
         self.sessions_dir = sessions_dir
         self.quick = quick
         self.jobs = jobs
@@ -285,6 +294,10 @@ class CheckStream:
     def __iter__(self) -> Iterator[Checked]:
         guarded = Guarded(self._produce())
         for c in guarded:
+            if c.result.verdict != OK and self._recovered_meanwhile(c.result.session_id):
+                # recovered (its outcome line written) after this run read the log: its
+                # verdict, judged without that line, would outlive the run in the cache
+                c = _check_one((c.result.session_id, str(c.result.path), self.quick, True))
             r = c.result
             extra = self._extra.get(r.session_id)
             if extra:
@@ -297,6 +310,20 @@ class CheckStream:
                 self.progress(self.checked, len(self.selected))
             yield c
         self.interrupted = self.interrupted or guarded.interrupted
+
+    def _recovered_meanwhile(self, sid: str) -> bool:
+        """``sid`` was not recovered when the run read the recovery log, and the log, changed
+        since, now says it was (read again only when it changed: once per change)."""
+        if sid in self._recovered:
+            return False
+        now = _stamp(self._log)
+        if now == self._log_stamp:
+            return False
+        self._log_stamp = now
+        recovery, problem = read_recovery_index_or_finding(self._log)
+        if problem is None:
+            self._recovered |= {s for s, entries in recovery.items() if was_recovered(entries)}
+        return sid in self._recovered
 
     def results(self) -> Iterator[SessionCheck]:
         """The results alone."""
