@@ -17,7 +17,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import backup, paths, swap
+from agentdb import backup, paths, recoverylog, swap
 from tests.rows import all_rows
 from tests.support import SRC, make_session, wait_for
 
@@ -205,8 +205,6 @@ def _paused(argv: list[str], point: str, gate: Path) -> subprocess.Popen[str]:
 
 
 def _outcome_lines(sessions_dir: Path, sid: str) -> list[dict[str, object]]:
-    from agentdb import recoverylog
-
     log = paths.recovery_log_path(sessions_dir)
     return [e for e in recoverylog.entries_for(log, sid) if e.get("event") == "outcome"]
 

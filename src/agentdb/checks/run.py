@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentdb import db, errors, paths, recoverylog
+from agentdb import db, errors, fsutil, paths, recoverylog
 from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
@@ -61,12 +61,11 @@ def read_recovery_index_or_finding(
         )
 
 
-def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+def _stamp(path: Path) -> fsutil.StatKey | None:
     try:
-        st = os.stat(path)
+        return fsutil.stat_key(os.stat(path))
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def was_recovered(entries: Iterable[dict[str, Any]]) -> bool:
