@@ -18,7 +18,7 @@ import pytest
 from agentdb import db
 from agentdb.checks import check_path, check_sessions
 from agentdb.checks.atrest import ok_at_rest
-from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.schema.revisions import CURRENT_REVISION, KNOWN_REVISION
 from tests.support import held_open, make_session, tree_snapshot
 
 
@@ -85,7 +85,7 @@ CASES = {
     "meta_missing": "DELETE FROM session_meta",
     "bad_status": "PRAGMA ignore_check_constraints=ON; UPDATE session_meta SET status = 'weird'",
     "application_id_zero": "PRAGMA application_id = 0",
-    "too_new": f"PRAGMA user_version = {CURRENT_REVISION + 1}",
+    "too_new": f"PRAGMA user_version = {KNOWN_REVISION + 1}",
     "needs_migration": f"PRAGMA user_version = {CURRENT_REVISION - 1}",
     "extra_table": "CREATE TABLE extra (x)",
 }

@@ -28,6 +28,7 @@ def _table_info(conn: apsw.Connection, table: str) -> list[tuple[object, ...]]:
 def test_revision_3_stays_off_the_ladder() -> None:
     assert revisions.CURRENT_REVISION == 2
     assert 3 not in revisions.DDL
+    assert revisions.KNOWN_DDL[3] == REV3_DDL and revisions.KNOWN_REVISION == 3
     assert [s.revision for s in migrations.STEPS] == [2]
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import apsw
 
 from agentdb import db
-from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, DDL
+from agentdb.schema.revisions import APPLICATION_ID, KNOWN_DDL, KNOWN_REVISION
 
 Fingerprint = dict[str, Any]
 
@@ -78,7 +78,7 @@ def fresh_schema(revision: int) -> SchemaRows:
     fingerprint is built from the same DDL, so it needs no verification."""
     conn = db.open_memory()
     try:
-        db.exec_script(conn, DDL[revision])
+        db.exec_script(conn, KNOWN_DDL[revision])
         return schema_rows(conn)
     finally:
         conn.close()
@@ -150,7 +150,7 @@ def fingerprint(conn: apsw.Connection, *, with_text: bool) -> Fingerprint:
 @functools.cache
 def expected_fingerprint(revision: int) -> Fingerprint:
     conn = db.open_memory()
-    for _ in conn.execute(DDL[revision]):
+    for _ in conn.execute(KNOWN_DDL[revision]):
         pass
     fp = fingerprint(conn, with_text=revision >= 2)
     conn.close()
@@ -171,7 +171,7 @@ def schema_differences(
     """
     if rows is None:
         rows = schema_rows(conn)
-    if revision in DDL and _is_known(revision, rows):
+    if revision in KNOWN_DDL and _is_known(revision, rows):
         return []
     key = (revision, rows)
     decided = _DECIDED.get(key)
@@ -188,7 +188,9 @@ def decided_same(revision: int, rows: SchemaRows) -> bool:
     """True when ``rows`` are already known to match ``revision`` with no difference at all
     (agentdb's own text, or a text decided by fingerprint earlier in this process); False
     when they differ or are not decided yet (:func:`schema_differences` decides)."""
-    return (revision in DDL and _is_known(revision, rows)) or _DECIDED.get((revision, rows)) == ()
+    return (revision in KNOWN_DDL and _is_known(revision, rows)) or _DECIDED.get(
+        (revision, rows)
+    ) == ()
 
 
 # Schemas decided by fingerprint, per (revision, schema rows); bounded in count and in the size
@@ -226,13 +228,13 @@ def identify(conn: apsw.Connection, *, rows: SchemaRows | None = None) -> Identi
     ver = int(db.pragma(conn, "user_version"))
     if app not in (0, APPLICATION_ID):
         return Identity(app, ver, "foreign", f"application_id {app:#x} is not agentdb's")
-    if ver > CURRENT_REVISION:
+    if ver > KNOWN_REVISION:
         return Identity(
             app,
             ver,
             "too_new",
             f"user_version {ver} is newer than this agentdb understands "
-            f"(it knows revisions up to {CURRENT_REVISION})",
+            f"(it knows revisions up to {KNOWN_REVISION})",
         )
     if ver < 0:  # a signed 32-bit field: garbage there names no revision at all
         why = f"user_version {ver} is no revision: not a session file"

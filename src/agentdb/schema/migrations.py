@@ -22,7 +22,7 @@ from agentdb.schema.revisions import (
     APPLICATION_ID,
     COLUMNS,
     CURRENT_REVISION,
-    DDL,
+    KNOWN_DDL,
     REV2_EVENTS,
     REV2_INDEXES,
     REV2_PLAN_ITEMS,
@@ -31,7 +31,6 @@ from agentdb.schema.revisions import (
     REV3_BOUND,
     REV3_CHAIN_GAPS,
     REV3_COST_LEDGER,
-    REV3_DDL,
     REV3_EVENTS,
     REV3_HASHED,
     REV3_PLAN_ITEMS,
@@ -469,8 +468,7 @@ def create_schema(conn: apsw.Connection, revision: int) -> None:
     """Write ``revision``'s tables, user_version and application id into an empty file."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # revision 3 (unreleased) only when asked for explicitly
-        db.exec_script(conn, REV3_DDL if revision == 3 else DDL[revision])
+        db.exec_script(conn, KNOWN_DDL[revision])
         conn.execute(f"PRAGMA user_version={int(revision)}")
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute("COMMIT")

@@ -343,6 +343,15 @@ COLUMNS[3] = {
     **{t: (*REV3_HASHED[t], "content_hash") for t in REV3_TABLES[2:]},
 }
 
+# Every revision a reader knows: the released ones (DDL) and revision 3, which readers learn
+# before the ladder and the writer's default reach it.
+KNOWN_DDL: dict[int, str] = {**DDL, 3: REV3_DDL}
+
+# The revision new files are created at and the ladder migrates to.
 CURRENT_REVISION = 2
+# The newest revision every reader understands (identity, check, the writer's open, recovery,
+# backup and restore). Readers learn a revision before writers create it: between the two, a
+# revision-3 file made by a newer agentdb (or a fixture) is judged and opened, never too_new.
+KNOWN_REVISION = 3
 # "AGDB": written on create and on migrate. 0 is accepted from other conforming writers.
 APPLICATION_ID = 0x41474442

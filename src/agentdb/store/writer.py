@@ -22,7 +22,7 @@ from agentdb.hashing import event_hash
 from agentdb.paths import session_path, validate_id
 from agentdb.schema import enums
 from agentdb.schema.migrations import create_schema
-from agentdb.schema.revisions import CURRENT_REVISION, DDL
+from agentdb.schema.revisions import CURRENT_REVISION, KNOWN_DDL
 from agentdb.store import chained, opening
 from agentdb.store.model import (
     Event,
@@ -143,7 +143,7 @@ class SessionWriter:
         require_text_size("profile", profile)
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
             raise errors.InvalidInput("depth must be a non-negative integer")
-        if revision not in DDL and revision != chained.REVISION:
+        if revision not in KNOWN_DDL:
             raise errors.InvalidInput(f"no schema revision {revision}")
         if parent_session_id is not None:
             opening.require_child_depth(sessions_dir, parent_session_id, depth)
