@@ -15,6 +15,7 @@ import apsw
 from agentdb import db, errors, fsutil, locks
 from agentdb.hashing import mismatch_sql
 from agentdb.paths import sidecar
+from agentdb.schema import chainio
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION
@@ -133,6 +134,8 @@ def _open_sound(
             if migrate and revision < CURRENT_REVISION:
                 _, revision = apply_steps(conn, path)
             _require_shape(conn, path, revision, session_id)
+            if revision >= 3:
+                _require_tail(conn, session_id)
         # Last: after recovery (whose job must not meet this lease) and while the connection
         # holds SQLite's shared lock, so no job holds the file now.
         lease.acquire()
@@ -161,7 +164,8 @@ def _damage_as_raised(path: Path) -> Iterator[None]:
 
 def _require_intact(conn: apsw.Connection, revision: int) -> None:
     """The writer's own judge, when the caller passed none: ``integrity_check`` (the spec's
-    MUST) and, from revision 2, every event's content hash."""
+    MUST) and, from revision 2, every event's content hash (so a file is never migrated over
+    a hash that fails: the new chain would certify the damage)."""
     problems = db.integrity_problems(conn)
     if problems:
         raise _Damaged(f"integrity_check failed ({problems[0]})")
@@ -169,6 +173,15 @@ def _require_intact(conn: apsw.Connection, revision: int) -> None:
         bad = int(db.scalar(conn, mismatch_sql("count(*)")))
         if bad:
             raise _Damaged(f"{bad} events do not match their content hash")
+
+
+def _require_tail(conn: apsw.Connection, session_id: str) -> None:
+    """From revision 3, on every open (a judge or not): the chain's tail the writer is about to
+    extend, read under the connection that will write (design §9: the head, the last event and
+    its rows, the counts, session_meta's hash — O(1) chain work; ``check`` proves every row)."""
+    report = chainio.verify_quick(conn, session_id=session_id)
+    if not report.ok:
+        raise _Damaged(f"the chain does not prove its tail ({', '.join(report.problems)})")
 
 
 def _settle(conn: apsw.Connection, path: Path, inode: tuple[int, int]) -> None:
