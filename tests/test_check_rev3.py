@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdb import db, schemas
+from agentdb import db, schemas, verdicts
 from agentdb.checks import check_path
 from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import CODES
@@ -535,3 +536,24 @@ def test_cli_json_carries_verified_and_matches_the_schema(
         code, out, err = agentdb(*g, "check", "--all", *quick)
         line = next(li for li in out.splitlines() if li.startswith(damaged_sid))
         assert "corrupt" in line and "agentdb recover" in line
+
+
+def test_a_quick_verdict_in_the_cache_never_stands_in_for_the_full_walk(
+    r3: Path, tmp_path: Path
+) -> None:
+    """A middle row changed: quick (head, last event, counts) cannot see it and records ok; the
+    full judge then still walks the file, and records corrupt."""
+    from agentdb.checked import cached_judgement, check_and_record, judge_session
+
+    sessions_dir, sid, cache = r3.parent, r3.name[:26], tmp_path / "cache"
+    edit(r3, "UPDATE plan_items SET decision = 'ask' WHERE sequence = 2")
+    time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)  # settled: the verdict is believed
+    report, recorded = check_and_record(sessions_dir, [sid], quick=True, cache_dir=cache)
+    assert recorded and report.sessions[0].verdict == "ok"
+    assert cached_judgement(sessions_dir, sid, "quick", cache_dir=cache) is not None
+    assert cached_judgement(sessions_dir, sid, "full", cache_dir=cache) is None
+    assert judge_session(sessions_dir, sid, "full", cache_dir=cache).verdict == "corrupt"
+    report, _ = check_and_record(sessions_dir, [sid], cache_dir=cache)
+    assert "row_hash_mismatch" in codes(report.sessions[0])
+    found = cached_judgement(sessions_dir, sid, "quick", cache_dir=cache)
+    assert found is not None and found.verdict == "corrupt"
