@@ -69,6 +69,55 @@ class Finding:
     fix: str | None = None  # the command (or action) that repairs it, if any
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Since when a revision-3 file's rows are proven (its ``session_chain`` head, design §10)."""
+
+    how: str  # "created", "migrated" or "recovered"
+    revision: int | None  # the revision the file had then (origin_revision)
+    at: str  # UTC ISO time of that moment (origin_at)
+
+
+@dataclass(frozen=True)
+class TableProof:
+    """One table of a revision-3 file, as a check verified it."""
+
+    rows: int  # rows the table holds (--quick: its count(*))
+    proven: int  # of those, rows whose own hash this check recomputed and found to hold
+
+
+@dataclass(frozen=True)
+class LinkProof:
+    """The links between events a check looked at (--quick looks at none)."""
+
+    checked: int  # links looked at, one per event (the first: to the session's genesis hash)
+    broken: int  # of those, broken (a hash that does not link, or a sequence jump)
+
+
+@dataclass(frozen=True)
+class GapSeen:
+    """A break in the chain, or a gap an earlier recovery recorded (design §6)."""
+
+    kind: str  # events, tail, rows, link or meta
+    from_seq: int  # first sequence of the break (0 for meta)
+    to_seq: int  # last sequence of the break
+    recorded: bool  # a chain_gaps row (its own hash holding) records it: informational
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a check proved of a revision-3 ("damage-evident") file: the ``verified`` field of
+    ``check --json`` (design §7). None for a file below revision 3 or one that could not be
+    read as one."""
+
+    level: str  # "full" (every row, link and gap) or "quick" (the head, the last event, counts)
+    origin: Origin | None  # from the head; None when there is no single session_chain row
+    rows: dict[str, TableProof]  # per table: rows held, rows proven
+    links: LinkProof  # links between events checked and broken
+    gaps: list[GapSeen]  # breaks found, and recorded gaps (full: every one; quick: what it saw)
+    tail: str  # matches, cut, head_damaged (the head fails its own hash) or head_missing
+
+
 @dataclass
 class SessionCheck:
     """Everything ``check`` found about one ``<id>.sqlite`` entry."""
@@ -81,6 +130,7 @@ class SessionCheck:
     size: int | None = None  # bytes of the database file plus its -wal
     live: int | None = None  # pid of a process that has the file open (0: pid unknown)
     findings: list[Finding] = field(default_factory=list)  # everything found, whatever the verdict
+    verified: Verified | None = None  # revision 3: what the chain walk proved (else None)
 
     @property
     def ok(self) -> bool:

@@ -6,7 +6,9 @@ the file healthy with the same checks as :func:`agentdb.checks.file.check_path` 
 stat pass and refusals, the lock probe before and after, the same hardened settings, the
 trigger/view refusal, identity and schema, ``quick_check`` (or ``integrity_check``, foreign
 keys, consistency, content hashes and the parent's depth for a full check), the UTF-8 scan of
-the small tables, the ``session_meta`` row, the before/after comparison — but reads the file
+the small tables, the ``session_meta`` row, at revision 3 the chain walk (``--quick``: its O(1)
+part; a full check: every row, link and gap — the same ``_Run.rows``), the before/after
+comparison — but reads the file
 ATTACHed to one hardened connection per process (:func:`agentdb.db.attached_immutable`)
 instead of a connection made, hardened and closed for it. It never reports a problem itself:
 anything that is not plainly healthy (a finding of any kind, a sidecar, a live holder, an
@@ -26,7 +28,7 @@ from agentdb.checks.file import META_SQL, _Run, _snapshot
 from agentdb.results import SessionCheck
 from agentdb.schema import enums
 from agentdb.schema.identity import decided_same
-from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
+from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION, KNOWN_REVISION
 from agentdb.schema.text import small_tables_columns
 
 _S = db.ATTACHED
@@ -66,7 +68,7 @@ def ok_at_rest(
             return None
         app = int.from_bytes(header[68:72], "big", signed=True)
         ver = int.from_bytes(header[60:64], "big", signed=True)
-        if app != APPLICATION_ID or ver != CURRENT_REVISION or (not quick and ver < 2):
+        if app != APPLICATION_ID or not CURRENT_REVISION <= ver <= KNOWN_REVISION:
             return None  # foreign, too_new, application_id_zero, needs_migration
         if header[56:60] != b"\x00\x00\x00\x01":
             return None  # text_encoding: not a UTF-8 database
@@ -85,14 +87,13 @@ def ok_at_rest(
                 got = x(_META_TEXT).fetchall()
                 if len(got) != 1 or got[0][7] != 1 or any(got[0][8:]):
                     return None  # meta_missing, invalid_text
-                if not quick:  # revision 2 on: events are covered by their content hashes
-                    run.foreign_keys(conn, _S)
-                    run.consistency(conn)
-                    run.hashes(conn)
+                run.judge_meta(tuple(got[0]))
+                # revision 2 on: events are covered by their content hashes; revision 3: the
+                # chain walk (full, or --quick's O(1) part), as check_path runs it
+                run.rows(conn, ver, _S)
         except db.READ_ERRORS:
             return None  # damaged, unreadable, invalid text: check_path words it
         run.revision = ver
-        run.judge_meta(tuple(got[0]))
         if not quick:  # the parent's file, opened after this one is detached
             run.parent_depth()
         if run.findings or run.status == enums.RUNNING:  # interrupted, unless someone has it

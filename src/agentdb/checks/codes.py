@@ -44,6 +44,15 @@ CODES: dict[str, tuple[Severity, Problem | None]] = {
     "wal_torn_tail": ("info", None),  # normal after a crash: SQLite ignores the torn frames
     "wal_stale_frames": ("info", None),  # left over from before a WAL restart
     "wal_not_judged": ("info", None),  # the session is open: its WAL is being written
+    # revision 3: the chain walk (docs/design/damage-evident-revision.md §7; checks/chainproof.py)
+    "row_hash_mismatch": ("error", "corrupt"),  # a cost_ledger/plan_items/producers row's hash
+    "chain_break": ("error", "corrupt"),  # a break in the chain no gap record explains
+    "chain_gap_recorded": ("info", None),  # a break an earlier recovery recorded: history lost
+    "head_mismatch": ("error", "corrupt"),  # tail cut, head damaged, missing or passed
+    "count_mismatch": ("error", "corrupt"),  # a table's row count is not the head's
+    "meta_hash_mismatch": ("error", "corrupt"),  # session_meta is not the row the head hashed
+    "gap_record_damaged": ("error", "corrupt"),  # a chain_gaps row altered, deleted or added
+    "unbound_rows": ("error", "corrupt"),  # derived rows of no event, outside recorded gaps
     # schema and consistency
     "schema_mismatch": ("error", "inconsistent"),
     # a table or column the revision names is not in the schema: damaged CREATE text (a conforming
@@ -64,6 +73,7 @@ CODES: dict[str, tuple[Severity, Problem | None]] = {
     "bad_decision": ("error", "inconsistent"),
     "missing_event": ("error", "inconsistent"),  # a row points at an event that does not exist
     "orphan_of_recovery": ("info", None),  # same, in a file the recovery log says was salvaged
+    #                                        (revision 3: inside a recorded events/tail gap)
     "ledger_not_message": ("error", "inconsistent"),
     "plan_item_not_plan": ("error", "inconsistent"),
     "producer_mismatch": ("error", "inconsistent"),  # first-seen event has another producer

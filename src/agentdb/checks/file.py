@@ -21,7 +21,7 @@ from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
 from agentdb.hashing import mismatch_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
-from agentdb.results import Finding, SessionCheck
+from agentdb.results import Finding, SessionCheck, Verified
 from agentdb.schema import enums
 from agentdb.schema.identity import (
     SchemaRows,
@@ -82,6 +82,8 @@ class _Run:
     unstable: bool = False
     parent: str | None = None  # session_meta.parent_session_id, when it is another's valid id
     depth: int | None = None  # session_meta.depth, when it is an integer
+    meta_rows: int = 0  # session_meta rows counted
+    verified: Verified | None = None  # revision 3: what the chain walk proved
 
     @property
     def fix_recover(self) -> str:
@@ -100,6 +102,7 @@ class _Run:
             self.size,
             self.live,
             self.findings,
+            self.verified,
         )
 
     # ------------------------------------------------------------------ steps
@@ -376,6 +379,7 @@ class _Run:
     def judge_meta(self, row: tuple[Any, ...]) -> None:
         """The findings of the ``session_meta`` row (:data:`META_SQL`'s first columns)."""
         sid, parent, status, depth, depth_type, no_end, count = row[:7]
+        self.meta_rows = int(count)
         if int(count) > 1:
             self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
         if sid != self.session_id and isinstance(sid, str) and is_valid_id(sid):
@@ -513,6 +517,32 @@ class _Run:
                 self.fix_recover,
             )
 
+    def rows(self, conn: apsw.Connection, revision: int, schema: str = "main") -> None:
+        """What the rows say, inside the caller's read transaction: a full check's
+        cross-table references, consistency and content hashes; from revision 3 the chain walk
+        (``--quick`` too: its O(1) part), which also judges rows bound to no event."""
+        if not self.quick:  # --quick: no cross-table references, no payload hashes
+            if revision < 3:
+                self.foreign_keys(conn, schema)
+            self.consistency(conn)
+            if revision == 2:
+                self.hashes(conn)
+        if revision >= 3:
+            self.chain(conn)
+
+    def chain(self, conn: apsw.Connection) -> None:
+        """Revision 3: the chain walk (full, or ``--quick``'s O(1) part) and its findings."""
+        from agentdb.checks import chainproof
+
+        proof = chainproof.verify(conn, self.session_id, quick=self.quick)
+        r = proof.report
+        by_sql = not self.quick
+        if by_sql and r.rows.get("events", 0) != r.proven.get("events", 0):
+            self.hashes(conn)  # revision 2's query and wording for events whose hash fails
+        for code, message, fix in chainproof.findings(proof, self.session_id, events_by_sql=by_sql):
+            self.add(code, message, fix)
+        self.verified = chainproof.verified_of(proof, meta_rows=self.meta_rows)
+
     def tables(self, conn: apsw.Connection, *, immutable: bool) -> None:
         """Everything that reads the file through SQLite, inside one read transaction."""
         try:
@@ -529,11 +559,7 @@ class _Run:
                 if not self.text(conn, revision):
                     return
                 self.session_meta(conn)
-                if not self.quick:  # --quick: no cross-table references, no payload hashes
-                    self.foreign_keys(conn)
-                    self.consistency(conn)
-                    if revision >= 2:
-                        self.hashes(conn)
+                self.rows(conn, revision)
             finally:
                 if not conn.get_autocommit():
                     conn.execute("COMMIT")
