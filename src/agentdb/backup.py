@@ -28,10 +28,20 @@ Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
    * the old copy is a prefix of the snapshot (:mod:`agentdb.checks.prefix`, compared with the
      old copy as it is at that moment, under the lock) — the snapshot is renamed over it:
      ``updated``. A copy is never replaced by one that holds less;
+   * the session is a *proper* prefix of the copy, proven by the chain heads (revision 3:
+     the session's head is a link in the copy's chain, which goes on past it) — the session
+     lost the copy's last events consistently, a rollback ``check`` cannot see: the copy stays
+     and nothing is written beside it (its state is in the copy already), ``kept`` with
+     ``rollback`` and a message that names the lost events and ``agentdb restore``;
    * neither is a prefix of the other (the session was recovered with losses) — the old copy
      stays and the snapshot is written beside it as ``DIR/<id>.sqlite.<UTC timestamp>``
      (``kept``); the newest such copy is itself updated, left unchanged or kept the same way on
      later runs, so what the session gains after a lossy recovery is backed up too.
+
+   From revision 3 (both files) the comparison is the head proof of design §11 when it applies
+   (``decided_by`` ``proof``: a full chain walk of each file plus one indexed lookup, no row
+   compared), else today's row comparison (``rows``); a revision-3 copy that fails chain
+   verification is treated as one that fails verification.
 
 ``kill -9`` anywhere leaves every copy complete: the final names only ever change by an atomic
 ``link``/``rename`` of a verified, fsynced file; a killed run's temp file is removed by the
@@ -89,6 +99,12 @@ class BackupOutcome:
     corrupt_path: Path | None = None  # where an old copy that failed verification went
     current_path: Path | None = None  # kept: the timestamped copy that holds the current state
     lost: str | None = None  # kept: what the old copy has that the session lost
+    # how the copy was compared with the session: proof (chain heads, design §11) or rows
+    # (None: nothing was compared)
+    decided_by: str | None = None
+    # kept: the session is a proper prefix of this copy, proven by the chain heads (a rollback):
+    # {"copy", "session_head", "copy_head", "lost_events": [[first, last], ...]}
+    rollback: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         def opt(p: Path | None) -> str | None:
@@ -106,6 +122,8 @@ class BackupOutcome:
             "corrupt_path": opt(self.corrupt_path),
             "current_path": opt(self.current_path),
             "lost": self.lost,
+            "decided_by": self.decided_by,
+            "rollback": self.rollback,
         }
 
 
@@ -219,20 +237,67 @@ def _replace(tmp: Path, target: Path, point: str) -> None:
     faults.point(f"backup_after_{point}")
 
 
+def _rolled_back(out: BackupOutcome, c: prefix.PrefixComparison, copy: Path, sid: str) -> None:
+    """The session is a proper prefix of ``copy``, proven (design §11): it lost the copy's
+    last events consistently. The copy stays; nothing is written beside it (the session's
+    state is in the copy). Raises ``kept``."""
+    assert c.rollback is not None
+    mine, theirs = c.rollback
+    out.decided_by = c.decided_by
+    out.rollback = {
+        "copy": str(copy),
+        "session_head": mine,
+        "copy_head": theirs,
+        "lost_events": [list(r) for r in c.lost_event_ranges],
+    }
+    newest = backupdir.copies_of(copy.parent, sid)[:1] == [copy]
+    how = f"--from {copy.parent}" if newest else f"--copy {copy}"
+    raise _Placed(
+        "kept",
+        f"the session lost {c.describe_loss()} since {copy.name} was written, consistently: "
+        f"its last event ({mine}) is a link in that copy's chain, which goes on to {theirs} "
+        f"(a rollback — an older file put back, lost writes — that `agentdb check` cannot "
+        f"see); {copy.name} is kept: `agentdb restore {sid} {how}` puts them back",
+    )
+
+
+def _chain_note(c: prefix.PrefixComparison) -> str:
+    """Why a revision-3 pair is not a prefix when a chain fails (empty otherwise)."""
+    if c.new_chain_ok is False:
+        return "the session fails full chain verification: run `agentdb check` on it"
+    return ""
+
+
 def _place_beside(
-    tmp: Path, final: Path, out: BackupOutcome, sid: str, recovered: bool, fresh: bool
+    tmp: Path,
+    final: Path,
+    out: BackupOutcome,
+    sid: str,
+    recovered: bool,
+    fresh: bool,
+    reports: prefix.ChainReports,
 ) -> None:
     """The session is not a superset of ``final``: keep it; put the snapshot in the newest
-    timestamped copy if that is a prefix of it, else in a new timestamped copy."""
+    timestamped copy if that is a prefix of it, else in a new timestamped copy (unless the
+    session is a proven proper prefix of that copy: a rollback, which writes nothing)."""
     dest = final.parent
     stamped = backupdir.stamped_copies(dest, sid)
     if stamped and _usable(_judge(stamped[-1], sid, recovered)):
         newest = stamped[-1]
-        c = prefix.compare_paths(newest, tmp)
+        c = prefix.compare_paths(newest, tmp, reports=reports)
+        out.decided_by = c.decided_by
         if c.identical:
             out.current_path = newest
             raise _Placed("kept", f"the session's current state is in {newest.name} already")
-        if not c.is_prefix and not fresh and prefix.compare_paths(tmp, newest).is_prefix:
+        if c.rollback is not None:
+            if not fresh:
+                raise _Stale
+            _rolled_back(out, c, newest, sid)
+        if (
+            not c.is_prefix
+            and not fresh
+            and prefix.compare_paths(tmp, newest, reports=reports).is_prefix
+        ):
             raise _Stale
         if c.is_prefix:
             out.current_path = newest
@@ -270,10 +335,11 @@ def _place(
     recovered: bool,
     sync_dir: bool,
     fresh: bool,
+    reports: prefix.ChainReports,
 ) -> None:
     """Step 3 of the module doc; ``st`` is the locked old copy (None: there is none).
-    ``fresh``: the snapshot was taken under the lock. Raises :class:`_Placed` (or
-    :class:`_Retry`, :class:`_Stale`)."""
+    ``fresh``: the snapshot was taken under the lock; ``reports``: chain walks of the files
+    under the lock. Raises :class:`_Placed` (or :class:`_Retry`, :class:`_Stale`)."""
     if st is None:
         try:
             os.link(tmp, final)  # fails (EEXIST) rather than replace a file another run put there
@@ -291,29 +357,50 @@ def _place(
             "fix or move it by hand, then run the backup again",
         )
     if not _usable(old):
-        corrupt = backupdir.corrupt_name_of(final, st)
-        if not os.path.lexists(corrupt):
-            os.link(final, corrupt)  # the old copy keeps its bytes under the .corrupt name
-            fsutil.fsync_dir(final.parent)
-        faults.point("backup_after_corrupt_link")
-        out.corrupt_path = corrupt
-        _replace(tmp, final, "replace_corrupt")
-        raise _Placed(
-            "copied",
-            f"the old copy failed verification ({old.verdict}: {_first_problem(old)}); "
-            f"kept as {corrupt.name}",
-            final,
-        )
-    c = prefix.compare_paths(final, tmp)  # the old copy as it is now, under the lock
+        _replace_corrupt(tmp, final, st, out, f"{old.verdict}: {_first_problem(old)}")
+    c = prefix.compare_paths(final, tmp, reports=reports)  # the old copy as it is now, locked
+    out.decided_by = c.decided_by
+    if c.old_chain_ok is False and c.new_chain_ok:
+        # a revision-3 copy whose chain fails is a copy that fails verification (design §7)
+        assert c.old_chain is not None
+        _replace_corrupt(tmp, final, st, out, "corrupt: " + ", ".join(c.old_chain.problems))
     if c.identical:
         raise _Placed("unchanged")
     if c.is_prefix:
         _replace(tmp, final, "replace")
         raise _Placed("updated", "", final)
-    if not fresh and prefix.compare_paths(tmp, final).is_prefix:
+    if c.rollback is not None:
+        if not fresh:
+            raise _Stale  # a newer copy another run placed, or a rollback: a fresh look tells
+        out.lost = c.describe_loss()
+        _rolled_back(out, c, final, sid)
+    if not fresh and prefix.compare_paths(tmp, final, reports=reports).is_prefix:
         raise _Stale
     out.lost = c.describe_loss()
-    _place_beside(tmp, final, out, sid, recovered, fresh)
+    note = _chain_note(c)
+    try:
+        _place_beside(tmp, final, out, sid, recovered, fresh, reports)
+    except _Placed as placed:
+        if note:
+            placed.message = f"{placed.message}; {note}"
+        raise
+
+
+def _replace_corrupt(
+    tmp: Path, final: Path, st: os.stat_result, out: BackupOutcome, why: str
+) -> None:
+    """The old copy fails verification: it keeps its bytes as ``.corrupt[.N]`` and the
+    snapshot takes its name. Raises ``copied``."""
+    corrupt = backupdir.corrupt_name_of(final, st)
+    if not os.path.lexists(corrupt):
+        os.link(final, corrupt)  # the old copy keeps its bytes under the .corrupt name
+        fsutil.fsync_dir(final.parent)
+    faults.point("backup_after_corrupt_link")
+    out.corrupt_path = corrupt
+    _replace(tmp, final, "replace_corrupt")
+    raise _Placed(
+        "copied", f"the old copy failed verification ({why}); kept as {corrupt.name}", final
+    )
 
 
 def _discard(tmp: Path) -> None:
@@ -396,14 +483,16 @@ def backup_session(
         note = _take(db_path, tmp, out, recovered)
         for _ in range(_ATTEMPTS):
             with backupdir.locked_copy(final) as st:
+                reports = prefix.ChainReports()  # the copies cannot change while locked
                 try:
-                    _place(tmp, final, st, out, sid, recovered, sync_dir, fresh=False)
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, False, reports)
                 except _Retry:
                     continue
                 except _Stale:
                     # under the lock no run can place a newer copy: snapshot the session again
+                    reports.forget(tmp)
                     note = _take(db_path, tmp, out, recovered)
-                    _place(tmp, final, st, out, sid, recovered, sync_dir, fresh=True)
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, True, reports)
         return done("failed", f"{final}: created and removed again and again meanwhile; retry")
     except _Placed as placed:
         message = "; ".join(m for m in (placed.message, note) if m)

@@ -57,6 +57,9 @@ class RestoreOutcome:
     forced: bool = False  # --force overrode would_lose_events or damaged
     rejected_copies: list[dict[str, str]] = field(default_factory=list)  # {path, why}
     notes: list[str] = field(default_factory=list)
+    # how the current file was compared with the copy: proof (chain heads, design §11) or rows
+    # (None: not compared, e.g. a missing file)
+    decided_by: str | None = None
 
     def log_entry(self, event: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class RestoreOutcome:
             "forced": self.forced,
             "rejected_copies": self.rejected_copies,
             "notes": self.notes,
+            "decided_by": self.decided_by,
         }
 
 
@@ -137,6 +141,7 @@ def _outcome(plan: RestorePlan, d: RestoreDecision) -> RestoreOutcome:
         forced=d.forced,
         rejected_copies=[{"path": p, "why": w} for p, w in d.rejected],
         notes=list(d.notes),
+        decided_by=d.decided_by,
     )
     out.reasons = [{"code": r.code, "message": r.message} for r in d.reasons]
     out.reason = d.reasons[0].code if d.reasons else None

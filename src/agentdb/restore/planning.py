@@ -15,6 +15,10 @@ Per session, in this order (every reason that applies is listed; see ``docs/rest
 5. the current file must be a prefix of the copy (:mod:`agentdb.checks.prefix`): otherwise restoring
    would lose its newer events (``would_lose_events``, listing their sequence ranges), which
    only ``--force`` overrides; a file that already holds the copy's rows is ``unchanged``.
+   When both are revision 3 the head proof decides when it applies (design §11; a copy whose
+   chain fails is ``bad_copy``, a current file whose chain fails cannot be compared:
+   ``damaged``), and a current file that is a proven *proper* prefix of the copy lost the
+   copy's last events consistently (a rollback): restored, with a note saying so.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class RestoreDecision:
     recovered: bool = False  # the recovery log records a salvage of this session
     damage: str | None = None  # --all: what check found wrong with the current file
     notes: list[str] = field(default_factory=list)  # things the operator should know
+    decided_by: str | None = None  # how the current file was compared: proof or rows
 
 
 @dataclass
@@ -341,24 +346,46 @@ def _choose_copy(d: RestoreDecision, candidates: list[Copy]) -> None:
     )
 
 
+def _uncomparable(d: RestoreDecision, why: str, force: bool = False) -> None:
+    """The current file cannot be compared with the copy (unreadable, or its chain fails:
+    ``force`` then overrides it like any damage)."""
+    if d.forced or force:
+        d.forced = True
+        d.lost_events = None
+        d.notes.append(f"events only in the current file: unknown, it cannot be read ({why})")
+    else:
+        d.reasons.append(
+            Reason(
+                "damaged",
+                f"{d.damage or 'it'}; it cannot be compared with the copy ({why}): run "
+                f"`agentdb recover {d.session_id}` first, then restore again",
+            )
+        )
+
+
 def _compare(d: RestoreDecision, main: Path, force: bool, pending: dict[str, Any] | None) -> None:
     """Is the current file a prefix of the copy (``checks.prefix``, issue 15's definition)?"""
     assert d.copy is not None
     try:
         cmp = prefix.compare_paths(main, d.copy.path)
     except errors.AgentdbError as e:
-        why = str(e).splitlines()[0]
-        if d.forced:
-            d.lost_events = None
-            d.notes.append(f"events only in the current file: unknown, it cannot be read ({why})")
-        else:
-            d.reasons.append(
-                Reason(
-                    "damaged",
-                    f"{d.damage or 'it'}; it cannot be compared with the copy ({why}): run "
-                    f"`agentdb recover {d.session_id}` first, then restore again",
-                )
+        _uncomparable(d, str(e).splitlines()[0])
+        return
+    d.decided_by = cmp.decided_by
+    if cmp.new_chain_ok is False:
+        assert cmp.new_chain is not None
+        d.reasons.append(
+            Reason(
+                "bad_copy",
+                f"{d.copy.path}: fails full chain verification "
+                f"({', '.join(cmp.new_chain.problems)}); restore another copy with --copy PATH",
             )
+        )
+        return
+    if cmp.old_chain_ok is False:
+        assert cmp.old_chain is not None
+        problems = ", ".join(cmp.old_chain.problems)
+        _uncomparable(d, f"it fails full chain verification: {problems}", force)
         return
     nothing_new = all(t.added == 0 for t in cmp.tables.values())
     if cmp.is_prefix and nothing_new and cmp.meta_equal and d.current == "ok":
@@ -372,6 +399,18 @@ def _compare(d: RestoreDecision, main: Path, force: bool, pending: dict[str, Any
             d.notes.append("the current file already holds exactly the copy's rows")
         return
     if cmp.is_prefix:
+        if (
+            cmp.decided_by == "proof"
+            and cmp.old_head is not None
+            and cmp.new_head is not None
+            and cmp.new_head > cmp.old_head
+        ):
+            d.notes.append(
+                f"the current file is a proper prefix of the copy, proven by the chain heads: "
+                f"its last event ({cmp.old_head}) is a link in the copy's chain, which goes on "
+                f"to {cmp.new_head}; the events after it were lost consistently (a rollback), "
+                "and restoring puts them back"
+            )
         if d.damage is not None:
             d.notes.append(
                 f"damaged ({d.damage}); every row it holds is in the copy, so --all restores "
