@@ -2,6 +2,10 @@
 
 Every recovery outcome (and the intent before a swap) is a line. Lines are written with one
 ``write`` on an ``O_APPEND`` descriptor and fsynced, so concurrent jobs never interleave bytes.
+The fields are :meth:`agentdb.salvage.RecoveryOutcome.to_log`'s; among them ``gaps``: the gap
+rows a revision-3 replacement was given by that recovery, ``[{"kind", "from_seq", "to_seq",
+"expected_hash"}]`` with the hash as hex or null (empty below revision 3; absent from lines
+written before it existed, which readers take as empty).
 
 The log is opened like a session file (:func:`agentdb.fsutil.open_regular`): a symlink, FIFO,
 directory or device in its place is refused with one line, never followed, never waited on.

@@ -14,6 +14,9 @@ attempt (:mod:`agentdb.kernel`). Like :mod:`agentdb.prune`, it plans, then execu
    frame by the file format (:mod:`.pages`), free space (:mod:`.freespace`), SQLite's own
    recovery extension when gaps remain (:mod:`.shell`) — merges them by primary key
    (:mod:`.merge`) and builds the replacement there, checked once by ``agentdb check``'s judge.
+   The replacement's revision is never below the original's; at revision 3 salvaged rows keep
+   their stored hashes, breaks are recorded as gap rows and the head is computed from the walk
+   (:mod:`.replacement`, :mod:`.chainrows`; design §6), and the full chain walk must prove it.
    The :class:`RecoveryPlan` holds the outcome (counts with verification levels, losses,
    notes), the stamps of what was read and the replacement's path. ``--dry-run`` stops here;
 3. :func:`execution.execute` re-checks the files under the lock, copies the replacement beside
@@ -95,9 +98,12 @@ def recover_session(
     dry_run: bool = False,
     recovery_log: Path | None = None,
     wait: float | None = None,
+    target_revision: int | None = None,
 ) -> RecoveryOutcome:
     """Recover one session if it is damaged; see the module docstring. With ``wait``
-    (seconds), a session someone has open is waited for that long before it is skipped."""
+    (seconds), a session someone has open is waited for that long before it is skipped.
+    ``target_revision``: the replacement's schema revision (default: the current one, or the
+    original's when that is newer; never below the original's)."""
     path = paths.session_path(sessions_dir, session_id)
     log = recovery_log or paths.recovery_log_path(sessions_dir)
     out = RecoveryOutcome(session_id, "refused", str(path), dry_run=dry_run)
@@ -118,7 +124,7 @@ def recover_session(
 
                 swap.remove_job_files(path)
             with fsutil.private_workdir("agentdb-recover-") as work:
-                p = plan(path, session_id, fd, work, log)
+                p = plan(path, session_id, fd, work, log, target=target_revision)
                 p.outcome.dry_run = dry_run
                 if dry_run:
                     if p.outcome.outcome == "recovered" and not p.finish_log:

@@ -37,6 +37,7 @@ from agentdb.fileformat.record import serial_type_size
 from agentdb.fileformat.varint import read_varint, to_signed64
 from agentdb.hashing import event_hash
 from agentdb.salvage import tables
+from agentdb.salvage.chainrows import HASHED, ChainEvidence
 from agentdb.salvage.tables import Row
 
 MAX_GUESSES = 4096  # missing sequences tried against a hash-vouched event whose key was lost
@@ -62,6 +63,7 @@ class FreeRow:
     row: Row  # revision-1 columns (the key is 0 when ``keyed`` is False and it is the rowid)
     stored: Any  # the stored content_hash, or :data:`agentdb.salvage.tables.NO_HASH`
     keyed: bool  # the cell's rowid survived (False: only the record did)
+    extra: tuple[Any, ...] = ()  # a revision-3 event's stored (prev_hash, chain_hash)
 
 
 def _record_length(buf: bytes, pos: int, end: int) -> int | None:
@@ -183,19 +185,24 @@ def classify_all(found: list[FreeRecord]) -> list[FreeRow]:
     out: list[FreeRow] = []
     for fr in found:
         got = tables.classify(list(fr.rec), fr.rowid if fr.rowid is not None else 0)
-        if got is not None and got[0] in tables.TABLES:
-            table, row, stored = got
-            out.append(FreeRow(table, tables.normalise(table, row), stored, fr.rowid is not None))
+        if got is not None and got.table in tables.TABLES:
+            row = tables.normalise(got.table, got.row)
+            out.append(FreeRow(got.table, row, got.stored, fr.rowid is not None, got.extra))
     return out
 
 
 def iter_rows(
-    found: list[FreeRow], session_id: str, missing_events: Callable[[], set[int]]
+    found: list[FreeRow],
+    session_id: str,
+    missing_events: Callable[[], set[int]],
+    chain: ChainEvidence | None = None,
+    revision: int = 0,
 ) -> Iterator[tuple[str, Row]]:
     """Validated (table, row) pairs from classified free-space records, in the order found.
 
     ``missing_events`` gives the event sequences no better tier has (asked lazily, only when a
-    revision-2 event's rowid was lost and must be found by its hash).
+    revision-2 event's rowid was lost and must be found by its hash). A revision-3 record's
+    hashes go to ``chain``; at ``revision`` 3 a record without them is not taken.
     """
     seen: set[tuple[str, Row]] = set()
     missing: set[int] | None = None
@@ -213,8 +220,15 @@ def iter_rows(
             row = (found_key, *row[1:])
         if tables.problem(table, row, session_id) is not None:
             continue
-        if hashed and tables.hash_problem(row, stored) is not None:
+        if hashed and tables.hash_problem(row, stored, table) is not None:
             continue
+        if not hashed and revision >= 3 and table in ("events", *HASHED):
+            continue  # an older revision's copy: nothing vouches for it in the chain
+        if chain is not None and hashed and (fr.extra or table != "events"):
+            if table == "events":
+                chain.see_event(row, stored, *fr.extra, checked=True)
+            else:
+                chain.see_row(table, row, stored, checked=True)
         if (table, row) not in seen:
             seen.add((table, row))
             yield table, row

@@ -31,6 +31,7 @@ from typing import Any
 
 from agentdb.hashing import event_hash
 from agentdb.salvage import freespace, tables
+from agentdb.salvage.chainrows import HASHED, ChainEvidence
 from agentdb.salvage.diskrows import DiskMap, HashSets, ordered
 from agentdb.salvage.merged import (
     REBUILT_PROFILE,
@@ -75,6 +76,8 @@ def merge(
     torn: frozenset[int] | None = None,
     *,
     torn_witness: PageSalvage | None = None,
+    chain: ChainEvidence | None = None,
+    revision: int = 0,
 ) -> Merged:
     """One row per key from what the engines found, by the precedence in the module docstring.
     The merged rows of the AUTOINCREMENT tables go into ``store`` (default: one in memory).
@@ -82,8 +85,12 @@ def merge(
     promised; these pages (the ones it did restore) are the only ones known to hold committed
     content, and every other row no hash vouches for is unverified. ``torn_witness``: the page
     engine's walk that says which rows those pages hold (default ``page``; given apart when
-    its rows are not merged, as when SQLite reads every table whole)."""
+    its rows are not merged, as when SQLite reads every table whole). ``revision``: the
+    original's; at 3, only rows whose stored hashes ``chain`` holds are kept (see
+    :meth:`_Merger.keep_chained`)."""
     m = _Merger(session_id, page, rows, store or Scratch(None))
+    m.chain = chain
+    m.revision = revision
     m.torn = torn
     m.torn_witness = torn_witness if torn_witness is not None else page
     m.take_engines(shell)
@@ -118,6 +125,8 @@ class _Merger:
         self.torn: frozenset[int] | None = None  # see merge()
         self.torn_doubt: dict[str, set[Any]] = {}  # table -> keys a torn journal leaves in doubt
         self.torn_witness: PageSalvage | None = None  # see merge()
+        self.chain: ChainEvidence | None = None  # see merge()
+        self.revision = 0  # the original's revision (see merge())
 
     def vouched(self, table: str, key: Any, row: Row) -> bool:
         """A revision-2 event whose stored content hash matches these very bytes."""
@@ -331,7 +340,11 @@ class _Merger:
         events = self.rows["events"]
         counter = page.sequences.get("events", 0)
         for table, row in freespace.iter_rows(
-            page.free, self.session_id, lambda: missing(events, counter, freespace.MAX_GUESSES)
+            page.free,
+            self.session_id,
+            lambda: missing(events, counter, freespace.MAX_GUESSES),
+            self.chain,
+            self.revision,
         ):
             self.put(table, row, "free-space")
 
@@ -340,6 +353,8 @@ class _Merger:
         result = Merged(self.rows, self.sources, self.sequences(), notes=self.notes)
         self.mark_unverified(result)
         self.keep_hashes(result)
+        if self.revision >= 3:
+            self.keep_chained(result)
         derive_producers(result)
         if not self.rows["session_meta"] and result.count():
             rebuild_meta(result, self.session_id)
@@ -461,6 +476,53 @@ class _Merger:
                     f"events: {len(loose)} rows from older copies carry no content hash "
                     "(written before the file was migrated): kept, unverified"
                 )
+
+    def keep_chained(self, result: Merged) -> None:
+        """A revision-3 original (design §6): a salvaged row keeps its stored hashes, so only
+        a row some engine read with its stored hash matching may stay — an event with its
+        verified content_hash and a stored (prev_hash, chain_hash), a derived row whose own
+        content_hash held. The others (a copy from before the file was migrated, an event
+        only SQLite's recovery extension read, whose chain fields it does not keep) are
+        dropped: each becomes part of a gap the replacement records."""
+        chain = self.chain
+        dropped: dict[str, list[Any]] = {}
+        events = result.rows["events"]
+        for seq in list(events):
+            h = result.hashes.get(seq)
+            if chain is None or h is None or not chain.has_link(seq, h):
+                dropped.setdefault("events", []).append(seq)
+        for table in HASHED:
+            got = result.rows[table]
+            for key, row in ordered(got):
+                if chain is None or not chain.vouched(table, self.store.resolve(row)):
+                    dropped.setdefault(table, []).append(key)
+        for table, keys in dropped.items():
+            got = result.rows[table]
+            for key in keys:
+                del got[key]
+                if table == "events":
+                    result.hashes.pop(key, None)
+            result.unverified.get(table, set()).difference_update(keys)
+            _uncount(result.sources[table], len(keys))
+            self.notes.append(
+                f"{table}: {len(keys)} rows dropped: no stored hash of theirs holds (revision "
+                "3 keeps a salvaged row's own hashes; each is part of a gap the replacement "
+                "records)"
+            )
+
+
+def _uncount(sources: Counter[str], n: int) -> None:
+    """Take ``n`` dropped rows off the sources' counts, lowest tier first (the tiers such a
+    row comes from: SQLite's recovery extension, free space, older copies)."""
+    for name in ("sqlite-recover", "free-space", "stale", "stray", "live", "rows"):
+        take = min(n, sources[name])
+        if take:
+            sources[name] -= take
+            n -= take
+        if name in sources and sources[name] <= 0:
+            del sources[name]
+        if not n:
+            return
 
 
 _Known = tuple[bytes | None, set[bytes], bool]

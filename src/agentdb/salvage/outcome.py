@@ -30,6 +30,24 @@ def _dict(v: object) -> dict[str, Any]:
     return dict(v) if isinstance(v, dict) else {}
 
 
+def _gaps(v: object) -> list[dict[str, Any]]:
+    """A log line's ``gaps``: the well-formed entries (see :attr:`RecoveryOutcome.gaps`)."""
+    if not isinstance(v, list):
+        return []
+    out = []
+    for g in v:
+        if (
+            isinstance(g, dict)
+            and isinstance(g.get("kind"), str)
+            and type(g.get("from_seq")) is int
+            and type(g.get("to_seq")) is int
+            and (g.get("expected_hash") is None or isinstance(g.get("expected_hash"), str))
+        ):
+            keys = ("kind", "from_seq", "to_seq", "expected_hash")
+            out.append({k: g.get(k) for k in keys})
+    return out
+
+
 def _strs(v: object) -> list[str]:
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
@@ -57,6 +75,9 @@ class RecoveryOutcome:
     swap_started: bool = False  # the intent line is logged: an interrupted swap is resumable
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage of the job
     error: errors.AgentdbError | None = field(default=None, repr=False)  # why "failed"
+    # revision 3: the gap rows this recovery recorded in the replacement, as the file holds
+    # them: {"kind", "from_seq", "to_seq", "expected_hash" (hex, or None)} (design §6)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
 
     def to_log(self, event: LogEvent) -> dict[str, Any]:
         """The recovery-log line for this outcome."""
@@ -89,6 +110,7 @@ class RecoveryOutcome:
             "tables": self.tables,
             "lost": self.lost,
             "notes": self.notes,
+            "gaps": self.gaps,
         }
 
     @classmethod
@@ -107,6 +129,7 @@ class RecoveryOutcome:
             found_by=_dict(entry.get("found_by")),
             lost=_dict(entry.get("lost")),
             notes=_strs(entry.get("notes")),
+            gaps=_gaps(entry.get("gaps")),
         )
 
 

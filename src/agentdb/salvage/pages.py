@@ -43,7 +43,7 @@ from agentdb.fileformat import (
 )
 from agentdb.fileformat.btree import TableInteriorCell
 from agentdb.fileformat.wal import CHAIN_COMMITTED, CHAIN_RESUMED, WalScan
-from agentdb.salvage import freespace, tables
+from agentdb.salvage import chainrows, freespace, tables
 from agentdb.salvage.diskrows import Candidate, Candidates, HashSets, Verified
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
@@ -62,6 +62,7 @@ class PageSalvage:
     candidates: Candidates  # in the order found (live walks first)
     event_hashes: HashSets  # every stored content hash seen, by sequence
     verified: Verified  # sequence -> (row, its matching stored hash), the first copy found
+    chain: chainrows.ChainEvidence  # revision 3: stored hashes, the live head, gap rows
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters seen
     rejected: Counter[str] = field(default_factory=Counter)  # reason -> count
     notes: list[str] = field(default_factory=list)
@@ -179,14 +180,15 @@ class _PageReader:
     def accept(
         self, rec: list[Any], rowid: int, tier: int, where: str, want: str | None = None
     ) -> None:
-        """Assign ``rec`` to a table by shape, validate it and keep it as a candidate."""
+        """Assign ``rec`` to a table by shape, validate it and keep it as a candidate (a
+        revision-3 record's hashes go to the chain evidence)."""
         got = tables.classify(rec, rowid)
         if got is None:
             if want != "sqlite_schema":
                 self.out.rejected["record of no known shape"] += 1
                 self.anomalous.add(where)
             return
-        table, row, stored = got
+        table, row, stored = got.table, got.row, got.stored
         if want is not None and table != want:
             self.out.rejected[f"record in {want}'s b-tree has another table's shape"] += 1
             self.anomalous.add(where)
@@ -196,14 +198,29 @@ class _PageReader:
             if tier == LIVE or name not in self.out.sequences:
                 self.out.sequences[name] = max(seq, self.out.sequences.get(name, 0))
             return
+        if table in chainrows.CHAIN_TABLES:
+            if table == "chain_gaps":
+                self.out.chain.see_gap(row, stored)
+            elif tier == LIVE:  # a head only from the live b-tree (design A9)
+                self.out.chain.see_head(row, stored, chainrows.LIVE_PAGES)
+            return
         row = tables.normalise(table, row)
         why = tables.problem(table, row, self.session_id)
-        hashed = why is None and isinstance(stored, bytes)
-        if why is None and stored is not tables.NO_HASH:
-            if isinstance(stored, bytes):
+        older = stored is tables.NO_HASH and table in ("events", *chainrows.HASHED)
+        if why is None and older and (self.out.revision or 0) >= 3:
+            why = "a record without its revision-3 hash columns (an older copy)"
+        vouched = why is None and stored is not tables.NO_HASH
+        if vouched:
+            if table == "events" and isinstance(stored, bytes):
                 self.out.event_hashes.add(row[0], stored)
-            why = tables.hash_problem(row, stored)
-        if why is None and not hashed and tier != LIVE and self.foreign_chain(table, rowid):
+            why = tables.hash_problem(row, stored, table)
+            vouched = why is None
+        if vouched and got.chained:
+            if table == "events":
+                self.out.chain.see_event(row, stored, *got.extra, checked=True)
+            else:
+                self.out.chain.see_row(table, row, stored, checked=True)
+        if why is None and not vouched and tier != LIVE and self.foreign_chain(table, rowid):
             why = "an older copy whose overflow chain runs through another row's pages"
         if why is not None:
             self.out.rejected[f"{table}: {why}"] += 1
@@ -211,7 +228,7 @@ class _PageReader:
             return
         row = self.keep(row)
         data = pickle.dumps(row, pickle.HIGHEST_PROTOCOL)  # once for both
-        if hashed:
+        if vouched and table == "events":
             self.out.verified.first(row[0], row, stored, data)
         chain = tuple(self.chain or ())
         self.out.candidates.append(
@@ -346,6 +363,7 @@ def salvage_pages(
     store: Scratch | None = None,
     *,
     rolled_back: bool = False,
+    chain: chainrows.ChainEvidence | None = None,
 ) -> PageSalvage:
     """Run engine c over a database file (read page by page as needed; or its bytes) and
     (optionally) its WAL: a scan of it (:func:`~agentdb.fileformat.scan_wal`, whose pages are
@@ -353,23 +371,31 @@ def salvage_pages(
     (long values apart, :meth:`~agentdb.salvage.scratch.Scratch.keep`; by default one in memory).
     ``rolled_back``: the file is a hot journal's rollback, whose freelist pages are not read
     (SQLite does not journal a free page it reuses, so after the rollback such a page may still
-    hold the killed transaction's uncommitted rows)."""
+    hold the killed transaction's uncommitted rows). ``chain``: where a revision-3 record's
+    hashes go (default: new, in ``store``)."""
     scan = scan_wal(wal) if isinstance(wal, bytes) and wal else wal or None
     assert scan is None or isinstance(scan, WalScan)
     store = store or Scratch(None)
     if isinstance(db, bytes):
-        return _salvage_pages(db, scan, session_id, store, rolled_back)
+        return _salvage_pages(db, scan, session_id, store, rolled_back, chain)
     fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return _salvage_pages(FileBytes(fd), scan, session_id, store, rolled_back)
+        return _salvage_pages(FileBytes(fd), scan, session_id, store, rolled_back, chain)
     finally:
         os.close(fd)
 
 
 def _salvage_pages(
-    db: bytes | FileBytes, wal: WalScan | None, session_id: str, store: Scratch, rolled_back: bool
+    db: bytes | FileBytes,
+    wal: WalScan | None,
+    session_id: str,
+    store: Scratch,
+    rolled_back: bool,
+    chain: chainrows.ChainEvidence | None = None,
 ) -> PageSalvage:
-    out = PageSalvage(store.candidates(), store.hash_sets(), store.verified())
+    out = PageSalvage(
+        store.candidates(), store.hash_sets(), store.verified(), chain or store.chain_evidence()
+    )
     keep = store.keep
     if wal is not None and wal.resumed_commits:
         out.notes.append(
@@ -408,7 +434,7 @@ def _walk_live(r: _PageReader) -> None:
     if not roots:
         out.notes.append("sqlite_schema unreadable: every table-leaf page was assigned by shape")
     chains: dict[tuple[str, int], list[int]] = {}
-    for name in ("sqlite_sequence", *tables.TABLES):
+    for name in ("sqlite_sequence", *tables.TABLES, *chainrows.CHAIN_TABLES):
         root = roots.get(name)
         if root is None:
             continue
@@ -421,7 +447,7 @@ def _walk_live(r: _PageReader) -> None:
                 chains[(name, cell.rowid)] = r.chain
             if rec is not None:
                 r.accept(rec, cell.rowid, LIVE, f"page {pgno}", want=name)
-            elif r.failed and name != "sqlite_sequence":
+            elif r.failed and name in tables.TABLES:
                 out.broken.setdefault(name, set()).add(cell.rowid)
             r.chain = None
     for pgno, cell, why in r.out_of_bounds:
@@ -599,7 +625,7 @@ def _schema_encoding(src: PageSource, header: str, out: PageSalvage, keep: Keep)
     names none of our tables in it but does in another (a damaged encoding field: every text
     of the file would otherwise fail to decode, and nothing be salvaged)."""
     for encoding in (header, *(e for e in ("utf-8", "utf-16le", "utf-16be") if e != header)):
-        trial = PageSalvage(out.candidates, out.event_hashes, out.verified)
+        trial = PageSalvage(out.candidates, out.event_hashes, out.verified, out.chain)
         roots = _schema_roots(_PageReader(src, encoding, "", trial, keep), src.get_page)
         if "events" in roots:
             if encoding != header:
@@ -614,7 +640,7 @@ def _schema_encoding(src: PageSource, header: str, out: PageSalvage, keep: Keep)
 def _schema_roots(r: _PageReader, get: GetPage) -> dict[str, int]:
     """Root pages of our tables and sqlite_sequence, from the sqlite_schema b-tree on page 1."""
     roots: dict[str, int] = {}
-    wanted = {*tables.TABLES, "sqlite_sequence"}
+    wanted = {*tables.TABLES, *chainrows.CHAIN_TABLES, "sqlite_sequence"}
     for _pgno, cell in r.walk(1, get):
         rec = r.record(cell, get)
         if rec is None or len(rec) != 5:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import checks, fsutil, recoverylog
-from agentdb.salvage import diskrows, replacement, rows, snapshot
+from agentdb.salvage import chainrows, diskrows, replacement, rows, snapshot
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
 from agentdb.salvage import tables as tables_mod
@@ -25,6 +25,7 @@ from agentdb.salvage.outcome import RecoveryOutcome
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.snapshot import Snapshot
 from agentdb.salvage.tables import TABLES
+from agentdb.schema.revisions import CURRENT_REVISION, KNOWN_REVISION, REV3_REVISION
 from agentdb.schema.text import text_encoding
 
 
@@ -48,11 +49,41 @@ class Salvage:
     shell: merge_mod.ShellRows | None  # SQLite's .recover, when it ran
     shell_notes: list[str]
     rebuild: bool  # every table intact: only indexes or free space are damaged
+    revision: int = CURRENT_REVISION  # the original's schema revision (as far as it is known)
+    chain: chainrows.ChainEvidence | None = None  # revision 3: stored hashes, head, gap rows
 
 
-def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> RecoveryPlan:
+def original_revision(diag: rows.Diagnosis, page: pages_mod.PageSalvage) -> int:
+    """The original's revision: SQLite's ``user_version``, else the header's, else 3 when a
+    record of a revision-3 shape was found, else the current one."""
+    for rev in (diag.revision, page.revision):
+        if rev is not None and 1 <= rev <= KNOWN_REVISION:
+            return rev
+    return REV3_REVISION if page.chain.shaped else CURRENT_REVISION
+
+
+def target_revision(original: int, asked: int | None = None) -> int:
+    """The replacement's revision: never below the original's (a revision-3 original recovered
+    into revision 2 would lose its chain); by default the current one or the original's."""
+    if asked is None:
+        return max(CURRENT_REVISION, original)
+    if asked < original or asked > KNOWN_REVISION:
+        raise ValueError(f"cannot recover a revision-{original} file into revision {asked}")
+    return asked
+
+
+def plan(
+    path: Path,
+    session_id: str,
+    fd: int,
+    work: Path,
+    log: Path,
+    *,
+    target: int | None = None,
+) -> RecoveryPlan:
     """Snapshot the held session into ``work``, judge it, salvage it and build a checked
-    replacement there; see the module docstring."""
+    replacement there; see the module docstring. ``target``: the replacement's revision (by
+    default :func:`target_revision`'s; never below the original's)."""
     out = RecoveryOutcome(session_id, "refused", str(path))
     with out.timed("snapshot"):
         snap = snapshot.take(path, fd, work)
@@ -72,7 +103,8 @@ def plan(path: Path, session_id: str, fd: int, work: Path, log: Path) -> Recover
             out.outcome = "unreadable"
             out.notes.append("nothing could be salvaged; the original is left untouched")
             return result
-        _build(result, got.merged, work / "replacement.sqlite", store)
+        revision = target_revision(got.revision, target)
+        _build(result, got, work / "replacement.sqlite", store, revision)
     finally:
         store.close()
         snap.release()
@@ -93,6 +125,7 @@ def _salvage(
         if not _needs_salvage(plan_, diag, log):
             return None
         out.notes += diag.reasons
+        evidence = store.chain_evidence()
         with out.timed("pages"):
             page = pages_mod.salvage_pages(
                 snap.copy,
@@ -100,19 +133,22 @@ def _salvage(
                 session_id,
                 store,
                 rolled_back=snap.had_journal and snap.journal_note is None,
+                chain=evidence,
             )
+        revision = original_revision(diag, page)
         found = None
         # The rows engine reads TEXT as its stored bytes: in a UTF-16 database those are not
         # the UTF-8 the replacement stores (the pages engine decodes by the header's encoding).
         if conn is not None and diag.refused is None and text_encoding(conn) is None:
-            revision = diag.revision or 2
             with out.timed("rows"):
-                found = rows.salvage_rows(conn, session_id, revision, page.verified, store)
+                found = rows.salvage_rows(
+                    conn, session_id, revision, page.verified, store, chain=evidence
+                )
     finally:
         if conn is not None:
             conn.close()
     with out.timed("merge"):
-        got = _merge(snap, diag, found, page, session_id, work, store)
+        got = _merge(snap, diag, found, page, session_id, work, store, revision, evidence)
     snap.release()
     return got
 
@@ -210,9 +246,12 @@ def _merge(
     session_id: str,
     work: Path,
     store: Scratch,
+    revision: int = CURRENT_REVISION,
+    evidence: chainrows.ChainEvidence | None = None,
 ) -> Salvage:
     """Merge the engines' rows; when rows are still known lost and the page engine did not
-    understand every page, SQLite's own recovery extension may fill gaps."""
+    understand every page, SQLite's own recovery extension may fill gaps. ``revision``: the
+    original's (at 3 only rows whose stored hashes held are kept)."""
     rebuild = tables_intact(diag, found, page, store)
     torn = snap.journal_torn
     if torn is None and snap.journal_restored is not None:
@@ -221,10 +260,12 @@ def _merge(
         # one that ends where the file ends (nothing in it tells), or other damage struck;
         # either way only the pages it restored are known to hold committed content.
         torn = snap.journal_restored
+    chained: dict[str, Any] = {"chain": evidence, "revision": revision}
+    first = None if rebuild else page
     merged = merge_mod.merge(
-        session_id, None if rebuild else page, found, None, store, torn, torn_witness=page
+        session_id, first, found, None, store, torn, torn_witness=page, **chained
     )
-    got = Salvage(found, page, merged, None, [], rebuild)
+    got = Salvage(found, page, merged, None, [], rebuild, revision, evidence)
     if rebuild:
         got.shell_notes.append(
             "index-rebuild: every table read in full through SQLite and agreeing with the "
@@ -241,7 +282,7 @@ def _merge(
         got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store)
         if got.shell is not None and any(got.shell.rows.values()):
             got.merged = merge_mod.merge(
-                session_id, page, found, got.shell, store, torn, torn_witness=page
+                session_id, page, found, got.shell, store, torn, torn_witness=page, **chained
             )
     return got
 
@@ -267,12 +308,34 @@ def _run_shell(
     return found, list(got.notes)
 
 
-def _build(plan_: RecoveryPlan, merged: merge_mod.Merged, target: Path, store: Scratch) -> None:
-    """Write the replacement into scratch and check it once: ``agentdb check``'s full judge
-    (integrity, identity, schema, session_meta, content hashes) plus the merged row counts."""
+def _build(plan_: RecoveryPlan, got: Salvage, target: Path, store: Scratch, revision: int) -> None:
+    """Write the replacement into scratch at ``revision`` and check it once: ``agentdb
+    check``'s full judge (integrity, identity, schema, session_meta, content hashes; at
+    revision 3 the full chain walk with the recorded gaps) plus the merged row counts."""
     out = plan_.outcome
+    merged = got.merged
+    chained = None
+    if revision >= REV3_REVISION:
+        chained = replacement.Chained(out.session_id, got.revision, got.chain, recoverylog.now())
     with out.timed("replacement"):
-        replacement.write(target, merged, store.resolve)
+        try:
+            gaps = replacement.write(
+                target, merged, store.resolve, revision=revision, chained=chained
+            )
+        except ValueError as e:  # the walk or the head refused what was salvaged
+            out.outcome = "unreadable"
+            out.replacement_check = [f"writing the revision-{revision} replacement fails: {e}"]
+            out.notes.append(f"the replacement failed verification: {out.replacement_check[0]}")
+            return
+    out.gaps = [
+        {
+            "kind": g.kind,
+            "from_seq": g.from_seq,
+            "to_seq": g.to_seq,
+            "expected_hash": None if g.expected_hash is None else g.expected_hash.hex(),
+        }
+        for g in gaps
+    ]
     with out.timed("check"):
         problems, orphans = replacement.check(target, out.session_id, merged)
     out.replacement_check = problems

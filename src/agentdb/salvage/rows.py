@@ -20,12 +20,12 @@ import apsw
 
 from agentdb import db, errors, paths
 from agentdb.hashing import as_bytes_sql, mismatch_sql, text_mask_sql
-from agentdb.salvage import tables
+from agentdb.salvage import chainrows, tables
 from agentdb.salvage.diskrows import Verified
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
 from agentdb.schema.identity import identify, schema_differences
-from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
+from agentdb.schema.revisions import COLUMNS, KNOWN_REVISION, REV3_HASHED
 from agentdb.schema.text import invalid_text, text_encoding
 
 
@@ -47,6 +47,7 @@ class RowSalvage:
     # table -> key -> row (the AUTOINCREMENT tables' in the scratch database, the others dicts)
     rows: dict[str, MutableMapping[Any, Row]]
     event_hashes: MutableMapping[int, bytes]  # stored content hashes (scratch database)
+    chain: chainrows.ChainEvidence | None = None  # revision 3: stored hashes, head, gap rows
     sequences: dict[str, int] = field(default_factory=dict)  # sqlite_sequence counters
     rejected: Counter[str] = field(default_factory=Counter)
     damaged_regions: int = 0  # times a read had to step around damage (all tables)
@@ -140,13 +141,29 @@ def _row_problems(conn: apsw.Connection, revision: int, d: Diagnosis) -> None:
     skip = ("events",) if revision >= 2 else ()  # the hash covers events
     for table, n in invalid_text(conn, skip=skip).items():
         d.reasons.append(f"{n} {table} rows hold TEXT that is not valid UTF-8")
+    if revision >= 3:
+        _chain_problems(conn, d)
+
+
+def _chain_problems(conn: apsw.Connection, d: Diagnosis) -> None:
+    """Revision 3: the full chain walk (every row's own hash, every link, the head, the gap
+    records), as ``check`` judges it; a break a gap record explains is no damage."""
+    from agentdb.schema import chainio
+
+    report = chainio.verify_full(conn)
+    if report.ok:
+        return
+    what = ", ".join(report.problems)
+    where = [f"{b.gap.kind} {b.gap.from_seq}-{b.gap.to_seq}" for b in report.unexplained_breaks]
+    failures = [f"{t} {k!r}" for t, k in report.row_failures[:3]]
+    detail = "; ".join(x for x in (", ".join(failures), ", ".join(where[:3])) if x)
+    d.reasons.append(f"the chain does not verify: {what}" + (f" ({detail})" if detail else ""))
 
 
 def _columns(table: str, revision: int) -> list[str]:
-    cols = list(COLUMNS[1][table])
-    if table == "events" and revision >= 2:
-        cols.append("content_hash")
-    return cols
+    """The columns read of ``table`` at ``revision``: every one the revision has (revision 2:
+    events' content_hash; revision 3: events' three hashes, each derived table's own)."""
+    return list(COLUMNS[min(max(revision, 1), KNOWN_REVISION)][table])
 
 
 def _select(table: str, cols: list[str], where: str) -> str:
@@ -178,22 +195,27 @@ def salvage_rows(
     revision: int,
     verified: Verified | None = None,
     store: Scratch | None = None,
+    chain: chainrows.ChainEvidence | None = None,
 ) -> RowSalvage:
     """Read every table of the copy, stepping around damaged regions.
 
     ``verified`` holds (row, content_hash) pairs another engine already checked: an identical
     row with an identical stored hash is not hashed again. The rows go into ``store``, the job's
     scratch database (long values apart: :meth:`~agentdb.salvage.scratch.Scratch.keep`; by
-    default one in memory).
+    default one in memory). At revision 3 every table is read with its hash columns: a row
+    whose stored hash fails is rejected, the hashes go to ``chain`` (default: new, in
+    ``store``), with the head and the gap rows.
     """
     store = store or Scratch(None)
     out = RowSalvage({}, store.map("read_hashes"))
-    rev = min(max(revision, 1), CURRENT_REVISION)
+    rev = min(max(revision, 1), KNOWN_REVISION)
+    if rev >= 3:
+        out.chain = chain or store.chain_evidence()
     complete = True
     for table in tables.TABLES:
         out.rows[table] = store.map(f"read_{table}") if table in tables.AUTOINCREMENT_TABLES else {}
         cols = _columns(table, rev)
-        taker = _Taker(out, table, cols, session_id, rev >= 2, verified)
+        taker = _Taker(out, table, cols, session_id, rev, verified)
         taker.keep = store.keep
         reader = _RowReader(conn, table, cols, taker.take)
         try:
@@ -212,8 +234,34 @@ def salvage_rows(
                 out.sequences[name] = max(seq, out.sequences.get(name, 0))
     except db.READ_ERRORS:
         complete = False
+    if out.chain is not None:
+        complete &= _read_chain_tables(conn, out.chain)
     out.complete = complete
     return out
+
+
+def _read_chain_tables(conn: apsw.Connection, chain: chainrows.ChainEvidence) -> bool:
+    """Revision 3's own tables, read through SQLite (the live b-tree): the head as evidence,
+    the gap rows to carry over. False when either cannot be read whole."""
+    ok = True
+    for table in chainrows.CHAIN_TABLES:
+        cols = (*REV3_HASHED[table], "content_hash")
+        limit = 16 if table == "session_chain" else chainrows.MAX_GAPS
+        sql = _select(table, list(cols), "1") + f" LIMIT {limit}"
+        try:
+            for r in conn.execute(sql):
+                values, why = _decode(table, list(cols), tuple(r))
+                if why is not None:
+                    continue
+                if table == "session_chain":
+                    chain.see_head(values[:-1], values[-1], chainrows.LIVE_ROWS)
+                else:
+                    chain.see_gap(values[:-1], values[-1])
+        except apsw.Error as e:
+            if isinstance(e, apsw.InterruptError | apsw.NoMemError):
+                raise
+            ok = False
+    return ok
 
 
 class _Taker:
@@ -225,7 +273,7 @@ class _Taker:
         table: str,
         cols: list[str],
         session_id: str,
-        hashed: bool,
+        revision: int,
         known: Verified | None,
     ) -> None:
         self.out = out
@@ -233,7 +281,9 @@ class _Taker:
         self.cols = cols
         self.ncols = len(COLUMNS[1][table])
         self.session_id = session_id
-        self.hashed = hashed and table == "events"  # revision 2: events carry content_hash
+        # revision 2: events carry content_hash; revision 3: every table but session_meta
+        self.hashed = len(cols) > self.ncols
+        self.chained = revision >= 3 and self.hashed
         self.known = known
         self.found = out.rows[table]
         self.keep: Callable[[Row], Row] = _as_is
@@ -244,11 +294,18 @@ class _Taker:
         if why is None:
             why = tables.problem(self.table, values, self.session_id)
         if why is None and self.hashed:
-            stored = raw[-1]
-            if self.known is None or self.known.get(values[0]) != (values, stored):
+            stored = raw[self.ncols]
+            if self.table != "events":
+                why = tables.hash_problem(values, stored, self.table)
+            elif self.known is None or self.known.get(values[0]) != (values, stored):
                 why = tables.hash_problem(values, stored)
-            if why is None:
+            if why is None and self.table == "events":
                 self.out.event_hashes[values[0]] = stored
+            if why is None and self.chained and self.out.chain is not None:
+                if self.table == "events":
+                    self.out.chain.see_event(values, stored, *raw[self.ncols + 1 :], checked=True)
+                else:
+                    self.out.chain.see_row(self.table, values, stored, checked=True)
         if why is not None:
             self.out.rejected[f"{self.table}: {why}"] += 1
             return

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from agentdb import db
 from agentdb.salvage.diskrows import Candidates, DiskMap, HashSets, Verified
+
+if TYPE_CHECKING:
+    from agentdb.salvage.chainrows import ChainEvidence
 
 try:  # CPython's own BLAKE2b, as agentdb.hashing takes it: hashlib would load OpenSSL
     from _blake2 import blake2b
@@ -148,6 +151,12 @@ class Scratch:
 
     def candidates(self) -> Candidates:
         return Candidates(self.conn, self.table_name("candidates"))
+
+    def chain_evidence(self) -> ChainEvidence:
+        """Revision-3 evidence (stored hashes, the live head, gap rows) of one salvage."""
+        from agentdb.salvage.chainrows import ChainEvidence
+
+        return ChainEvidence(self.conn, self.table_name("chain"))
 
     @property
     def conn(self) -> apsw.Connection:

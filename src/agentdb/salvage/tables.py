@@ -2,16 +2,18 @@
 rows pass before they may enter a replacement.
 
 Rows are tuples in revision-1 column order (``COLUMNS[1]``): for ``events`` the nine revision-1
-columns, ``sequence`` first. A revision-2 ``content_hash`` is checked by the engine that read it
-and then dropped; the replacement recomputes it.
+columns, ``sequence`` first. A stored ``content_hash`` (revision 2's on events, revision 3's on
+every derived table) is checked by the engine that read it; a revision-3 record's hash columns
+go to :class:`~agentdb.salvage.chainrows.ChainEvidence`, which the replacement takes them from
+(a revision-2 event's hash is kept by the merge, or recomputed for a revision-1 row).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from agentdb.hashing import HASH_SIZE, event_hash
+from agentdb.hashing import HASH_SIZE, event_hash, row_hash
 from agentdb.salvage.scratch import Spilled
 from agentdb.schema import enums
 from agentdb.schema.revisions import COLUMNS
@@ -146,31 +148,69 @@ def problem(table: str, row: Row, session_id: str) -> str | None:
     return why
 
 
-def hash_problem(row: Row, stored: Any) -> str | None:
-    """Why a revision-2 events row's stored content_hash does not vouch for it."""
+def hash_problem(row: Row, stored: Any, table: str = "events") -> str | None:
+    """Why a row's stored content_hash does not vouch for it: a revision-2 or -3 event's (the
+    event hash), a revision-3 derived row's (its row hash). ``row``: revision-1 columns, every
+    value in hand (none spilled)."""
     if not isinstance(stored, bytes) or len(stored) != HASH_SIZE:
         return "content_hash is missing or malformed"
-    if event_hash(*row) != stored:
+    got = event_hash(*row) if table == "events" else row_hash(table, row)
+    if got != stored:
         return "content_hash does not match the row"
     return None
 
 
-def classify(rec: list[Any], rowid: int) -> tuple[str, Row, Any] | None:
-    """(table, revision-1 row, stored content_hash or :data:`NO_HASH`) for a record of one of
-    our tables' shapes (``sqlite_sequence`` included), or None."""
+class Shape(NamedTuple):
+    """A record assigned to a table by its shape (:func:`classify`)."""
+
+    table: str  # one of our tables, sqlite_sequence, session_chain or chain_gaps
+    row: Row  # revision-1 columns (session_chain, chain_gaps: their hashed columns)
+    stored: Any  # the stored content_hash, or NO_HASH when the record has no such column
+    extra: tuple[Any, ...] = ()  # a revision-3 event's stored (prev_hash, chain_hash)
+
+    @property
+    def chained(self) -> bool:
+        """A record of a revision-3 shape (its hashes go to the chain evidence)."""
+        return (
+            bool(self.extra)
+            or self.table in ("session_chain", "chain_gaps")
+            or (
+                self.table in ("cost_ledger", "plan_items", "producers")
+                and self.stored is not NO_HASH
+            )
+        )
+
+
+def classify(rec: list[Any], rowid: int) -> Shape | None:
+    """The table, revision-1 row and stored hashes of a record of one of our tables' shapes at
+    any revision (``sqlite_sequence``, and revision 3's ``session_chain`` and ``chain_gaps``,
+    included), or None. A rowid alias is stored as NULL: its value is ``rowid``."""
     n = len(rec)
-    if n == 10 and rec[0] is None:
-        return "events", (rowid, *rec[1:9]), rec[9]
-    if n == 9 and rec[0] is None:
+    first_null = n > 0 and rec[0] is None
+    if n == 12 and first_null and isinstance(rec[1], str):
+        return Shape("events", (rowid, *rec[1:9]), rec[9], (rec[10], rec[11]))
+    if n == 10 and first_null:
+        if isinstance(rec[1], int) and not isinstance(rec[1], bool):
+            return Shape("cost_ledger", (rowid, *rec[1:9]), rec[9])  # revision 3
+        return Shape("events", (rowid, *rec[1:9]), rec[9])
+    if n == 9 and first_null:
         if isinstance(rec[1], str):
-            return "events", (rowid, *rec[1:9]), NO_HASH
-        return "cost_ledger", (rowid, *rec[1:]), NO_HASH
-    if n == 8 and rec[0] is None:
-        return "plan_items", (rowid, *rec[1:]), NO_HASH
+            return Shape("events", (rowid, *rec[1:9]), NO_HASH)
+        if isinstance(rec[8], bytes):
+            return Shape("plan_items", (rowid, *rec[1:8]), rec[8])  # revision 3
+        return Shape("cost_ledger", (rowid, *rec[1:]), NO_HASH)
+    if n == 8 and first_null:
+        return Shape("plan_items", (rowid, *rec[1:]), NO_HASH)
     if n == 7 and isinstance(rec[0], str):
-        return "session_meta", tuple(rec), NO_HASH
+        return Shape("session_meta", tuple(rec), NO_HASH)
+    if n == 7 and first_null:
+        return Shape("chain_gaps", (rowid, *rec[1:6]), rec[6])
+    if n == 5 and isinstance(rec[0], str):
+        return Shape("producers", tuple(rec[:4]), rec[4])  # revision 3
     if n == 4 and isinstance(rec[0], str):
-        return "producers", tuple(rec), NO_HASH
+        return Shape("producers", tuple(rec), NO_HASH)
+    if n == 14 and first_null:
+        return Shape("session_chain", (rowid, *rec[1:13]), rec[13])
     if n == 2 and isinstance(rec[0], str) and isinstance(rec[1], int):
-        return "sqlite_sequence", tuple(rec), NO_HASH
+        return Shape("sqlite_sequence", tuple(rec), NO_HASH)
     return None
