@@ -170,7 +170,7 @@ def test_copy_altered_by_naive_update_is_never_a_prefix(
     assert out.outcome == "copied", out.message
     assert out.corrupt_path == dest / f"{sid}.sqlite.corrupt"
     assert out.corrupt_path.read_bytes() == altered  # never deleted
-    assert "row_hash_mismatch" in out.message
+    assert "cost_ledger rows do not match their hash" in out.message
     assert all_rows(copy) == all_rows(writer.path)
 
 
@@ -194,12 +194,12 @@ def test_restore_over_a_current_file_whose_chain_fails_needs_force(
     emit(writer, 2)
     run(sessions_dir, dest, sid)
     writer.close()
-    # a change check does not see yet (a cost), but the chain does
+    # a change only the chain sees (a cost): check's judge names it
     naive(writer.path, "UPDATE cost_ledger SET cost_usd = 0.5 WHERE sequence = 2")
     code, doc = restore_cli(sessions_dir, sid, "--from", str(dest))
     (s,) = doc["sessions"]
     assert code == 1 and [r["code"] for r in s["reasons"]] == ["damaged"], s
-    assert "fails full chain verification: row_hash_mismatch" in s["reasons"][0]["message"]
+    assert "cost_ledger rows do not match their hash" in s["reasons"][0]["message"]
     code, doc = restore_cli(sessions_dir, sid, "--from", str(dest), "--force")
     (s,) = doc["sessions"]
     assert code == 0 and s["outcome"] == "restored" and s["forced"], s

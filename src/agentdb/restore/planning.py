@@ -353,6 +353,8 @@ def _uncomparable(d: RestoreDecision, why: str, force: bool = False) -> None:
         d.forced = True
         d.lost_events = None
         d.notes.append(f"events only in the current file: unknown, it cannot be read ({why})")
+    elif any(r.code == "damaged" for r in d.reasons):
+        pass  # check's judge already named the damage, and its fix
     else:
         d.reasons.append(
             Reason(
