@@ -11,7 +11,9 @@ import apsw
 import pytest
 
 from agentdb import db, errors
-from agentdb.schema import migrations, revisions
+from agentdb.checks.judge import judge
+from agentdb.hashing import event_hash
+from agentdb.schema import chainio, migrations, revisions
 from agentdb.store import Event, Producer, SessionWriter
 from tests import chain_oracle
 from tests.support import make_session
@@ -178,5 +180,84 @@ def test_a_chained_event_after_migration(sessions_dir: Path) -> None:
         assert chain_oracle.problems(conn) == []
         ev = chain_oracle.rows(conn, "events", "sequence")
         assert ev[1][10] == ev[0][11]
+    finally:
+        conn.close()
+
+
+# Files with holes, as a recovery at revision 1 or 2 leaves them (the events it lost are gone,
+# their rows kept) or as the spec's schema allows (revision 1 has no CHECK on sequence). Step 3
+# records each break its chain shows, so the migrated file proves with recorded gaps only.
+HOLES: dict[str, list[str]] = {
+    "middle events lost": ["DELETE FROM events WHERE sequence IN (4, 5, 6)"],
+    "first events lost": ["DELETE FROM events WHERE sequence <= 2"],
+    "last events lost": [
+        "DELETE FROM events WHERE sequence >= (SELECT max(sequence) - 1 FROM events)"
+    ],
+    "orphan rows of lost events": [
+        "DELETE FROM events WHERE sequence IN "
+        "(SELECT event_sequence FROM cost_ledger ORDER BY sequence LIMIT 1)",
+        "DELETE FROM events WHERE sequence = (SELECT max(sequence) FROM events)",
+    ],
+    "a first event at sequence 0": ["UPDATE events SET sequence = 0 WHERE sequence = 1"],
+    "events below zero": [
+        "UPDATE events SET sequence = sequence - 10 WHERE sequence <= 3",
+    ],
+}
+
+
+def _holed(sessions_dir: Path, revision: int, sqls: list[str]) -> tuple[str, Path]:
+    sid, path = make_session(sessions_dir, revision=revision, turns=3, status=None)
+    conn = apsw.Connection(str(path))  # plain SQLite, foreign keys off: rows of lost events stay
+    try:
+        for sql in sqls:
+            conn.execute(sql)
+        if revision == 2:  # a moved sequence is inside revision 2's event hash: rehash it as
+            conn.create_scalar_function(  # a writer would have written it
+                "h", lambda *v: event_hash(*v), 9, deterministic=True
+            )
+            conn.execute(
+                "UPDATE events SET content_hash = h(sequence, id, timestamp, kind, "
+                "producer_category, producer_name, producer_version, schema_version, payload)"
+            )
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    return sid, path
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("hole", sorted(HOLES))
+def test_a_file_with_holes_migrates_into_recorded_gaps(
+    sessions_dir: Path, revision: int, hole: str
+) -> None:
+    sid, path = _holed(sessions_dir, revision, HOLES[hole])
+    conn = _open(path)
+    before = _snapshot(conn)
+    conn.close()
+    assert _migrate(path) == (revision, 3)
+    conn = _open(path)
+    try:
+        assert _snapshot(conn) == before
+        report = chainio.verify_full(conn)
+        assert report.ok, (report.problems, report.breaks)
+        assert all(b.recorded for b in report.breaks)
+        gaps = [tuple(r) for r in conn.execute("SELECT kind, from_seq, to_seq FROM chain_gaps")]
+        found = [(b.gap.kind, b.gap.from_seq, b.gap.to_seq) for b in report.breaks]
+        last = int(db.scalar(conn, "SELECT max(sequence) FROM events"))
+        past = [g for g in gaps if g[1] > last]  # numbers issued past the last event
+        assert gaps and gaps == found + past, (gaps, found)
+        assert len(past) == (hole in ("last events lost", "orphan rows of lost events"))
+        assert judge(path, sid).verdict == "ok"  # check agrees: every break is recorded
+    finally:
+        conn.close()
+    w = SessionWriter.open(sessions_dir, sid)  # later emits extend the chain past the holes
+    try:
+        w.emit(Event(kind="tool_call", producer=Producer("tool", "t", "1"), payload=b"after"))
+    finally:
+        w.close()
+    conn = _open(path)
+    try:
+        report = chainio.verify_full(conn)
+        assert report.ok, (report.problems, report.breaks)
     finally:
         conn.close()

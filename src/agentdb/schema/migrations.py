@@ -190,12 +190,41 @@ _EVENTS_3 = (
     "DROP TABLE events;\n"
     "ALTER TABLE events_agentdb_new RENAME TO events;\n"
 )
+# The breaks the fold's chain shows before any emit, recorded as a recovery records its own
+# (design §6): a file recovered at revision 1 or 2 lacks the events it lost, and its rows of
+# those events were kept. Each sequence jump (the fold links across it: kind tail, A19); a first
+# event at sequence 0 or below (kind link, its prev_hash the genesis); numbers issued past the
+# last event — sqlite_sequence, or a row bound to a later event (kind tail). A file with none
+# gets no row. Run before the events rebuild, which resets the events counter (apply_steps puts
+# it back after the steps).
+_GAP_TIME = "strftime('%Y-%m-%dT%H:%M:%fZ')"
+_GAPS_3 = (
+    "INSERT INTO chain_gaps (sequence, kind, from_seq, to_seq, expected_hash, recovered_at, "
+    "content_hash) SELECT n, k, lo, hi, x, t, "
+    f"{hashing.ROW_HASH_SQL_FUNCTION}('chain_gaps', 34, n, CAST(k AS BLOB), lo, hi, x, "
+    "CAST(t AS BLOB)) FROM (SELECT row_number() OVER (ORDER BY lo) AS n, k, lo, hi, x, "
+    f"{_GAP_TIME} AS t FROM ("
+    "SELECT 'tail' AS k, p + 1 AS lo, sequence - 1 AS hi, NULL AS x FROM (SELECT sequence, "
+    "lag(sequence, 1, 0) OVER (ORDER BY sequence) AS p FROM events) WHERE sequence > p + 1 "
+    "UNION ALL "
+    f"SELECT 'link', sequence, sequence, {hashing.GENESIS_SQL_FUNCTION}({_SESSION_BYTES}) "
+    "FROM events "
+    "WHERE sequence = (SELECT min(sequence) FROM events) AND sequence <= 0 "
+    "UNION ALL "
+    "SELECT 'tail', last + 1, hi, NULL FROM (SELECT "
+    "coalesce((SELECT max(sequence) FROM events), 0) AS last, max("
+    "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+    "coalesce((SELECT max(event_sequence) FROM cost_ledger), 0), "
+    "coalesce((SELECT max(event_sequence) FROM plan_items), 0), "
+    "coalesce((SELECT max(first_seen_sequence) FROM producers), 0)) AS hi) WHERE hi > last"
+    "));\n"
+)
 _HEAD_COLS = ", ".join(REV3_HASHED["session_chain"])
 # origin (bit 10) and origin_at (bit 12) are TEXT
 _HEAD_3 = (
     f"INSERT INTO session_chain ({_HEAD_COLS}, content_hash) "
-    "SELECT 1, n, nc, np, nr, s, h, m, 0, g, 'migrated', r, t, "
-    f"{hashing.ROW_HASH_SQL_FUNCTION}('session_chain', 5120, 1, n, nc, np, nr, s, h, m, 0, g, "
+    "SELECT 1, n, nc, np, nr, s, h, m, gc, g, 'migrated', r, t, "
+    f"{hashing.ROW_HASH_SQL_FUNCTION}('session_chain', 5120, 1, n, nc, np, nr, s, h, m, gc, g, "
     "CAST('migrated' AS BLOB), r, CAST(t AS BLOB)) FROM (SELECT "
     "(SELECT count(*) FROM events) AS n, "
     "(SELECT count(*) FROM cost_ledger) AS nc, "
@@ -206,7 +235,9 @@ _HEAD_3 = (
     f"{hashing.GENESIS_SQL_FUNCTION}({_SESSION_BYTES})) AS h, "
     f"(SELECT {hashing.ROW_HASH_SQL_FUNCTION}('session_meta', {_raw_args('session_meta')}) "
     "FROM session_meta) AS m, "
-    f"{hashing.GAPS_HASH_SQL_FUNCTION}(NULL) AS g, "
+    "(SELECT count(*) FROM chain_gaps) AS gc, "
+    f"{hashing.GAPS_HASH_SQL_FUNCTION}((SELECT unhex(group_concat(hex(content_hash), '' "
+    "ORDER BY sequence)) FROM chain_gaps)) AS g, "
     f"{MIGRATION_START_SQL_FUNCTION}() AS r, "
     "strftime('%Y-%m-%dT%H:%M:%fZ') AS t);\n"
 )
@@ -242,11 +273,12 @@ STEP_3 = Step(
         + _rehash("producers", REV3_PRODUCERS)
         # the fold looks bound rows up by event: their indexes before the events rebuild
         + _DERIVED_INDEXES
+        + REV3_CHAIN_GAPS
+        + ";\n"
+        + _GAPS_3
         + _EVENTS_3
         + _EVENTS_INDEXES
         + REV3_SESSION_CHAIN
-        + ";\n"
-        + REV3_CHAIN_GAPS
         + ";\n"
         + _HEAD_3
     ),
@@ -408,14 +440,16 @@ def apply_steps(
                         )
                 for _ in conn.execute(step.sql):
                     pass
-            for name, seq in counters.items():
-                conn.execute(
-                    "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name)
-                )
-                if conn.changes() == 0:
+                # after each step (a rebuild resets its table's counter): the next step reads
+                # them (step 3 records numbers issued past the last event)
+                for name, seq in counters.items():
                     conn.execute(
-                        "INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (name, seq)
+                        "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name)
                     )
+                    if conn.changes() == 0:
+                        conn.execute(
+                            "INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (name, seq)
+                        )
             conn.execute(f"PRAGMA user_version={int(target)}")
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             new_fk = _fk_violations(conn) - fk_before
