@@ -61,7 +61,10 @@ def backup_cmd(
     `updated` (the session grew: the copy is replaced atomically by the verified superset;
     never by one that holds less), or `kept` (the session lost rows the copy has, e.g. it was
     recovered with losses: the copy stays and the current state goes beside it as
-    DIR/<id>.sqlite.<UTC timestamp>). A copy that fails verification is renamed
+    DIR/<id>.sqlite.<UTC timestamp>; a revision-3 session whose chain is a proper prefix of the
+    copy's lost its last events consistently: the copy stays, nothing is written beside it, and
+    the message names the events and `agentdb restore`). Revision-3 files are compared by their
+    chain heads once both prove, else row by row. A copy that fails verification is renamed
     DIR/<id>.sqlite.corrupt[.N], never deleted, and a fresh one written. A damaged session is
     `corrupt` and changes nothing in DIR. Copies are single files in rollback-journal mode.
     Concurrent runs into one DIR take turns per session.

@@ -76,7 +76,8 @@ def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
     "--quick",
     is_flag=True,
     help="PRAGMA quick_check instead of integrity_check; skip cross-table references and "
-    "content hashes.",
+    "content hashes. A revision-3 file's chain is proven at its tail only (the head, the last "
+    "event and its rows, the row counts, session_meta's hash).",
 )
 @click.option(
     "--problems",
