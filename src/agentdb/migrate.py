@@ -37,6 +37,7 @@ import apsw
 from agentdb import db, errors, faults, fsutil, locks, paths, workers
 from agentdb.errors import one_line
 from agentdb.results import MigrateOutcomeName
+from agentdb.schema import chainio
 from agentdb.schema.identity import columns_missing, identify, schema_differences
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION, TABLES
@@ -307,6 +308,13 @@ def _verify(conn: apsw.Connection, path: Path, before: dict[str, int]) -> None:
     diffs = schema_differences(conn, CURRENT_REVISION)
     if diffs:
         raise errors.MigrationFailed(f"{path}: after migration: {diffs[0]}")
+    if CURRENT_REVISION >= 3:  # every row's hash, every link, the head (design §10)
+        report = chainio.verify_full(conn)
+        if not report.ok:
+            raise errors.MigrationFailed(
+                f"{path}: after migration the chain does not prove "
+                f"({', '.join(report.problems)})"
+            )
     after = _counts(conn)
     for t in TABLES:
         if after[t] < before[t]:  # a live writer may add rows; nothing may lose one
