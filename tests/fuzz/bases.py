@@ -5,7 +5,9 @@ use and cached in a directory. Each holds 20 KB payloads (overflow chains), a fr
 table created and dropped between the two halves of the session), and an earlier snapshot of the
 main file taken between the halves (for lost writes). A WAL base is copied while its writer
 still has the second half only in its ``-wal``. Revision 1 is the pre-migration layout, written
-by ``SessionWriter.create(revision=1)`` and reopened without migrating.
+by ``SessionWriter.create(revision=1)`` and reopened without migrating; revision 3 (the
+damage-evident revision) by ``SessionWriter.create(revision=3)``, with every committed state a
+damage can bring back whole recorded as a digest (:attr:`Base.earlier`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class Base:
     rows: oracle.Rows  # every row of every table, committed state
     history: oracle.Rows  # every version of every row any earlier commit held (rows included)
     indexes: set[str] = field(default_factory=set)
+    # revision 3: every table as committed last (TABLES and CHAIN_TABLES), and the digest of
+    # each earlier committed state a damage can bring back whole (the snapshot, the file between
+    # the halves, each commit of a WAL base's -wal) -> its name: a file presenting one of those
+    # is a consistent rollback (design §1: out of scope)
+    state: oracle.Rows | None = None
+    earlier: dict[str, str] = field(default_factory=dict)
 
     def btree_pages(self) -> list[int]:
         return sorted({p for ps in self.pages.values() for p in ps})
@@ -107,6 +115,37 @@ def _build(into: Path, revision: int, wal: bool, size: str) -> tuple[str, Path, 
     return sid, dst, snapshot, [snapshot, first]
 
 
+def _wal_states(path: Path, into: Path) -> dict[str, str]:
+    """The digest of each state the main file and a prefix of its -wal ending at a commit frame
+    present (the main file alone included) -> its name."""
+    wal = path.with_name(path.name + "-wal")
+    out: dict[str, str] = {}
+    alone = oracle.read_state(path, ())
+    if alone is not None:
+        out[oracle.state_digest(alone)] = "the main file without its -wal"
+    if not wal.is_file():
+        return out
+    data = wal.read_bytes()
+    if len(data) < 32:
+        return out
+    ps = int.from_bytes(data[8:12], "big")
+    work = into / "walstates"
+    work.mkdir()
+    off, n = 32, 0
+    while off + 24 + ps <= len(data):
+        end = off + 24 + ps
+        if int.from_bytes(data[off + 4 : off + 8], "big"):
+            n += 1
+            shutil.copyfile(path, work / path.name)
+            (work / (path.name + "-wal")).write_bytes(data[:end])
+            st = oracle.read_state(work / path.name, ("-wal",))
+            if st is not None:
+                out.setdefault(oracle.state_digest(st), f"commit {n} of the -wal")
+        off = end
+    shutil.rmtree(work)
+    return out
+
+
 def _autovacuum(path: Path) -> None:
     conn = apsw.Connection(str(path))
     try:
@@ -133,7 +172,8 @@ def _layout(path: Path) -> tuple[int, dict[str, list[int]], set[str], list[tuple
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type='index'")}
         texts = [
             (t, c)
-            for t in oracle.TABLES
+            # revisions 1 and 2 have no session_chain; chain_gaps is empty in every base
+            for t in (*oracle.TABLES, "session_chain")
             for _, c, typ, *_ in conn.execute(f"PRAGMA table_info({t})")
             if str(typ).upper() == "TEXT"
         ]
@@ -203,6 +243,21 @@ class Bases:
                 older = oracle.read_rows(state, rows.columns)
                 for t in oracle.TABLES:
                     history.rows[t] |= older.rows[t]
+            state, earlier = None, {}
+            if revision >= 3:
+                state = oracle.read_state(path)
+                if state is None:
+                    raise RuntimeError(
+                        f"{path}: the undamaged revision-{revision} base is unreadable"
+                    )
+                for name, p in zip(
+                    ("the snapshot", "the file between the halves"), states, strict=True
+                ):
+                    older = oracle.read_state(p, ())
+                    if older is not None:
+                        earlier.setdefault(oracle.state_digest(older), name)
+                earlier.update(_wal_states(path, d))
+                earlier.pop(oracle.state_digest(state), None)
             self._cache[key] = Base(
                 sid,
                 path,
@@ -214,6 +269,8 @@ class Bases:
                 rows,
                 history,
                 indexes,
+                state,
+                earlier,
             )
         return self._cache[key]
 

@@ -52,6 +52,16 @@ HOT_STATEMENTS = (
     "FROM events",
     "UPDATE session_meta SET profile = hex(randomblob(3000))",
 )
+# Revision 3 (its events carry prev_hash and chain_hash, NOT NULL): the same statements, the
+# killed INSERT copying every column, so it writes as much as it does at revisions 1 and 2.
+HOT_STATEMENTS_REV3 = (
+    *HOT_STATEMENTS[:3],
+    "INSERT INTO events(sequence, id, timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload, content_hash, prev_hash, chain_hash) SELECT "
+    "sequence + 100000, id || 'x', timestamp, kind, producer_category, producer_name, "
+    "producer_version, schema_version, payload, content_hash, prev_hash, chain_hash FROM events",
+    *HOT_STATEMENTS[4:],
+)
 
 
 class NotApplicable(Exception):
@@ -323,7 +333,8 @@ def hot_journal(t: Target, rng: random.Random) -> str:
         conn.execute("PRAGMA journal_mode=DELETE").fetchall()
     finally:
         conn.close()
-    sql = rng.choice(HOT_STATEMENTS).format(m=rng.randrange(2, 6), n=rng.randrange(1, 60))
+    statements = HOT_STATEMENTS_REV3 if t.base.state is not None else HOT_STATEMENTS
+    sql = rng.choice(statements).format(m=rng.randrange(2, 6), n=rng.randrange(1, 60))
     p = subprocess.run(
         [sys.executable, "-c", KILL_MID_TRANSACTION, str(t.path), sql],
         capture_output=True,
@@ -375,6 +386,100 @@ def invalid_utf8(t: Target, rng: random.Random) -> str:
     return f"{table}.{column} rowid {rowid}"
 
 
+def _changed(v: object, rng: random.Random) -> object:
+    """Another value of the same type, as a hand edit would write it."""
+    if isinstance(v, bool) or v is None:
+        return 0
+    if isinstance(v, int):
+        return v + rng.choice((1, -1, 1000))
+    if isinstance(v, float):
+        return v * 2 + 0.25
+    if isinstance(v, str):
+        if not v:
+            return "x"
+        i = rng.randrange(len(v))
+        return v[:i] + ("y" if v[i] != "y" else "z") + v[i + 1 :]
+    if isinstance(v, bytes):
+        if not v:
+            return b"x"
+        i = rng.randrange(len(v))
+        return v[:i] + bytes([v[i] ^ rng.randrange(1, 256)]) + v[i + 1 :]
+    return 0
+
+
+EDITED = ("events", "session_meta", "cost_ledger", "plan_items", "producers", "session_chain")
+
+
+def sql_edit(t: Target, rng: random.Random) -> str:
+    """A naive edit through SQLite that recomputes no hash, what revision 3 promises to show
+    (design §1): one value changed in a row of any table, a row deleted, the last events cut
+    with the head left (their bound rows with them, or not), the head row deleted, two events'
+    payloads swapped. Constraints off; a WAL stays a WAL (the edit is one more commit in it).
+    Revision 3 only (drawn for it alone)."""
+    conn = apsw.Connection(str(t.path))
+    try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        conn.execute("PRAGMA ignore_check_constraints=ON").fetchall()
+        what = rng.choice(("value", "value", "value", "delete", "cut_tail", "head", "swap"))
+        seqs = [int(r[0]) for r in conn.execute("SELECT sequence FROM events ORDER BY sequence")]
+        if what == "value":
+            tables = [x for x in EDITED if conn.execute(f"SELECT 1 FROM {x} LIMIT 1").fetchall()]
+            table = rng.choice(tables)
+            cols = [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+            column = rng.choice(cols[1:])  # not the key: a changed key is another row
+            rowids = [int(r[0]) for r in conn.execute(f"SELECT rowid FROM {table}")]
+            rowid = rng.choice(rowids)
+            (v,) = conn.execute(f'SELECT "{column}" FROM {table} WHERE rowid = ?', (rowid,))
+            new = _changed(v[0], rng)
+            conn.execute(f'UPDATE {table} SET "{column}" = ? WHERE rowid = ?', (new, rowid))
+            done = f"{table}.{column} rowid {rowid} changed"
+        elif what == "delete":
+            tables = [
+                x for x in EDITED[:5] if conn.execute(f"SELECT 1 FROM {x} LIMIT 1").fetchall()
+            ]
+            table = rng.choice([x for x in tables if x != "session_meta"] or tables)
+            rowids = [int(r[0]) for r in conn.execute(f"SELECT rowid FROM {table}")]
+            rowid = rng.choice(rowids)
+            conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+            done = f"{table} rowid {rowid} deleted"
+        elif what == "cut_tail":
+            if len(seqs) < 2:
+                raise NotApplicable("fewer than two events")
+            k = rng.randrange(1, min(10, len(seqs) - 1) + 1)
+            cut = seqs[-k - 1]
+            conn.execute("DELETE FROM events WHERE sequence > ?", (cut,))
+            bound = rng.random() < 0.5
+            if bound:
+                for table, col in (
+                    ("cost_ledger", "event_sequence"),
+                    ("plan_items", "event_sequence"),
+                    ("producers", "first_seen_sequence"),
+                ):
+                    conn.execute(f"DELETE FROM {table} WHERE {col} > ?", (cut,))
+            done = f"last {k} events cut{' with their bound rows' if bound else ''}, head left"
+        elif what == "head":
+            conn.execute("DELETE FROM session_chain")
+            done = "the head row deleted"
+        else:
+            if len(seqs) < 2:
+                raise NotApplicable("fewer than two events")
+            a, b = sorted(rng.sample(seqs, 2))
+            conn.execute(
+                "UPDATE events SET payload = CASE sequence WHEN ?1 THEN "
+                "(SELECT payload FROM events WHERE sequence = ?2) ELSE "
+                "(SELECT payload FROM events WHERE sequence = ?1) END "
+                "WHERE sequence IN (?1, ?2)",
+                (a, b),
+            )
+            done = f"payloads of events {a} and {b} swapped"
+    finally:
+        conn.close()
+    shm = t.path.with_name(t.path.name + "-shm")
+    if shm.exists():
+        shm.unlink()
+    return done
+
+
 KINDS: dict[str, Kind] = {
     "byte_flip": byte_flip,
     "zero_sector": zero_sector,
@@ -398,18 +503,28 @@ KINDS: dict[str, Kind] = {
     "hot_journal": hot_journal,
     "hot_journal_torn": hot_journal_torn,
     "invalid_utf8": invalid_utf8,
+    "sql_edit": sql_edit,
 }
 WAL_ONLY = {"truncate_wal", "wal_checksum"}
 NO_WAL_ONLY = {"hot_journal", "hot_journal_torn", "ptrmap"}
+# Kinds drawn for revision 3 alone (what only that revision promises to show). Revisions 1 and
+# 2 draw from exactly the kinds they drew before revision 3 was generated, so every seed of
+# theirs still draws the same case.
+REV3_ONLY = {"sql_edit"}
+REVISIONS = (1, 2, 3)
 # through SQLite: before any byte-level damage, in this order. A torn journal comes last and
 # once: any later open through SQLite (another killed writer, the UTF-8 write) would roll it back
 # as far as it reaches and delete it, making the killed write's partial pages SQLite's committed
 # state, which no reader (and no oracle built from the undamaged copy) could tell apart.
-FIRST = ("invalid_utf8", "hot_journal", "hot_journal_torn")
+# (sql_edit first: sorting by this order keeps every earlier kind's relative order.)
+FIRST = ("sql_edit", "invalid_utf8", "hot_journal", "hot_journal_torn")
 
 
-def kinds_for(wal: bool) -> list[str]:
-    return [k for k in KINDS if k not in (NO_WAL_ONLY if wal else WAL_ONLY)]
+def kinds_for(wal: bool, revision: int | None = None) -> list[str]:
+    """The kinds a case of ``revision`` draws from (None or 1/2: the kinds of revisions 1 and 2,
+    in their order; 3 adds REV3_ONLY at the end)."""
+    out = [k for k in KINDS if k not in (NO_WAL_ONLY if wal else WAL_ONLY)]
+    return out if revision is not None and revision >= 3 else [k for k in out if k not in REV3_ONLY]
 
 
 @dataclass(frozen=True)
@@ -453,9 +568,20 @@ class Case:
         wal: bool | None = None,
         kind: str | None = None,
         include: str | None = None,
+        revisions: tuple[int, ...] = (1, 2),
     ) -> Case:
         """The case seed ``seed`` draws; ``kind`` draws a case of that one kind alone,
-        ``include`` a case whose damages include that kind (alone or with one or two others)."""
+        ``include`` a case whose damages include that kind (alone or with one or two others).
+
+        Without ``revision``, the seed picks one of ``revisions``. The default, (1, 2), is the
+        draw every seed made before revision 3 existed (the first number of the seed's stream),
+        so each seed named anywhere keeps its case. Any other tuple (``REVISIONS``: 1, 2 and 3)
+        picks from a stream of its own (``"revision/<seed>"``) and then draws the case exactly
+        as ``from_seed(seed, revision=picked)`` does: a seed that picks 1 or 2 there gives the
+        case that seed gives with that revision asked for."""
+        if revision is None and tuple(revisions) != (1, 2):
+            picked = random.Random(f"revision/{seed}").choice(tuple(revisions))
+            return cls.from_seed(seed, revision=picked, wal=wal, kind=kind, include=include)
         rng = random.Random(seed)
         rev = revision if revision is not None else rng.choice((1, 2))
         w = wal if wal is not None else rng.random() < 0.5
@@ -464,7 +590,7 @@ class Case:
             w = forced in WAL_ONLY
         size = "long" if rng.random() < 0.35 else "short"
         n = rng.choices((1, 2, 3), weights=(6, 3, 1))[0]
-        pool = kinds_for(w)
+        pool = kinds_for(w, rev)
         kinds = [rng.choice(pool) for _ in range(n)]
         if kind is not None:
             kinds = [kind]
@@ -540,13 +666,24 @@ def main(argv: list[str] | None = None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--case", help="a case as printed by a failure")
     g.add_argument("--seed", type=int, help="draw the case from this seed")
-    ap.add_argument("--revision", type=int, choices=(1, 2))
+    ap.add_argument("--revision", type=int, choices=REVISIONS)
+    ap.add_argument(
+        "--any-revision",
+        action="store_true",
+        help="with --seed and no --revision: the seed picks among revisions 1, 2 and 3 "
+        "(without it, among 1 and 2, as every seed always did)",
+    )
     ap.add_argument("--into", type=Path, default=Path("fuzz-case"), help="work directory")
     ap.add_argument("--agentdb-src", type=Path, help="src/ of the agentdb to run (default: this)")
     args = ap.parse_args(argv)
     from tests.fuzz.invariants import run_case
 
-    case = Case.parse(args.case) if args.case else Case.from_seed(args.seed, revision=args.revision)
+    revisions = REVISIONS if args.any_revision else (1, 2)
+    case = (
+        Case.parse(args.case)
+        if args.case
+        else Case.from_seed(args.seed, revision=args.revision, revisions=revisions)
+    )
     args.into.mkdir(parents=True, exist_ok=True)
     bases = Bases(args.into / "bases")
     result = run_case(case, bases, args.into / "case", agentdb_src=args.agentdb_src)
@@ -558,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     if result.altered_in_place:
         n = result.altered_in_place
         print(f"  note: {n} unhashed row(s) kept with bytes changed inside a value")
+    if result.rollback:
+        print(f"  note: the damaged file is {result.rollback} (a consistent rollback)")
     print("  ok" if not result.failures else f"  {len(result.failures)} failure(s)")
     return 1 if result.failures else 0
 

@@ -12,11 +12,25 @@ returns every invariant that failed, by name:
   line naming the session;
 - ``check_ok_on_damage``: ``check`` said ok/needs_migration where SQLite's full read, its
   integrity_check, a content hash or a TEXT value's UTF-8 fails, the committed state names
-  another session, or ``events`` shows other events than SQLite presents;
+  another session, or ``events`` shows other events than SQLite presents; and, for a
+  revision-3 file (which proves every row, every link and the tail: design §1), where the rows
+  SQLite presents in every table (session_chain and chain_gaps included) are not exactly one
+  committed state of the undamaged file: a value changed in any table, a row removed, a tail
+  cut with the head left. A file that presents an earlier committed state whole (a WAL cut at
+  a commit, the snapshot's pages back) is a consistent rollback, out of scope (design §1):
+  counted apart (``CaseResult.rollback``), never a failure;
 - ``recover_row_differs``: the replacement holds rows that no committed state of the undamaged
   file held (an older version of a row is such a state: lost writes, a torn WAL) beyond what
   the report counts unverified (``tables.<t>.unverified`` when present, else
-  ``lost.unverified_event_sequences``, whose ranges must then hold those rows);
+  ``lost.unverified_event_sequences``, whose ranges must then hold those rows). Rows of a table
+  without a row hash (revision 1: all; revision 2: all but events) altered in place are counted
+  apart; at revision 3 every table is hashed and none is tolerated;
+- ``recover_hashes`` (revision 3): the replacement lacks a hash column of the original, or a
+  salvaged row's stored hashes (``content_hash``; events also ``prev_hash``, ``chain_hash``)
+  are not those the undamaged file stored for that row (recomputed, not kept: design §6);
+- ``recover_gaps`` (revision 3): the recovery-log outcome line (or ``recover --json``) names
+  ``gaps`` other than the replacement's ``chain_gaps`` rows (kind, from_seq, to_seq,
+  expected_hash);
 - ``recover_counts``: reported counts differ from what is in the replacement;
 - ``fewer_than_dot_recover``: fewer rows byte-identical to the undamaged copy than SQLite's
   ``.recover`` keeps in that table (lost_and_found does not count);
@@ -41,8 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
+
 from tests.fuzz import oracle
-from tests.fuzz.bases import Bases
+from tests.fuzz.bases import Base, Bases
 from tests.fuzz.generator import Applied, Case, apply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +77,7 @@ class CaseResult:
     dot_recover: dict[str, int] | None = None  # byte-identical rows .recover kept
     seconds: float = 0.0
     altered_in_place: int = 0  # unhashed rows kept with bytes changed inside a value
+    rollback: str = ""  # revision 3: the earlier committed state the damaged file presents whole
 
     def fail(self, invariant: str, detail: str) -> None:
         self.failures.append((invariant, detail))
@@ -198,8 +215,113 @@ def _unverified(doc: dict[str, Any], table: str) -> tuple[int, list[list[int]]]:
     return int(n), ranges
 
 
+def _project(rows: oracle.Rows, columns: dict[str, list[str]]) -> oracle.Rows:
+    """``rows`` with only ``columns`` of each table (in their order)."""
+    out = oracle.Rows(columns, {})
+    for t, want in columns.items():
+        idx = [rows.columns[t].index(c) for c in want]
+        out.rows[t] = {tuple(row[i] for i in idx) for row in rows.rows[t]}
+    return out
+
+
+def _log_outcome(log: Path, sid: str) -> dict[str, Any]:
+    """The last outcome line the recovery log holds for ``sid`` ({} when none)."""
+    last: dict[str, Any] = {}
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return last
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and e.get("session_id") == sid and e.get("event") == "outcome":
+            last = e
+    return last
+
+
+def _gap_key(g: dict[str, Any]) -> tuple[object, ...]:
+    h = g.get("expected_hash")
+    return (g.get("kind"), g.get("from_seq"), g.get("to_seq"), h.lower() if h else None)
+
+
+def _rev3_replacement(
+    r: CaseResult, doc: dict[str, Any], a: Applied, log: Path, have: dict[str, list[str]]
+) -> dict[str, list[str]]:
+    """Revision 3's promises of a replacement (design §6): its hash columns are the
+    original's, and the log's ``gaps`` are its chain_gaps rows. Returns the original's
+    columns the replacement holds, per table (what its rows are compared on)."""
+    cols = a.base.rows.columns
+    missing = [
+        f"{t}.{c}"
+        for t, hcs in oracle.HASH_COLUMNS.items()
+        for c in hcs
+        if c not in have.get(t, [])
+    ]
+    if missing:
+        r.fail(
+            "recover_hashes",
+            f"the replacement has no {', '.join(missing)}: the original's stored hashes are "
+            "not kept (compared on the columns it has)",
+        )
+    use = {t: [c for c in cols[t] if c in have.get(t, [])] for t in oracle.TABLES}
+    line = _log_outcome(log, a.session_id)
+    for where, src in (("the recovery log", line), ("recover --json", doc)):
+        if "gaps" not in src:
+            continue
+        want = sorted(map(_gap_key, src.get("gaps") or []), key=repr)
+        gc = have.get("chain_gaps", [])
+        if not {"kind", "from_seq", "to_seq", "expected_hash"} <= set(gc):
+            r.fail(
+                "recover_gaps", f"{where} names {len(want)} gaps; the replacement has no chain_gaps"
+            )
+            continue
+        conn = apsw.Connection(
+            f"file:{a.path.absolute()}?mode=ro",
+            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+        )
+        try:
+            stored = [
+                {"kind": k, "from_seq": f, "to_seq": to, "expected_hash": h.hex() if h else None}
+                for k, f, to, h in conn.execute(
+                    "SELECT kind, from_seq, to_seq, expected_hash FROM chain_gaps"
+                )
+            ]
+        finally:
+            conn.close()
+        got = sorted(map(_gap_key, stored), key=repr)
+        if got != want:
+            r.fail("recover_gaps", f"{where} names gaps {want[:3]}, chain_gaps holds {got[:3]}")
+    return use
+
+
+def _hashes_kept(
+    r: CaseResult, t: str, rows: set[oracle.Row], history: set[oracle.Row], cols: list[str]
+) -> None:
+    """Every salvaged row of ``t`` whose key the undamaged file knew carries hashes it stored."""
+    idx = [cols.index(c) for c in oracle.HASH_COLUMNS.get(t, ()) if c in cols]
+    if not idx:
+        return
+    stored: dict[oracle.Row, set[oracle.Row]] = {}
+    for h in history:
+        stored.setdefault(oracle.key(t, h), set()).add(tuple(h[i] for i in idx))
+    bad = [
+        w
+        for w in rows
+        if oracle.key(t, w) in stored and tuple(w[i] for i in idx) not in stored[oracle.key(t, w)]
+    ]
+    if bad:
+        keys = sorted(repr(oracle.key(t, w)[0][1]) for w in bad)[:5]
+        r.fail(
+            "recover_hashes",
+            f"{t}: {len(bad)} salvaged rows carry hashes the undamaged file never stored for "
+            f"them (recomputed, not kept; keys {keys})",
+        )
+
+
 def _recover_invariants(
-    r: CaseResult, doc: dict[str, Any], a: Applied, inputs: dict[str, bytes]
+    r: CaseResult, doc: dict[str, Any], a: Applied, inputs: dict[str, bytes], log: Path
 ) -> None:
     base = a.base
     for t, info in doc.get("tables", {}).items():
@@ -209,25 +331,36 @@ def _recover_invariants(
                 r.fail("hang", f"{t}: {info['restarts']} restarts > {bound}")
     if doc.get("outcome") != "recovered":
         return
+    rev3 = base.state is not None
+    cols = base.rows.columns
     try:
-        got = oracle.read_rows(a.path, base.rows.columns)
+        if rev3:
+            have = oracle.columns_of(a.path, oracle.TABLES + oracle.CHAIN_TABLES)
+            cols = _rev3_replacement(r, doc, a, log, have)
+        got = oracle.read_rows(a.path, cols)
     except Exception as e:
         r.fail("replacement_unreadable", f"{type(e).__name__}: {e}")
         return
+    history, final = base.history, base.rows
+    if cols != base.rows.columns:  # a replacement without some of the original's columns
+        history, final = _project(base.history, cols), _project(base.rows, cols)
     for t in oracle.TABLES:
         rows = got.rows[t]
-        wrong = rows - base.history.rows[t]
-        unhashed = r.case.revision == 1 or t != "events"  # revision 2 hashes events only
+        wrong = rows - history.rows[t]
+        if rev3:
+            _hashes_kept(r, t, rows, history.rows[t], cols[t])
+        # revision 1 hashes nothing, revision 2 events only, revision 3 every table
+        unhashed = r.case.revision == 1 or (r.case.revision == 2 and t != "events")
         if unhashed and not doc.get("tables", {}).get(t, {}).get("verified"):
             # a table without a row hash (every table of revision 1; all but events in revision
             # 2): bytes changed in place inside a value (same types, same lengths, same
             # integers) leave a structurally valid row that nothing can tell from the undamaged
             # one (issue 14's revision proves them). Counted, not a failure, as long as the
             # report does not claim such rows verified.
-            in_place = {w for w in wrong if _altered_in_place(w, base.history.rows[t])}
+            in_place = {w for w in wrong if _altered_in_place(w, history.rows[t])}
             r.altered_in_place += len(in_place)
             wrong -= in_place
-        r.kept[t] = len(rows & base.rows.rows[t])
+        r.kept[t] = len(rows & final.rows[t])
         n_unv, ranges = _unverified(doc, t)
         if wrong:
             outside = [w for w in wrong if not (ranges and _ranges_hold(ranges, got.sequence(w)))]
@@ -256,6 +389,25 @@ def _recover_invariants(
                 r.fail("corrupt_copy", f"input {name} not kept ({key}={kept})")
             elif Path(kept).read_bytes() != inputs[name]:
                 r.fail("corrupt_copy", f"{kept} differs from the input {name}")
+
+
+def _rev3_state(r: CaseResult, base: Base, state: oracle.Rows | None) -> list[str]:
+    """Why a revision-3 file's rows as SQLite presents them are damage revision 3 promises to
+    show: they are not the undamaged file's last committed state, nor an earlier committed
+    state whole (that one is a consistent rollback: named in ``r.rollback``, no reason)."""
+    assert base.state is not None
+    if state is None:
+        return ["SQLite cannot read every table (session_chain and chain_gaps included)"]
+    digest = oracle.state_digest(state)
+    if digest == oracle.state_digest(base.state):
+        return []
+    if digest in base.earlier:
+        r.rollback = base.earlier[digest]
+        return []
+    return [
+        "its rows are no committed state of the undamaged file "
+        f"(against the last: {oracle.state_changes(base.state, state)})"
+    ]
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -297,6 +449,8 @@ def run_case(
     sid, main = a.session_id, a.path.name
     inputs = {p.name: p.read_bytes() for p in sessions.iterdir()}
     j = oracle.judge(a.path, sid)
+    # revision 3: every table as SQLite presents the damaged file (read before recover replaces it)
+    state = oracle.read_state(a.path) if a.base.state is not None else None
     shell = shell if shell is not None else oracle.capable_shell()
     t_dot = time.monotonic()
     # Another session's -wal is not this session's data, even where its rows are byte-identical
@@ -361,6 +515,8 @@ def run_case(
     check_doc = _json(res[1]) or {}
     verdict = (check_doc.get("sessions") or [{}])[0].get("verdict", "")
     r.verdict = verdict
+    if a.base.state is not None and verdict not in HEALTHY:
+        _rev3_state(r, a.base, state)  # a rollback is counted whatever check says
     if verdict in HEALTHY:
         why = []
         if not j.sound:
@@ -370,6 +526,8 @@ def run_case(
         seqs = _events_seqs(res[3])
         if j.full_read and seqs is not None and seqs != j.sequences:
             why.append(f"events shows {len(seqs)} events, SQLite {len(j.sequences)}")
+        if a.base.state is not None:
+            why += _rev3_state(r, a.base, state)
         if why:
             r.fail("check_ok_on_damage", f"check says {verdict}: {'; '.join(why)}")
 
@@ -422,7 +580,7 @@ def run_case(
     rec = _json(res[8]) or {}
     doc = (rec.get("sessions") or [{}])[0]
     r.outcome = doc.get("outcome", "")
-    _recover_invariants(r, doc, a, inputs)
+    _recover_invariants(r, doc, a, inputs, sessions.parent / "recovery.log")
     after = res[9]["listing"]
     if r.outcome == "recovered":
         bad = [n for n in after if not _allowed_after_recover(n, main)]

@@ -8,6 +8,7 @@ exception.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -20,6 +21,15 @@ import apsw
 from agentdb.hashing import HASHED_COLUMNS, event_hash_raw
 
 TABLES = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
+# revision 3's two more tables (design §5, §6): with TABLES, every table of a revision-3 file
+CHAIN_TABLES = ("session_chain", "chain_gaps")
+# the columns of each table a revision-3 row carries its stored hashes in (design §2)
+HASH_COLUMNS = {
+    "events": ("content_hash", "prev_hash", "chain_hash"),
+    "cost_ledger": ("content_hash",),
+    "plan_items": ("content_hash",),
+    "producers": ("content_hash",),
+}
 SIDECARS = ("-wal", "-journal")
 
 Row = tuple[object, ...]
@@ -57,6 +67,12 @@ def _pairs(r: tuple[object, ...]) -> Row:
     return tuple((r[i], r[i + 1]) for i in range(0, len(r), 2))
 
 
+def key(table: str, row: Row) -> Row:
+    """What names a row of ``table`` across versions of it: its integer key (``sequence``,
+    ``session_id``), for producers (category, name, version)."""
+    return row[:3] if table == "producers" else row[:1]
+
+
 def private_copy(path: Path, into: Path, sidecars: tuple[str, ...] = SIDECARS) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     dst = into / path.name
@@ -83,6 +99,67 @@ def read_rows(path: Path, columns: dict[str, list[str]] | None = None) -> Rows:
             return out
         finally:
             conn.close()
+
+
+def columns_of(path: Path, tables: tuple[str, ...] = TABLES) -> dict[str, list[str]]:
+    """Each table's columns as the file declares them (a table it lacks: no columns). Select
+    only these: SQLite reads an unknown double-quoted name as a string literal, not an error."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-cols-") as d:
+        conn = apsw.Connection(str(private_copy(path, Path(d))))
+        try:
+            return {t: _columns(conn, t) for t in tables}
+        finally:
+            conn.close()
+
+
+def state_digest(rows: Rows) -> str:
+    """One digest of every table's columns and rows, independent of row order: two files
+    present the same state exactly when their digests are equal."""
+    h = hashlib.sha256()
+    for t in sorted(rows.rows):
+        h.update(repr((t, rows.columns.get(t))).encode())
+        for r in sorted(repr(x) for x in rows.rows[t]):
+            h.update(r.encode())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def read_state(path: Path, sidecars: tuple[str, ...] = SIDECARS) -> Rows | None:
+    """Every row of every table of a revision-3 file (TABLES and CHAIN_TABLES, each with the
+    columns the file declares) as SQLite presents it, from a private copy; None when SQLite
+    cannot read them all (or a table is missing)."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-state-") as d:
+        copy = private_copy(path, Path(d), sidecars)
+        try:
+            conn = apsw.Connection(str(copy))
+        except apsw.Error:
+            return None
+        try:
+            out = Rows()
+            for t in TABLES + CHAIN_TABLES:
+                cols = _columns(conn, t)
+                if not cols:
+                    return None
+                out.columns[t] = cols
+                out.rows[t] = {_pairs(tuple(r)) for r in conn.execute(_select(t, cols))}
+            return out
+        except (apsw.Error, UnicodeDecodeError):
+            return None
+        finally:
+            conn.close()
+
+
+def state_changes(before: Rows, after: Rows) -> str:
+    """Which tables differ and how (rows only in ``before`` / only in ``after``): for
+    messages."""
+    out = []
+    for t in TABLES + CHAIN_TABLES:
+        a, b = before.rows.get(t, set()), after.rows.get(t, set())
+        if before.columns.get(t) != after.columns.get(t):
+            out.append(f"{t} columns {after.columns.get(t)}")
+        elif a != b:
+            out.append(f"{t} -{len(a - b)}+{len(b - a)}")
+    return ", ".join(out) or "none"
 
 
 @dataclass

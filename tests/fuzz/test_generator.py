@@ -18,7 +18,16 @@ import pytest
 
 from tests.fuzz import oracle
 from tests.fuzz.bases import Bases
-from tests.fuzz.generator import KINDS, NO_WAL_ONLY, WAL_ONLY, Case, apply, shrink
+from tests.fuzz.generator import (
+    KINDS,
+    NO_WAL_ONLY,
+    REV3_ONLY,
+    REVISIONS,
+    WAL_ONLY,
+    Case,
+    apply,
+    shrink,
+)
 from tests.fuzz.invariants import run_case
 
 CI_SEEDS = range(10)
@@ -77,7 +86,20 @@ def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
             for wal in (False, True):
                 if kind in (NO_WAL_ONLY if wal else WAL_ONLY):
                     continue
-                assert (kind, rev, wal) in seen, (kind, rev, wal)
+                assert ((kind, rev, wal) in seen) == (kind not in REV3_ONLY), (kind, rev, wal)
+    assert {c.revision for c in map(Case.from_seed, range(3000))} == {1, 2}
+    drawn3 = {
+        (k, w)
+        for s in range(3000)
+        for c in [Case.from_seed(s, revisions=REVISIONS)]
+        if c.revision == 3
+        for k, _ in c.damages
+        for w in [c.wal]
+    }
+    for kind in KINDS:
+        for wal in (False, True):
+            if kind not in (NO_WAL_ONLY if wal else WAL_ONLY):
+                assert (kind, wal) in drawn3, (kind, 3, wal)
 
 
 def test_a_torn_journal_is_the_last_write_through_sqlite() -> None:
@@ -111,12 +133,14 @@ def test_same_case_same_bytes(bases: Bases, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_kind_damages_its_base(bases: Bases, tmp_path: Path, kind: str) -> None:
     """Each kind does something to a file it can apply to: the files change (or a hot journal
-    appears), for one revision-2 case of each kind (seeded subseeds 0-3; one must apply)."""
+    appears), for one revision-2 case of each kind (revision 3 for the kinds drawn for it alone;
+    seeded subseeds 0-3; one must apply)."""
     wal = kind in WAL_ONLY
     layout = "autovacuum" if kind == "ptrmap" else "plain"
+    rev = 3 if kind in REV3_ONLY else 2
     applied = False
     for sub in range(4):
-        c = Case(2, wal, "short", layout, ((kind, sub),))
+        c = Case(rev, wal, "short", layout, ((kind, sub),))
         d = tmp_path / str(sub)
         a = apply(c, bases, d)
         if a.regions:
