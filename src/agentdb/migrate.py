@@ -312,8 +312,7 @@ def _verify(conn: apsw.Connection, path: Path, before: dict[str, int]) -> None:
         report = chainio.verify_full(conn)
         if not report.ok:
             raise errors.MigrationFailed(
-                f"{path}: after migration the chain does not prove "
-                f"({', '.join(report.problems)})"
+                f"{path}: after migration the chain does not prove ({', '.join(report.problems)})"
             )
     after = _counts(conn)
     for t in TABLES:

@@ -29,21 +29,9 @@ from tests.fuzz.bases import Bases
 from tests.fuzz.generator import REV3_ONLY, REVISIONS, Case, apply, kinds_for
 from tests.fuzz.invariants import run_case
 
-# The invariants a revision-3 case fails on an agentdb whose check does not verify the chain and
-# whose recovery makes a revision-2 replacement (main before issue 14 item 8's merges). Empty
-# the set after merging: then every case below must hold every invariant.
-# fewer_than_dot_recover is here because the revision-2 replacement is compared on the columns
-# it has: .recover keeps one more event than agentdb in some of these cases (seed 500002). If it
-# stays after the merges, it is a recovery shortfall at revision 3, not a gap of this branch.
-PRE_MERGE_GAPS = frozenset(
-    {
-        "check_ok_on_damage",
-        "recover_hashes",
-        "recover_row_differs",
-        "recover_gaps",
-        "fewer_than_dot_recover",
-    }
-)
+# Invariants a revision-3 case may fail for a known, named reason (none: check proves the chain
+# and recovery keeps hashes since issue 14's merges). A case failing only on these is xfail.
+PRE_MERGE_GAPS: frozenset[str] = frozenset()
 
 # Seeds drawn at revision 3 (``Case.from_seed(seed, revision=3)``; short sessions, so the set
 # runs in well under a minute), and naive edits through SQLite of each kind revision 3 promises

@@ -336,6 +336,15 @@ def _build(plan_: RecoveryPlan, got: Salvage, target: Path, store: Scratch, revi
         }
         for g in gaps
     ]
+    if any(g.kind == "meta" for g in gaps) and not merged.rebuilt_meta:
+        # no hash vouches for the session_meta kept (the head's meta_hash names another)
+        merged.unverified.setdefault("session_meta", set()).add(out.session_id)
+        if out.tables.get("session_meta") is not None:
+            out.tables["session_meta"].update(merged.levels("session_meta"))
+        out.notes.append(
+            "session_meta does not match the hash the original's head recorded (changed "
+            "outside the writer, or an older copy): kept unverified, recorded as a meta gap"
+        )
     with out.timed("check"):
         problems, orphans = replacement.check(target, out.session_id, merged)
     out.replacement_check = problems
