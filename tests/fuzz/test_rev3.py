@@ -38,7 +38,10 @@ PRE_MERGE_GAPS: frozenset[str] = frozenset()
 # to show (``sql_edit`` subseeds on the short revision-3 base without a WAL).
 # 520051 (campaign of 2026-12-02): a truncated main file whose producers are derived from the
 # salvaged events: their new hashes are counted unverified, which the invariant must allow.
-REV3_SEEDS = (2, 5, 500002, 500016, 520051)
+# 520084: session_meta.parent_session_id changed to '0' (and page 1 zeroed): the engines kept
+# the row, check called the replacement inconsistent (bad_parent_id) and nothing was recovered;
+# salvage now holds session_meta to check's rules, so an older copy (or a rebuilt row) is used.
+REV3_SEEDS = (2, 5, 500002, 500016, 520051, 520084)
 SQL_EDITS = {
     "cost_ledger value": "rev=3 wal=0 size=short layout=plain damages=sql_edit/39",
     "plan_items value": "rev=3 wal=0 size=short layout=plain damages=sql_edit/21",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from agentdb.hashing import HASH_SIZE, event_hash, row_hash
+from agentdb.paths import is_valid_id
 from agentdb.salvage.scratch import Spilled
 from agentdb.schema import enums
 from agentdb.schema.revisions import COLUMNS
@@ -79,6 +80,11 @@ def _check_session_meta(row: Row) -> str | None:
         return "a text column has the wrong type"
     if status not in enums.STATUSES:
         return f"status {status!r} is not in the enum"
+    # check's own rules for the row (a replacement holding it would fail check: inconsistent)
+    if parent is not None and (not is_valid_id(str(parent)) or parent == sid):
+        return f"parent_session_id {parent!r} is not another session's id"
+    if (status == enums.RUNNING) != (ended is None):
+        return f"status {status} with ended_at {'unset' if ended is None else 'set'}"
     if not _count(depth):
         return "depth is not a non-negative integer"
     if not _opt_text(ended):
