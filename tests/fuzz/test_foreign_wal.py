@@ -23,6 +23,7 @@ from agentdb import checks, demo, salvage
 from agentdb.checks import walevidence
 from agentdb.fileformat.wal import scan_wal
 from agentdb.paths import sidecar
+from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, SessionWriter
 from tests.fuzz import damage
 from tests.rows import row_sets
@@ -31,9 +32,9 @@ from tests.salvage import corpus
 from tests.support import make_session
 
 
-def other_session_wal(root: Path) -> bytes:
+def other_session_wal(root: Path, revision: int = CURRENT_REVISION) -> bytes:
     """The -wal of another session, holding commits (its writer copied while open)."""
-    w = SessionWriter.create(root / "other", profile="coder")
+    w = SessionWriter.create(root / "other", profile="coder", revision=revision)
     demo._turns(w, demo.MODEL_OLD, 2, seed=5)
     w.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     w.conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
@@ -108,13 +109,16 @@ def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind:
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.parametrize("other", [2, 3])
 def test_damaged_file_with_foreign_wal_salvages_the_file(
-    sessions_dir: Path, tmp_path: Path
+    sessions_dir: Path, tmp_path: Path, other: int
 ) -> None:
+    """``other``: the revision of the session whose -wal it is (revision 3's events records have
+    12 columns: they are evidence too, and none of them is ever taken as this file's)."""
     sid, path = corpus.build_base(sessions_dir, revision=2)
     original = rows_alone(path, tmp_path / "alone")
     damage.zero_sector(path, damage.pages_of(path, "events", "leaf")[2], 3)
-    put_wal(path, other_session_wal(tmp_path))
+    put_wal(path, other_session_wal(tmp_path, other))
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered", out.notes
     got = row_sets(path)
@@ -154,7 +158,10 @@ def test_own_wal_is_never_evidence(
         w.close()
 
 
-def test_other_sessions_events_on_other_pages_are_evidence(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other_revision", [2, 3])
+def test_other_sessions_events_on_other_pages_are_evidence(
+    tmp_path: Path, other_revision: int
+) -> None:
     """Another session's WAL whose events leaves lie where this file keeps none (its own
     schema on page 1 points elsewhere): the sequences are looked up in this file's own events
     b-tree, and most carry other ids."""
@@ -166,7 +173,7 @@ def test_other_sessions_events_on_other_pages_are_evidence(tmp_path: Path) -> No
     mine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     path = mine.path
     mine.close()
-    other = SessionWriter.create(tmp_path / "other", profile="coder")
+    other = SessionWriter.create(tmp_path / "other", profile="coder", revision=other_revision)
     other.conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
     demo._turns(other, demo.MODEL_OLD, 12, seed=2)  # small events: its leaves on those pages
     scan = scan_wal(sidecar(other.path, "-wal").read_bytes())

@@ -212,8 +212,9 @@ def _event_ids(data: bytes, pgno: int, size: int) -> dict[int, bytes]:
             body, _ = read_varint(cell.local, 0)
         except FormatError:
             continue
-        # an events record: 9 or 10 columns, the rowid alias NULL, then the id as TEXT
-        if len(types) in (9, 10) and types[0] == 0 and types[1] >= 13 and types[1] % 2:
+        # an events record (9 columns at revision 1, 10 at 2, 12 at 3), the rowid alias NULL,
+        # then the id as TEXT
+        if len(types) in (9, 10, 12) and types[0] == 0 and types[1] >= 13 and types[1] % 2:
             n = serial_type_size(types[1])
             if body + n <= len(cell.local):
                 out[cell.rowid] = bytes(cell.local[body : body + n])

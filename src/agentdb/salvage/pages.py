@@ -209,6 +209,10 @@ class _PageReader:
         older = stored is tables.NO_HASH and table in ("events", *chainrows.HASHED)
         if why is None and older and (self.out.revision or 0) >= 3:
             why = "a record without its revision-3 hash columns (an older copy)"
+        if why is None and got.chained and 1 <= (self.out.revision or 3) < 3:
+            # revisions only go up: a file whose header names revision 1 or 2 never held a
+            # revision-3 record of its own (another session's page, a foreign -wal's frame)
+            why = f"a revision-3 record in a revision-{self.out.revision} file (not its own)"
         vouched = why is None and stored is not tables.NO_HASH
         if vouched:
             if table == "events" and isinstance(stored, bytes):

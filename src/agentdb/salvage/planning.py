@@ -55,11 +55,13 @@ class Salvage:
 
 def original_revision(diag: rows.Diagnosis, page: pages_mod.PageSalvage) -> int:
     """The original's revision: SQLite's ``user_version``, else the header's, else 3 when a
-    record of a revision-3 shape was found, else the current one."""
+    record of a revision-3 shape was found, else 2 (events accepted with or without their
+    revision-2 hash). Never "the current one" for an unknown header: once the current is 3, a
+    revision-1 file with a garbage header would have every row dropped for want of a hash."""
     for rev in (diag.revision, page.revision):
         if rev is not None and 1 <= rev <= KNOWN_REVISION:
             return rev
-    return REV3_REVISION if page.chain.shaped else CURRENT_REVISION
+    return REV3_REVISION if page.chain.shaped else REV3_REVISION - 1
 
 
 def target_revision(original: int, asked: int | None = None) -> int:
