@@ -206,13 +206,7 @@ class _PageReader:
             return
         row = tables.normalise(table, row)
         why = tables.problem(table, row, self.session_id)
-        older = stored is tables.NO_HASH and table in ("events", *chainrows.HASHED)
-        if why is None and older and (self.out.revision or 0) >= 3:
-            why = "a record without its revision-3 hash columns (an older copy)"
-        if why is None and got.chained and 1 <= (self.out.revision or 3) < 3:
-            # revisions only go up: a file whose header names revision 1 or 2 never held a
-            # revision-3 record of its own (another session's page, a foreign -wal's frame)
-            why = f"a revision-3 record in a revision-{self.out.revision} file (not its own)"
+        why = why or self.revision_problem(table, stored, got.chained)
         vouched = why is None and stored is not tables.NO_HASH
         if vouched:
             if table == "events" and isinstance(stored, bytes):
@@ -238,6 +232,17 @@ class _PageReader:
         self.out.candidates.append(
             Candidate(table, row, tier, where, rowid, chain), tables.key_of(table, row), data
         )
+
+    def revision_problem(self, table: str, stored: Any, chained: bool) -> str | None:
+        """Why a record's shape cannot be this file's at the revision its header names."""
+        rev = self.out.revision
+        if (rev or 0) >= 3 and stored is tables.NO_HASH and table in ("events", *chainrows.HASHED):
+            return "a record without its revision-3 hash columns (an older copy)"
+        if chained and rev is not None and 1 <= rev < 3:
+            # revisions only go up: a file whose header names revision 1 or 2 never held a
+            # revision-3 record of its own (another session's page, a foreign -wal's frame)
+            return f"a revision-3 record in a revision-{rev} file (not its own)"
+        return None
 
     def foreign_chain(self, table: str, rowid: int) -> bool:
         """The overflow chain just read runs through a page a live row's chain uses (another
