@@ -202,6 +202,12 @@ HOLES: dict[str, list[str]] = {
     "events below zero": [
         "UPDATE events SET sequence = sequence - 10 WHERE sequence <= 3",
     ],
+    # revision 1 allows any integer: the lowest one too (the fold's start must be no event's)
+    "the lowest integer": ["UPDATE events SET sequence = -9223372036854775808 WHERE sequence = 1"],
+    "the highest integer": [
+        "UPDATE events SET sequence = 9223372036854775807 "
+        "WHERE sequence = (SELECT max(sequence) FROM events)"
+    ],
 }
 
 
@@ -252,7 +258,12 @@ def test_a_file_with_holes_migrates_into_recorded_gaps(
         conn.close()
     w = SessionWriter.open(sessions_dir, sid)  # later emits extend the chain past the holes
     try:
-        w.emit(Event(kind="tool_call", producer=Producer("tool", "t", "1"), payload=b"after"))
+        after = Event(kind="tool_call", producer=Producer("tool", "t", "1"), payload=b"after")
+        if hole == "the highest integer":  # no number is left: refused, nothing written
+            with pytest.raises(errors.ConstraintViolation, match="no event sequence is left"):
+                w.emit(after)
+        else:
+            w.emit(after)
     finally:
         w.close()
     conn = _open(path)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 
 import apsw
 
-from agentdb import db, faults
+from agentdb import db, errors, faults
 from agentdb.hashing import (
     as_bytes_sql,
     chain_hash,
@@ -156,10 +156,18 @@ def read_head(conn: apsw.Connection) -> Head:
 _NONE: Sequence[Sequence[bytes]] = ((), (), ())
 
 
+_LAST_SEQUENCE = (1 << 63) - 1  # SQLite's largest integer
+
+
 def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     """Insert ``rows`` with their hashes and chain, then rewrite the head; in the caller's
     transaction (nothing is committed here). Returns the head after these rows (``head`` is
     left as it was)."""
+    if rows.events and rows.events[-1][0] > _LAST_SEQUENCE:
+        raise errors.ConstraintViolation(
+            f"no event sequence is left after {_LAST_SEQUENCE}: nothing was written; "
+            "start a new session"
+        )
     costs: list[tuple[Any, ...]] = []
     plans: list[tuple[Any, ...]] = []
     producers: list[tuple[Any, ...]] = []
