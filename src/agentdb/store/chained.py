@@ -271,7 +271,7 @@ def _write_derived(conn: apsw.Connection, head: Head, rows: Rows, update: Statem
         old[_PLANS] + len(plans),
         old[_PRODUCERS] + len(producers),
     )
-    counts = frames(derived)
+    counts = frame(derived[0]) + frame(derived[1]) + frame(derived[2])  # frames(derived)
     # the head's own hash: row_hash("session_chain", row) with the kept frames
     own = row_hash_framed(
         _TABLE,
