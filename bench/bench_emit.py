@@ -22,6 +22,18 @@ fsync is free: FULL would measure OFF). Writes bench/results/emit_rev3.md (``--o
 
     .venv/bin/python bench/bench_emit.py --revisions [--sync FULL,OFF] [--rounds R]
         [--scale K] [--old-tree DIR] [--tmp DIR]
+
+``--head-page`` (a bench-only prototype of a DDL question, design §5/§12: what does the head's
+own page cost a single emit?): the statements of one plain single emit with no Python around
+them (hashes are constants), synchronous=FULL, in one process, blocks alternating, medians:
+revision 2's insert; revision 3's insert and head UPDATE as written (REV3_DDL: the head on its
+own page, one more WAL frame per commit); the same head kept as one BLOB in a row of
+``sqlite_sequence`` (a page every AUTOINCREMENT insert already writes: a measuring device, not a
+proposal); and REV3_DDL with ``events.sequence`` without AUTOINCREMENT (the head's
+``head_sequence`` as the high-water mark instead of ``sqlite_sequence``: a plain emit then
+writes as many pages as revision 2's). Nothing of it is written by the writer.
+
+    .venv/bin/python bench/bench_emit.py --head-page [--rounds R] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -341,6 +353,121 @@ def _row(sides: list[tuple[str, Path, int]], row: Row) -> str:
     )
 
 
+# ------------------------------------------------------------------------ --head-page
+
+_HEAD_BLOB = b"h" * 200  # about the size of the head's columns
+_H16 = b"0123456789abcdef"
+
+
+def _head_page_file(path: Path, variant: str) -> apsw.Connection:
+    from agentdb.schema.revisions import REV3_DDL
+
+    ddl = REV2_DDL if variant == "rev 2" else REV3_DDL
+    if variant == "rev 3, no AUTOINCREMENT on events":
+        auto = "sequence          INTEGER PRIMARY KEY AUTOINCREMENT,"
+        assert ddl.count(auto) == 1  # events' (the derived tables align theirs differently)
+        ddl = ddl.replace(auto, "sequence          INTEGER PRIMARY KEY,")
+    conn = apsw.Connection(str(path))
+    db.exec_script(conn, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + ddl)
+    if variant != "rev 2":
+        conn.execute(
+            "INSERT INTO session_chain VALUES (1, 0, 0, 0, 0, 0, ?, ?, 0, ?, 'created', 3, "
+            "'2026-12-02T00:00:00.000Z', ?)",
+            (_H16, _H16, _H16, _H16),
+        )
+    if variant == "rev 3, head in a sqlite_sequence row":
+        conn.execute(
+            "INSERT INTO sqlite_sequence (name, seq) VALUES ('agentdb_head', ?)", (_HEAD_BLOB,)
+        )
+    return conn
+
+
+def _head_page_block(
+    conn: apsw.Connection, variant: str, first: int, n: int
+) -> tuple[float, float]:
+    from agentdb.store import chained
+
+    rev2 = variant == "rev 2"
+    insert = (
+        "INSERT INTO events (sequence, id, timestamp, kind, producer_category, producer_name, "
+        "producer_version, schema_version, payload, content_hash) VALUES (?,?,?,?,?,?,?,?,?,?)"
+        if rev2
+        else chained._INSERT_EVENT
+    )
+    in_seq = variant == "rev 3, head in a sqlite_sequence row"
+    head = (
+        "UPDATE sqlite_sequence SET seq = ? WHERE name = 'agentdb_head'"
+        if in_seq
+        else chained._UPDATE_HEAD_PLAIN
+    )
+    cur = conn.cursor()
+    t, c = time.perf_counter(), time.process_time()
+    for seq in range(first, first + n):
+        row = (seq, str(ulid.ULID()), "2026-12-02T00:00:00.000Z", "tool_call", "tool", "shell")
+        row += ("2.0.0", "1", PAYLOAD, _H16)
+        conn.execute("BEGIN IMMEDIATE")
+        if rev2:
+            conn.execute(insert, row)
+        else:
+            conn.execute(insert, (*row, _H16, _H16))
+            cur.execute(head, (_HEAD_BLOB,) if in_seq else (seq, seq, _H16, _H16))
+        conn.execute("COMMIT")
+    return (time.perf_counter() - t) / n * 1e6, (time.process_time() - c) / n * 1e6
+
+
+def head_page(args: argparse.Namespace) -> None:
+    variants = [
+        "rev 2",
+        "rev 3 (REV3_DDL: the head on its own page)",
+        "rev 3, head in a sqlite_sequence row",
+        "rev 3, no AUTOINCREMENT on events",
+    ]
+    n = 160
+    load = [os.getloadavg()]
+    started = datetime.now(timezone.utc)
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        conns = [_head_page_file(Path(tmp) / f"v{i}.sqlite", v) for i, v in enumerate(variants)]
+        wall: list[list[float]] = [[] for _ in variants]
+        cpu: list[list[float]] = [[] for _ in variants]
+        nxt = [1] * len(variants)
+        for r in range(args.rounds):
+            order = list(range(len(variants)))
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for i in order:
+                a, b = _head_page_block(conns[i], variants[i], nxt[i], n)
+                nxt[i] += n
+                wall[i].append(a)
+                cpu[i].append(b)
+        for c in conns:
+            c.close()
+        fs = _fs_type(Path(tmp).resolve())
+    load.append(os.getloadavg())
+    ended = datetime.now(timezone.utc)
+    loads = sorted(x[0] for x in load)
+    lines = [
+        "Bench-only prototype (`bench/bench_emit.py --head-page`): one plain single emit's "
+        "statements, no Python hashing, synchronous=FULL, WAL, "
+        f"{started:%Y-%m-%d %H:%M}–{ended:%H:%M} UTC, load average (1 min) "
+        f"{loads[0]:.1f}–{loads[-1]:.1f}, files on {fs}; {args.rounds} rounds of {n} "
+        "transactions per variant, order rotated; medians over rounds (ratio: median of "
+        "per-round ratios to rev 2, with quartiles).",
+        "",
+        "| variant | wall µs/emit | / rev 2 (wall) [quartiles] | CPU µs/emit | CPU difference |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for i, v in enumerate(variants):
+        q1, q2, q3 = _quartiles([a / b for a, b in zip(wall[i], wall[0], strict=True)])
+        diff = statistics.median(a - b for a, b in zip(cpu[i], cpu[0], strict=True))
+        lines.append(
+            f"| {v} | {statistics.median(wall[i]):.1f} | {q2:.2f} [{q1:.2f}–{q3:.2f}] | "
+            f"{statistics.median(cpu[i]):.1f} | {diff:+.1f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         where, rev, sync, batch, kind = sys.argv[2:7]
@@ -356,7 +483,12 @@ def main() -> None:
     ap.add_argument("--old-tree", help="--revisions: also revision 3 from this checkout")
     ap.add_argument("--tmp", help="--revisions: where the files are written (default $TMPDIR)")
     ap.add_argument("--out", help="--revisions: the results file")
+    ap.add_argument("--head-page", action="store_true", help="bench-only: the head's page")
     args = ap.parse_args()
+    if args.head_page:
+        args.rounds = args.rounds or 40
+        head_page(args)
+        return
     if args.revisions:
         args.rounds = args.rounds or 30
         revisions(args)

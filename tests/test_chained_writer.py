@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -240,6 +241,62 @@ def test_a_rolled_back_transaction_leaves_no_cache_ahead(sessions_dir: Path, fai
         assert db.row(conn, "SELECT count(*), max(sequence) FROM events") == (11, 11)
     finally:
         conn.close()
+
+
+def _read_only(w: SessionWriter) -> None:
+    # the head's UPDATE itself fails (through the cursor the writer keeps for it)
+    w.conn.execute("PRAGMA query_only = ON")
+
+
+# A plain emit (no derived row) sets only event_count, head_sequence, head_hash and content_hash:
+# the columns it leaves must be what the cache hashed. Each failure leaves the cache of a head
+# that never reached the file, if kept: the derived counts (a rolled-back batch with a cost row,
+# a plan and a new producer) or meta_hash (a rolled-back status change).
+PLAIN_FAILURES: dict[str, tuple[str, Any, type[Exception]]] = {
+    "plain_before_head": ("emit_before_head", _boom, RuntimeError),
+    "plain_head_update": ("emit_before_head", "read_only", errors.ReadOnly),
+    "plain_commit": ("emit_before_head", None, errors.ConstraintViolation),
+    "derived_commit": ("emit_before_head", None, errors.ConstraintViolation),
+    "status_commit": ("status_before_head", None, errors.ConstraintViolation),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(PLAIN_FAILURES))
+def test_a_plain_emit_after_a_rolled_back_transaction(sessions_dir: Path, failure: str) -> None:
+    """The first emit after a failed transaction is a plain one (the narrow head UPDATE): it
+    extends the chain and the head from what the file holds, and the same cursor runs the
+    head's UPDATE after one failed in it."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    w.emit_batch(_events(1, 4))
+    point, action, exc = PLAIN_FAILURES[failure]
+    before = chained.read_head(w.conn)
+    plain = Event("tool_call", TOOL, b"plain", id="ev-plain")
+    derived = [*_events(5, 3), Event("tool_call", Producer("tool", "new", "9"), b"n", id="ev-n")]
+    if action == "read_only":
+        action = lambda: _read_only(w)  # noqa: E731
+    with faults.injected({point: action or (lambda: _orphan_plan_row(w))}), pytest.raises(exc):
+        if point == "status_before_head":
+            w.set_status("completed")
+        elif failure.startswith("derived"):
+            w.emit_batch(derived)
+        else:
+            w.emit(plain)
+    w.conn.execute("PRAGMA query_only = OFF")
+    w.conn.execute("PRAGMA defer_foreign_keys = OFF")
+    assert chained.read_head(w.conn) == before  # nothing of it in the file
+    for i in range(3):
+        w.emit(Event("tool_call", TOOL, b"p", id=f"ev-p{i}"))
+        _cache_is_the_file(w)
+    _walked(w.path)
+    w.set_status("completed")
+    w.set_status("running")
+    w.emit(plain)
+    w.emit_batch(derived)
+    w.emit(Event("tool_call", TOOL, b"p", id="ev-last"))
+    _cache_is_the_file(w)
+    path = w.path
+    w.close()
+    _walked(path)
 
 
 _CHILD = textwrap.dedent(

@@ -138,7 +138,13 @@ def test_chain_sorts_bound_rows_and_checks_sizes() -> None:
     # which table a row is bound through matters
     assert chain_hash(g, EVENT, ([a], [], [])) != chain_hash(g, EVENT, ([], [a], []))
     assert chain_hash(g, EVENT) == chain_hash(g, EVENT, ([], [], []))
-    for bad in ((g[:15], EVENT, ()), (g, EVENT + b"x", ()), (g, EVENT, ([a[:8]], [], []))):
+    for bad in (
+        (g[:15], EVENT, ()),
+        (g, EVENT + b"x", ()),
+        (g, EVENT, ([a[:8]], [], [])),  # one bound row (the writer's fast path)
+        (g, EVENT, ([], [a, b[:8]], [])),  # several
+        (g, EVENT, ([], [], [a[:8]])),
+    ):
         with pytest.raises(ValueError):
             chain_hash(*bad)
 

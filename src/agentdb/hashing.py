@@ -160,6 +160,7 @@ _GENESIS_PERSON = b"agentdb-genesis1"
 _GAPS_PERSON = b"agentdb-gaps-v1"
 _COUNT = struct.Struct(">I")
 _NO_DERIVED = _COUNT.pack(0) * 3  # most events bind no derived row
+_COUNT_0, _COUNT_1 = _COUNT.pack(0), _COUNT.pack(1)
 _TABLE_FRAMES: dict[str, bytes] = {}
 # Per table, a BLAKE2b state that has absorbed the table's frame: a row hash copies it (cheaper
 # than a new personalised hasher; the digest is the same). Never updated once made.
@@ -287,13 +288,24 @@ def chain_hash(prev: bytes, content: bytes, derived: Sequence[Sequence[bytes]] =
         state.update(prev + content + _NO_DERIVED)
     else:
         parts = [prev, content]
+        add = parts.append
         for hashes in derived:
-            for h in hashes:
+            n = len(hashes)
+            if n == 0:
+                add(_COUNT_0)
+            elif n == 1:  # the writer's common case: one cost row, or one new producer
+                h = hashes[0]
                 if len(h) != HASH_SIZE:
                     raise ValueError("derived row hashes must be 16 bytes")
-            parts.append(_COUNT.pack(len(hashes)))
-            parts.extend(sorted(hashes) if len(hashes) > 1 else hashes)
-        parts.append(_NO_DERIVED[: _COUNT.size * (3 - len(derived))])  # the tables not given
+                add(_COUNT_1)
+                add(h)
+            else:
+                for h in hashes:
+                    if len(h) != HASH_SIZE:
+                        raise ValueError("derived row hashes must be 16 bytes")
+                add(_COUNT.pack(n))
+                parts.extend(sorted(hashes))
+        add(_NO_DERIVED[: _COUNT.size * (3 - len(derived))])  # the tables not given
         state.update(b"".join(parts))
     return state.digest()
 

@@ -62,6 +62,18 @@ _UPDATE_HEAD = (
     "producer_count = ?, head_sequence = ?, head_hash = ?, meta_hash = ?, content_hash = ? "
     "WHERE id = 1"
 )
+# An emit sets only the columns it changes (the others keep the values its hash was made from,
+# which the cache holds): every derived count, or none of them for an emit without derived rows
+# (most). SQLite checks the CHECK constraints of the columns an UPDATE sets; the rest are the
+# values the file already holds.
+_UPDATE_HEAD_EMIT = (
+    "UPDATE session_chain SET event_count = ?, cost_count = ?, plan_count = ?, "
+    "producer_count = ?, head_sequence = ?, head_hash = ?, content_hash = ? WHERE id = 1"
+)
+_UPDATE_HEAD_PLAIN = (
+    "UPDATE session_chain SET event_count = ?, head_sequence = ?, head_hash = ?, "
+    "content_hash = ? WHERE id = 1"
+)
 
 
 class Rows(Protocol):
@@ -154,68 +166,99 @@ def read_head(conn: apsw.Connection) -> Head:
 
 
 _NONE: Sequence[Sequence[bytes]] = ((), (), ())
+_new_head = tuple.__new__  # Head's fields as one tuple: a NamedTuple without its __new__'s call
 
 
 _LAST_SEQUENCE = (1 << 63) - 1  # SQLite's largest integer
 
 
-def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
-    """Insert ``rows`` with their hashes and chain, then rewrite the head; in the caller's
-    transaction (nothing is committed here). Returns the head after these rows (``head`` is
-    left as it was)."""
+class Statements(Protocol):
+    """What runs the head's UPDATE: the connection, or a cursor the writer keeps on it (an
+    apsw cursor made once, not one per statement as ``Connection.execute`` makes)."""
+
+    def execute(self, statements: str, bindings: tuple[Any, ...]) -> object: ...
+
+
+def write(conn: apsw.Connection, head: Head, rows: Rows, cursor: Statements | None = None) -> Head:
+    """Insert ``rows`` with their hashes and chain, then rewrite the head (through ``cursor``,
+    a cursor on ``conn``, when given); in the caller's transaction (nothing is committed here).
+    Returns the head after these rows (``head`` is left as it was)."""
     if rows.events and rows.events[-1][0] > _LAST_SEQUENCE:
         raise errors.ConstraintViolation(
             f"no event sequence is left after {_LAST_SEQUENCE}: nothing was written; "
             "start a new session"
         )
+    if rows.costs or rows.plans or rows.producers:
+        return _write_derived(conn, head, rows, conn if cursor is None else cursor)
+    # no derived row (most emits): each link from its event alone, the derived counts unchanged
+    prev: bytes = head.row[_HASH]
+    events = []
+    for r in rows.events:
+        link = chain_hash(prev, r[9])
+        events.append((*r, prev, link))
+        prev = link
+    if len(events) == 1:
+        conn.execute(_INSERT_EVENT, events[0])
+    else:
+        conn.executemany(_INSERT_EVENT, events)
+    faults.point("emit_before_head")
+    old = head.row
+    events_count = old[_EVENTS] + len(events)
+    seq = events[-1][0] if events else head.next_event - 1
+    # the head's own hash: row_hash("session_chain", row) with the kept frames
+    own = row_hash_framed(
+        _TABLE,
+        b"".join((_ID_FRAME, frame(events_count), head.counts, frame(seq), frame(prev), head.tail)),
+    )
+    (conn if cursor is None else cursor).execute(_UPDATE_HEAD_PLAIN, (events_count, seq, prev, own))
+    row = (old[0], events_count, *old[_COSTS:_SEQ], seq, prev, *old[_META:])
+    return _new_head(Head, (seq + 1, head.next_cost, head.next_plan, row, head.counts, head.tail))
+
+
+def _write_derived(conn: apsw.Connection, head: Head, rows: Rows, update: Statements) -> Head:
+    """:func:`write` for rows with derived rows (cost, plan or producer rows)."""
     costs: list[tuple[Any, ...]] = []
     plans: list[tuple[Any, ...]] = []
     producers: list[tuple[Any, ...]] = []
     cseq, pseq = head.next_cost, head.next_plan
     prev: bytes = head.row[_HASH]
     events = []
-    if rows.costs or rows.plans or rows.producers:
-        # per event, the hashes of the rows bound to it: cost_ledger, plan_items, producers
-        bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
-        for r in rows.costs:
-            # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored
-            # as an integer), so the row is hashed as SQLite will return it
-            full = (cseq, *r[:-1], r[-1] + 0.0)
-            h = row_hash("cost_ledger", full)
-            costs.append((*full, h))
-            b = bound.get(r[0])
-            if b is None:
-                bound[r[0]] = ([h], [], [])
-            else:
-                b[0].append(h)
-            cseq += 1
-        for r in rows.plans:
-            full = (pseq, *r)
-            h = row_hash("plan_items", full)
-            plans.append((*full, h))
-            b = bound.get(r[0])
-            if b is None:
-                bound[r[0]] = ([], [h], [])
-            else:
-                b[1].append(h)
-            pseq += 1
-        for r in rows.producers:
-            h = row_hash("producers", r)
-            producers.append((*r, h))
-            b = bound.get(r[3])
-            if b is None:
-                bound[r[3]] = ([], [], [h])
-            else:
-                b[2].append(h)
-        for r in rows.events:
-            link = chain_hash(prev, r[9], bound.get(r[0], _NONE))
-            events.append((*r, prev, link))
-            prev = link
-    else:  # no derived row (most emits): each link from its event alone
-        for r in rows.events:
-            link = chain_hash(prev, r[9])
-            events.append((*r, prev, link))
-            prev = link
+    # per event, the hashes of the rows bound to it: cost_ledger, plan_items, producers
+    bound: dict[int, tuple[list[bytes], list[bytes], list[bytes]]] = {}
+    for r in rows.costs:
+        # cost_usd + 0.0: a REAL column gives -0.0 back as 0.0 (its integral value is stored
+        # as an integer), so the row is hashed as SQLite will return it
+        full = (cseq, *r[:-1], r[-1] + 0.0)
+        h = row_hash("cost_ledger", full)
+        costs.append((*full, h))
+        b = bound.get(r[0])
+        if b is None:
+            bound[r[0]] = ([h], [], [])
+        else:
+            b[0].append(h)
+        cseq += 1
+    for r in rows.plans:
+        full = (pseq, *r)
+        h = row_hash("plan_items", full)
+        plans.append((*full, h))
+        b = bound.get(r[0])
+        if b is None:
+            bound[r[0]] = ([], [h], [])
+        else:
+            b[1].append(h)
+        pseq += 1
+    for r in rows.producers:
+        h = row_hash("producers", r)
+        producers.append((*r, h))
+        b = bound.get(r[3])
+        if b is None:
+            bound[r[3]] = ([], [], [h])
+        else:
+            b[2].append(h)
+    for r in rows.events:
+        link = chain_hash(prev, r[9], bound.get(r[0], _NONE))
+        events.append((*r, prev, link))
+        prev = link
     # events first: the other three reference them (foreign keys are checked per statement)
     if len(events) == 1:
         conn.execute(_INSERT_EVENT, events[0])
@@ -231,21 +274,18 @@ def write(conn: apsw.Connection, head: Head, rows: Rows) -> Head:
     old = head.row
     events_count = old[_EVENTS] + len(events)
     seq = events[-1][0] if events else head.next_event - 1
-    if costs or plans or producers:
-        derived = (
-            old[_COSTS] + len(costs),
-            old[_PLANS] + len(plans),
-            old[_PRODUCERS] + len(producers),
-        )
-        counts = frames(derived)
-    else:
-        derived, counts = old[_COSTS:_SEQ], head.counts
+    derived = (
+        old[_COSTS] + len(costs),
+        old[_PLANS] + len(plans),
+        old[_PRODUCERS] + len(producers),
+    )
+    counts = frame(derived[0]) + frame(derived[1]) + frame(derived[2])  # frames(derived)
     # the head's own hash: row_hash("session_chain", row) with the kept frames
     own = row_hash_framed(
         _TABLE,
         b"".join((_ID_FRAME, frame(events_count), counts, frame(seq), frame(prev), head.tail)),
     )
-    conn.execute(_UPDATE_HEAD, (events_count, *derived, seq, prev, old[_META], own))
+    update.execute(_UPDATE_HEAD_EMIT, (events_count, *derived, seq, prev, own))
     row = (old[0], events_count, *derived, seq, prev, *old[_META:])
     return Head(seq + 1, cseq, pseq, row, counts, head.tail)
 

@@ -106,6 +106,7 @@ class SessionWriter:
         self._next_seq: int | None = None  # next sequence, known after our own commits
         self._producers: set[tuple[str, str, str]] | None = None  # rows known to exist
         self._chain_head: chained.Head | None = None  # revision 3 only: the head, cached
+        self._head_cursor: apsw.Cursor | None = None  # revision 3 only: runs the head's UPDATE
         # Held by every use of ``conn`` (and of the two caches above): APSW raises on a
         # connection used from two threads at once, and a transaction must not interleave.
         self._lock = threading.Lock()
@@ -289,7 +290,10 @@ class SessionWriter:
                     out.append(seq)
                     seq += 1
                 if head is not None:
-                    head = chained.write(conn, head, rows)
+                    cursor = self._head_cursor
+                    if cursor is None:  # one cursor for every head UPDATE: cheaper than one each
+                        cursor = self._head_cursor = conn.cursor()
+                    head = chained.write(conn, head, rows, cursor)
                 else:
                     rows.write(conn, self.revision)
                 conn.execute("COMMIT")
