@@ -19,6 +19,7 @@ import apsw
 
 from agentdb import demo
 from agentdb.paths import sidecar
+from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import flip, page_size, write_at, zero_page
 
@@ -30,7 +31,9 @@ def big_payload(i: int) -> bytes:
     return random.Random(i).randbytes(20_000)
 
 
-def build_base(directory: Path, *, revision: int = 2, turns: int = 30) -> tuple[str, Path]:
+def build_base(
+    directory: Path, *, revision: int = CURRENT_REVISION, turns: int = 30
+) -> tuple[str, Path]:
     """A closed session: ~200 events, 6 with 20 KB payloads, and a freelist."""
     w = SessionWriter.create(directory, profile="coder", revision=revision)
     demo._turns(w, demo.MODEL_OLD, turns // 2, seed=1)
