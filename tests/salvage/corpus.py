@@ -19,12 +19,20 @@ import apsw
 
 from agentdb import demo
 from agentdb.paths import sidecar
-from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import flip, page_size, write_at, zero_page
 
 TABLES = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
 BIG = Producer("tool", "fetch", "1.0.0")
+
+
+def at_revision(
+    sets: dict[str, set[tuple[object, ...]]], revision: int
+) -> dict[str, set[tuple[object, ...]]]:
+    """Rows cut to the columns a file of ``revision`` holds (a recovery writes the current
+    revision; every older revision's columns lead it, with the same values)."""
+    return {t: {r[: len(COLUMNS[revision][t])] for r in rows} for t, rows in sets.items()}
 
 
 def big_payload(i: int) -> bytes:
