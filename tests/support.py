@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,7 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentdb import demo
+from agentdb import db, demo
+from agentdb.schema.migrations import apply_steps
+from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Producer, SessionWriter
 
 HERE = Path(__file__).parent
@@ -24,7 +27,7 @@ def make_session(
     sessions_dir: Path,
     *,
     turns: int = 3,
-    revision: int = 2,
+    revision: int = CURRENT_REVISION,
     status: str | None = "completed",
     parent: str | None = None,
     depth: int = 0,
@@ -51,6 +54,26 @@ def make_session(
     finally:
         w.close()
     return w.session_id, w.path
+
+
+def clone_session(
+    template: Path, sessions_dir: Path, sid: str, *, revision: int = CURRENT_REVISION
+) -> Path:
+    """A real session under the id ``sid``, fast: ``template`` (a revision-1 or -2 file, whose
+    id no hash binds) copied, its session_meta row rewritten to match the file name, then
+    migrated to ``revision`` (from revision 3 the id is inside the chain's genesis and
+    session_meta's hash: a byte-patched copy of a revision-3 file is damage, never a session)."""
+    dst = sessions_dir / f"{sid}.sqlite"
+    shutil.copyfile(template, dst)
+    os.chmod(dst, 0o600)
+    conn = db.open_writer(dst)
+    try:
+        conn.execute("UPDATE session_meta SET session_id = ?", (sid,))
+        if int(db.scalar(conn, "PRAGMA user_version")) < revision:
+            apply_steps(conn, dst, target=revision)
+    finally:
+        conn.close()
+    return dst
 
 
 def tree_snapshot(root: Path) -> dict[str, tuple[int, str | None]]:

@@ -450,8 +450,8 @@ def test_plugins_refs(sessions_dir: Path, plugin_cache: Path) -> None:
 
 def _copies(sessions_dir: Path, n: int, start: dt.datetime) -> None:
     """``n`` copies of one small ended session, each under its own id (the 26 bytes of the
-    id replaced in place: every copy is a valid session file)."""
-    sid = old_session(sessions_dir, 400)
+    id replaced in place: a valid session file at revision 2, whose id no hash binds)."""
+    sid = old_session(sessions_dir, 400, revision=2)
     path = sessions_dir / f"{sid}.sqlite"
     template = path.read_bytes()
     path.unlink()

@@ -26,6 +26,9 @@ def _released_texts() -> dict[str, str]:
         "rev1": revisions.REV1_DDL,
         "rev2": revisions.REV2_DDL,
         "step2": step2.sql + "".join(p.sql + p.message for p in step2.prechecks),
+        "rev3": revisions.REV3_DDL,
+        "step3": migrations.STEP_3.sql
+        + "".join(p.sql + p.message for p in migrations.STEP_3.prechecks),
     }
 
 
@@ -35,6 +38,8 @@ PINNED = {
     "rev1": "708d97f4bcd382f743a4eb678e186ddeefcef74eee56766e178e9c31797a127c",
     "rev2": "9bd1f9b521a25a2c94fdb5787ea5baa8ccb030343ef270f1e412baca2d6eebab",
     "step2": "f035c4f2bc71bf1860f9140d98d2b263dca72de84c5a5fa3f488ab4d6833b3e2",
+    "rev3": "f871ff6b8e544e7bcb650a6afb0b429e4e701e16f22fd1ec3d934a9ac23a537f",
+    "step3": "776adf285783bb8b817616cdc86d34319ff2fd972ea14e0a93a326d5dad662f8",
 }
 
 

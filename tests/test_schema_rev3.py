@@ -1,6 +1,6 @@
-"""Revision 3's DDL (design §2), unreleased: it creates cleanly under agentdb's hardened
-connection, keeps every revision-1 table and column with its name and meaning, and stays off
-the ladder."""
+"""Revision 3's DDL (design §2), released: it creates cleanly under agentdb's hardened
+connection, keeps every revision-1 table and column with its name and meaning, and is the
+ladder's top."""
 
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ def _table_info(conn: apsw.Connection, table: str) -> list[tuple[object, ...]]:
     return [tuple(r[1:]) for r in conn.execute(f"PRAGMA table_info({table})")]
 
 
-def test_revision_3_stays_off_the_ladder() -> None:
-    assert revisions.CURRENT_REVISION == 2
-    assert 3 not in revisions.DDL
-    assert revisions.KNOWN_DDL[3] == REV3_DDL and revisions.KNOWN_REVISION == 3
-    assert [s.revision for s in migrations.STEPS] == [2]
+def test_revision_3_is_released() -> None:
+    assert revisions.CURRENT_REVISION == revisions.KNOWN_REVISION == 3
+    assert revisions.DDL[3] == revisions.KNOWN_DDL[3] == REV3_DDL
+    assert [s.revision for s in migrations.STEPS] == [2, 3]
 
 
 def test_creates_cleanly_under_the_hardened_connection(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import ulid
 
 from agentdb import db, fsutil
 from agentdb.schema.enums import Decision, Status
+from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
 
 KERNEL = Producer("kernel", "kernel", "0.9.0")
@@ -136,7 +137,7 @@ def build(root: Path, *, now: dt.datetime | None = None) -> DemoState:
         *,
         parent: str | None = None,
         depth: int = 0,
-        revision: int = 2,
+        revision: int = CURRENT_REVISION,
     ) -> SessionWriter:
         t = now - dt.timedelta(days=days_ago)
         w = SessionWriter.create(

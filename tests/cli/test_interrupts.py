@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import apsw
 import pytest
 
 from tests.runner import Terminal
-from tests.support import SRC, make_session, wait_for
+from tests.support import SRC, clone_session, make_session, wait_for
 
 N = 60  # sessions in a run that gets interrupted
 AGENTDB = [sys.executable, "-m", "agentdb.cli.main"]
@@ -34,16 +33,11 @@ SHELL_HEAD = ["bash", "-c", 'set -o pipefail; "$@" | head -1', "bash"]  # "$@" |
 def clones(sessions_dir: Path, n: int, *, revision: int) -> list[str]:
     """``n`` real sessions, fast: one made by the writer, copied under new ids (their
     session_meta row rewritten to match the file name, as every check demands)."""
-    _, path = make_session(sessions_dir, turns=1, revision=revision)
+    _, path = make_session(sessions_dir, turns=1, revision=min(revision, 2))
     ids = []
     for i in range(n):
         sid = f"01ARZ3NDEK{i:016d}"
-        dst = sessions_dir / f"{sid}.sqlite"
-        shutil.copyfile(path, dst)
-        os.chmod(dst, 0o600)
-        conn = apsw.Connection(str(dst))
-        conn.execute("UPDATE session_meta SET session_id = ?", (sid,))
-        conn.close()
+        clone_session(path, sessions_dir, sid, revision=revision)
         ids.append(sid)
     os.unlink(path)
     return ids

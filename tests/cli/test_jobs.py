@@ -25,7 +25,7 @@ from tests.cli.test_interrupts import _LOCKER, interrupt_after_progress
 from tests.migrate_support import foreign_file
 from tests.runner import Agentdb, run_cli
 from tests.salvage import corpus
-from tests.support import SRC, make_session, wait_for
+from tests.support import SRC, clone_session, make_session, wait_for
 
 AGENTDB = [sys.executable, "-m", "agentdb.cli.main"]
 FOREIGN = "01ARZ3NDEKZZZZZZZZZZZZZZZZ"  # another application's file, user_version 1
@@ -38,12 +38,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def clone(src: Path, sessions_dir: Path, sid: str) -> None:
-    dst = sessions_dir / f"{sid}.sqlite"
-    shutil.copyfile(src, dst)
-    os.chmod(dst, 0o600)
-    conn = apsw.Connection(str(dst))
-    conn.execute("UPDATE session_meta SET session_id = ?", (sid,))
-    conn.close()
+    clone_session(src, sessions_dir, sid)
 
 
 def build_tree(root: Path, *, clones: int = CLONES, revision_1: int = 3) -> tuple[Path, Path]:
@@ -51,7 +46,7 @@ def build_tree(root: Path, *, clones: int = CLONES, revision_1: int = 3) -> tupl
     sessions, cache = root / "sessions", root / "plugins"
     sessions.mkdir(mode=0o700)
     (cache / "model" / "anthropic" / demo.MODEL_CACHED.version).mkdir(parents=True)
-    _, src = make_session(sessions, turns=1)
+    _, src = make_session(sessions, turns=1, revision=2)  # the template of the clones
     for i in range(clones):
         clone(src, sessions, f"01ARZ3NDEK{i:016d}")
     src.unlink()

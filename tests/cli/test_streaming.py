@@ -21,21 +21,19 @@ from agentdb.checks.run import CheckStream
 from agentdb.cli import output
 from agentdb.results import Finding
 from tests.runner import Agentdb
-from tests.support import make_session
+from tests.support import clone_session, make_session
 
 
 def _copies(sessions_dir: Path, n: int) -> list[str]:
-    """``n`` healthy sessions: one written by agentdb, copied under new ids (the id patched in
-    the two places a session stores it)."""
-    sid, path = make_session(sessions_dir, turns=1)
-    data = path.read_bytes()
-    ids = [sid]
-    for i in range(1, n):
+    """``n`` healthy sessions: one written by agentdb, cloned under new ids
+    (:func:`tests.support.clone_session`)."""
+    sid, path = make_session(sessions_dir, turns=1, revision=2)
+    ids = []
+    for i in range(n):
         new = f"01ARZ3NDEK{i:016d}"
-        p = sessions_dir / f"{new}.sqlite"
-        p.write_bytes(data.replace(sid.encode(), new.encode()))
-        os.chmod(p, 0o600)
+        clone_session(path, sessions_dir, new)
         ids.append(new)
+    path.unlink()
     return sorted(ids)
 
 

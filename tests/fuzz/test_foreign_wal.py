@@ -110,18 +110,20 @@ def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind:
 
 
 @pytest.mark.parametrize("other", [2, 3])
+@pytest.mark.parametrize("revision", [2, 3])
 def test_damaged_file_with_foreign_wal_salvages_the_file(
-    sessions_dir: Path, tmp_path: Path, other: int
+    sessions_dir: Path, tmp_path: Path, other: int, revision: int
 ) -> None:
-    """``other``: the revision of the session whose -wal it is (revision 3's events records have
-    12 columns: they are evidence too, and none of them is ever taken as this file's)."""
-    sid, path = corpus.build_base(sessions_dir, revision=2)
+    """``revision``: the file's; ``other``: the revision of the session whose -wal it is
+    (revision 3's events records have 12 columns: they are evidence too, and none of them is
+    ever taken as this file's)."""
+    sid, path = corpus.build_base(sessions_dir, revision=revision)
     original = rows_alone(path, tmp_path / "alone")
     damage.zero_sector(path, damage.pages_of(path, "events", "leaf")[2], 3)
     put_wal(path, other_session_wal(tmp_path, other))
     out = salvage.recover_session(sessions_dir, sid)
     assert out.outcome == "recovered", out.notes
-    got = row_sets(path)
+    got = corpus.at_revision(row_sets(path), revision)  # the replacement: current revision
     kept = got["events"] & original["events"]
     assert got["events"] <= original["events"]  # nothing of the other session
     assert len(kept) >= 0.9 * len(original["events"])

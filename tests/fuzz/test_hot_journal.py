@@ -20,9 +20,12 @@ import pytest
 
 from agentdb import checks, salvage
 from agentdb.paths import sidecar
+from agentdb.schema.revisions import CURRENT_REVISION
+from agentdb.store import SessionWriter
 from tests.fuzz import damage, oracle
 from tests.rows import row_sets
 from tests.runner import run_cli
+from tests.salvage import corpus
 from tests.support import make_session
 
 KILL_MID_TRANSACTION = r"""
@@ -51,13 +54,21 @@ def hot_journal_session(
     return sid, path, committed
 
 
-def test_hot_journal_with_a_healthy_rollback(sessions_dir: Path, tmp_path: Path) -> None:
+def healthy(revision: int) -> str:
+    """check's verdict on a healthy file of ``revision``."""
+    return "ok" if revision == CURRENT_REVISION else "needs_migration"
+
+
+@pytest.mark.parametrize("revision", [2, 3])
+def test_hot_journal_with_a_healthy_rollback(
+    sessions_dir: Path, tmp_path: Path, revision: int
+) -> None:
     sid, path, committed = hot_journal_session(
-        sessions_dir, "UPDATE events SET payload = randomblob(3000)"
+        sessions_dir, "UPDATE events SET payload = randomblob(3000)", revision
     )
     before = {p.name: p.read_bytes() for p in sessions_dir.iterdir()}
     result = checks.check_path(path, sid)
-    assert result.verdict == "ok", result.findings
+    assert result.verdict == healthy(revision), result.findings
     assert "hot_journal" in {f.code for f in result.findings}
     out = salvage.recover_session(sessions_dir, sid, recovery_log=tmp_path / "log")
     assert out.outcome == "healthy", out.notes
@@ -67,12 +78,15 @@ def test_hot_journal_with_a_healthy_rollback(sessions_dir: Path, tmp_path: Path)
     conn.execute("SELECT count(*) FROM events").fetchall()
     conn.close()
     assert row_sets(path) == committed
-    assert checks.check_path(path, sid).verdict == "ok"
+    assert checks.check_path(path, sid).verdict == healthy(revision)
 
 
-def test_hot_journal_with_a_damaged_rollback(sessions_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("revision", [2, 3])
+def test_hot_journal_with_a_damaged_rollback(
+    sessions_dir: Path, tmp_path: Path, revision: int
+) -> None:
     sid, path, committed = hot_journal_session(
-        sessions_dir, "UPDATE cost_ledger SET model_id = hex(randomblob(900))"
+        sessions_dir, "UPDATE cost_ledger SET model_id = hex(randomblob(900))", revision
     )
     damage.zero_sector(path, damage.pages_of(path, "events", "leaf")[3], 2)
     file_bytes = path.read_bytes()
@@ -86,7 +100,7 @@ def test_hot_journal_with_a_damaged_rollback(sessions_dir: Path, tmp_path: Path)
     assert Path(out.corrupt_path).read_bytes() == file_bytes
     assert Path(out.corrupt_journal).read_bytes() == journal
     assert not sidecar(path, "-journal").exists()  # never beside the replacement
-    got = row_sets(path)
+    got = corpus.at_revision(row_sets(path), revision)  # the replacement: current revision
     assert got["cost_ledger"] == committed["cost_ledger"]  # committed rows, not the uncommitted
     assert got["events"] <= committed["events"]
     assert len(got["events"]) >= len(committed["events"]) - 20
@@ -117,12 +131,14 @@ def test_hot_journal_beside_a_wal_is_read_as_sqlite_reads_it(
     open (events, show, backup, ...) used to copy the -wal alone and read the dead writer's
     uncommitted pages under it: events printed fewer events than SQLite shows, and backup
     called the session corrupt where check called it ok."""
-    sid, path = make_session(sessions_dir, turns=20)
+    sid, path = make_session(sessions_dir, turns=20, status=None)
     wal = sidecar(path, "-wal")
-    writer = apsw.Connection(str(path))  # WAL mode: commits stay in the -wal
-    writer.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
-    writer.execute("PRAGMA wal_autocheckpoint=0").fetchall()
-    writer.execute("UPDATE session_meta SET profile = 'reviewer'").fetchall()
+    # The writer's own commit (a plain UPDATE would break session_meta's hash at revision 3),
+    # left in the -wal: WAL mode, no checkpoint.
+    writer = SessionWriter.open(sessions_dir, sid)
+    writer.conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    writer.conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    writer.set_status("completed")
     wal_bytes = wal.read_bytes()
     writer.close()
     conn = apsw.Connection(str(path))  # checkpoint the -wal into the file, then DELETE mode

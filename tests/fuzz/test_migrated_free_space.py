@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import migrate, salvage
+from agentdb import checks, db, migrate, salvage
+from agentdb.schema.migrations import apply_steps
 from tests.fuzz import damage
 from tests.rows import row_sets
 from tests.salvage import corpus
@@ -23,10 +24,24 @@ from tests.salvage import corpus
 
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The revision-1 base migrated to revision 2 (the revision this is about; ``agentdb
+    migrate`` goes to the current one)."""
     d = tmp_path_factory.mktemp("migrated")
     sid, path = corpus.build_base(d, revision=1)
+    conn = db.open_writer(path)
+    try:
+        assert apply_steps(conn, path, target=2) == (1, 2)
+    finally:
+        conn.close()
+    return sid, path
+
+
+@pytest.fixture(scope="module")
+def migrated3(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    d = tmp_path_factory.mktemp("migrated3")
+    sid, path = corpus.build_base(d, revision=1)
     report = migrate.migrate_sessions(d, [sid])
-    assert [s.outcome for s in report.sessions] == ["migrated"]
+    assert [(s.outcome, report.target) for s in report.sessions] == [("migrated", 3)]
     return sid, path
 
 
@@ -53,3 +68,23 @@ def test_unhashed_gap_fillers_are_unverified(
     assert out.tables["events"]["unverified"] >= below_live
     wrong = [s for s, row in got.items() if original.get(s) != row and not _in(unverified, s)]
     assert wrong == [], str(what)
+
+
+@pytest.mark.parametrize("seed", [18, 19, 22])
+def test_unhashed_gap_fillers_are_dropped_at_revision_3(
+    migrated3: tuple[str, Path], tmp_path: Path, seed: int
+) -> None:
+    """Migrated to revision 3, the same damage: a pre-migration record has no hash the chain
+    vouches for, so it never fills a gap (design §6): every event kept is the original's,
+    none unverified, and the replacement passes check with its recorded gaps."""
+    sid, src = migrated3
+    original = {r[0]: r[:9] for r in row_sets(src)["events"]}
+    path = damage.copy_session(src, tmp_path)
+    what = damage.sector_damage(path, seed)
+    out = salvage.recover_session(tmp_path, sid, recovery_log=tmp_path / "log")
+    assert out.outcome == "recovered", (str(what), out.notes)
+    got = {r[0]: r[:9] for r in row_sets(path)["events"]}
+    assert [s for s, row in got.items() if original.get(s) != row] == [], str(what)
+    assert out.tables["events"]["unverified"] == 0, (str(what), out.notes)
+    assert out.gaps, str(what)  # the lost rows are recorded, never silent
+    assert checks.check_path(path, sid, recovered=True).verdict == "ok"

@@ -23,6 +23,7 @@ import pytest
 
 from agentdb import checks
 from tests.rows import row_sets
+from tests.salvage import corpus
 from tests.support import SRC, make_session
 
 
@@ -112,13 +113,16 @@ def test_a_utf16_database_gets_one_verdict_and_is_recovered(
     assert len(p.stdout.splitlines()) == len(rows["events"])
 
 
+@pytest.mark.parametrize("revision", [2, 3])
 @pytest.mark.parametrize("code", [2, 3])
-def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(sessions_dir: Path, code: int) -> None:
+def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(
+    sessions_dir: Path, code: int, revision: int
+) -> None:
     """One header field damaged: the text encoding (offset 56) says UTF-16 of a UTF-8 file.
     SQLite reads every name and value as UTF-16 (a malformed schema), and so did recover's
     pages engine: ``unreadable``, nothing salvaged of an intact session. The engine now takes
     the encoding in which sqlite_schema names our tables."""
-    sid, path = make_session(sessions_dir, turns=3, revision=2)
+    sid, path = make_session(sessions_dir, turns=3, revision=revision)
     rows = row_sets(path)
     with open(path, "r+b") as f:
         f.seek(56)
@@ -128,5 +132,5 @@ def test_a_utf16_encoding_field_on_a_utf8_file_loses_nothing(sessions_dir: Path,
     doc = json.loads(p.stdout)["sessions"][0]
     assert doc["outcome"] == "recovered", doc
     assert doc["tables"]["events"]["verified"] == len(rows["events"]), doc["tables"]
-    assert row_sets(path) == rows
+    assert corpus.at_revision(row_sets(path), revision) == rows  # replacement: current revision
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"

@@ -19,6 +19,7 @@ import apsw
 
 from agentdb import demo
 from agentdb.paths import sidecar
+from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import flip, page_size, write_at, zero_page
 
@@ -26,11 +27,21 @@ TABLES = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
 BIG = Producer("tool", "fetch", "1.0.0")
 
 
+def at_revision(
+    sets: dict[str, set[tuple[object, ...]]], revision: int
+) -> dict[str, set[tuple[object, ...]]]:
+    """Rows cut to the columns a file of ``revision`` holds (a recovery writes the current
+    revision; every older revision's columns lead it, with the same values)."""
+    return {t: {r[: len(COLUMNS[revision][t])] for r in rows} for t, rows in sets.items()}
+
+
 def big_payload(i: int) -> bytes:
     return random.Random(i).randbytes(20_000)
 
 
-def build_base(directory: Path, *, revision: int = 2, turns: int = 30) -> tuple[str, Path]:
+def build_base(
+    directory: Path, *, revision: int = CURRENT_REVISION, turns: int = 30
+) -> tuple[str, Path]:
     """A closed session: ~200 events, 6 with 20 KB payloads, and a freelist."""
     w = SessionWriter.create(directory, profile="coder", revision=revision)
     demo._turns(w, demo.MODEL_OLD, turns // 2, seed=1)

@@ -78,7 +78,7 @@ def assert_check_cli_ok(sessions_dir: Path, session_id: str) -> None:
     assert result.verdict == "ok", [(f.code, f.message) for f in result.findings]
     codes = {f.code for f in result.findings}
     assert "recovered_earlier" in codes
-    assert codes <= {"recovered_earlier", "orphan_of_recovery", "interrupted"}
+    assert codes <= {"recovered_earlier", "orphan_of_recovery", "interrupted", "chain_gap_recorded"}
 
 
 def sqlite_alone(path: Path, original: set[tuple[object, ...]]) -> int:

@@ -12,7 +12,7 @@ import pytest
 from agentdb import demo
 from agentdb.salvage import shell as sh
 from agentdb.salvage import shell_load
-from agentdb.schema.revisions import TABLES
+from agentdb.schema.revisions import COLUMNS, TABLES
 from tests.rows import all_rows, page_size, zero_page
 from tests.support import WriterProcess, make_session, wait_for
 
@@ -20,10 +20,10 @@ DEBIAN_SQLITE3 = Path("/usr/bin/sqlite3")
 
 
 def rev1_rows(path: Path) -> dict[str, set[tuple[object, ...]]]:
-    """Every row of the file in revision-1 column order (an event's content_hash dropped)."""
+    """Every row of the file in revision-1 column order (the hash columns of revisions 2 and 3
+    dropped)."""
     rows = all_rows(path)
-    rows["events"] = [r[:9] for r in rows["events"]]
-    return {t: set(rows[t]) for t in TABLES}
+    return {t: {r[: len(COLUMNS[1][t])] for r in rows[t]} for t in TABLES}
 
 
 def dbstat(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
@@ -102,7 +102,7 @@ def test_detection_order(
 # ---------------------------------------------------------------------------- salvage
 
 
-@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("revision", [1, 2, 3])
 def test_healthy_file_comes_back_whole(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
 ) -> None:
@@ -116,7 +116,7 @@ def test_healthy_file_comes_back_whole(
     assert [r[0] for r in res.rows["events"]] == sorted(r[0] for r in res.rows["events"])
 
 
-@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("revision", [1, 2, 3])
 def test_zeroed_leaf_loses_only_its_rows(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
 ) -> None:
@@ -136,10 +136,11 @@ def test_zeroed_leaf_loses_only_its_rows(
         assert set(res.rows[t]) == original[t]
 
 
+@pytest.mark.parametrize("revision", [2, 3])
 def test_flipped_payload_byte_is_rejected_by_content_hash(
-    capable_shell: Path, sessions_dir: Path, tmp_path: Path
+    capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
 ) -> None:
-    sid, path = make_session(sessions_dir, turns=4, revision=2)
+    sid, path = make_session(sessions_dir, turns=4, revision=revision)
     original = rev1_rows(path)
     data = bytearray(path.read_bytes())
     for victim in sorted(original["events"], key=lambda r: -len(r[8])):  # type: ignore[arg-type]
@@ -190,10 +191,11 @@ def rev1_rows_with_wal(path: Path, tmp: Path) -> dict[str, set[tuple[object, ...
     return rev1_rows(d / path.name)
 
 
+@pytest.mark.parametrize("revision", [2, 3])
 def test_orphaned_pages_are_mapped_back_from_lost_and_found(
-    capable_shell: Path, sessions_dir: Path, tmp_path: Path
+    capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
 ) -> None:
-    sid, path = make_session(sessions_dir, turns=40, revision=2)
+    sid, path = make_session(sessions_dir, turns=40, revision=revision)
     original = rev1_rows(path)
     roots = dict(dbstat(path, "SELECT name, rootpage FROM sqlite_schema"))
     kinds = dict(
@@ -216,11 +218,13 @@ def test_orphaned_pages_are_mapped_back_from_lost_and_found(
     assert any("index_record" in n for n in res.notes)
 
 
+@pytest.mark.parametrize("revision", [2, 3])
 def test_lost_and_found_without_schema(
-    capable_shell: Path, sessions_dir: Path, tmp_path: Path
+    capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
 ) -> None:
-    """Page 1's cells gone: every table is orphaned; rows come back by shape only."""
-    sid, path = make_session(sessions_dir, turns=6, revision=2)
+    """Page 1's cells gone: every table is orphaned; rows come back by shape only (at
+    revision 3 with every table's stored hashes, which must hold)."""
+    sid, path = make_session(sessions_dir, turns=6, revision=revision)
     original = rev1_rows(path)
     size = page_size(path)
     data = bytearray(path.read_bytes())
@@ -229,8 +233,8 @@ def test_lost_and_found_without_schema(
     res = salvage(path, sid, tmp_path, capable_shell)
     assert_subset(res, original)
     assert res.lost_and_found_mapped > 0
-    assert set(res.rows["events"]) == original["events"]
-    assert set(res.rows["session_meta"]) == original["session_meta"]
+    for t in TABLES:
+        assert set(res.rows[t]) == original[t], t
 
 
 # ---------------------------------------------------------------------------- hostile input
@@ -429,6 +433,32 @@ def test_mapping_by_shape() -> None:
     assert m(2, 1, ("events", 7), revision=2, session_id=SID).reason == "shape"  # sqlite_sequence
     bad_enum = (None, *EVENT[:2], "KIND_UNSPECIFIED", *EVENT[3:])
     assert m(9, 7, bad_enum, revision=1, session_id=SID).reason == "invalid"
+
+
+def test_mapping_by_shape_at_revision_3() -> None:
+    """Revision 3 adds prev_hash and chain_hash to events and a content_hash to every derived
+    table: each shape maps with its stored hashes, and a hash that fails rejects the row."""
+    from agentdb.hashing import event_hash, row_hash
+    from agentdb.salvage.shell_rows import map_lost_and_found as m
+
+    h, prev, link = event_hash(7, *EVENT), b"p" * 16, b"c" * 16
+    got = m(12, 7, (None, *EVENT, h, prev, link), revision=3, session_id=SID)
+    assert (got.table, got.row, got.stored, got.links) == ("events", (7, *EVENT), h, (prev, link))
+    assert m(12, 7, (None, *EVENT, b"x" * 16, prev, link), revision=3, session_id=SID).reason == (
+        "invalid"
+    )
+    assert m(9, 7, (None, *EVENT), revision=3, session_id=SID).table is None  # hash missing
+    cost = (1, 3, "anthropic", "sonnet", 10, 5, 0, 800, 0.5)
+    plan = (2, 3, "turn", "call", "anthropic", "shell", "deny", "policy")
+    prod = ("model", "anthropic", "1.0", 2)
+    for table, row in (("cost_ledger", cost), ("plan_items", plan), ("producers", prod)):
+        rh = row_hash(table, row)
+        rec = (None, *row[1:]) if table != "producers" else row
+        rowid = row[0] if table != "producers" else 1
+        got = m(len(rec) + 1, rowid, (*rec, rh), revision=3, session_id=SID)
+        assert (got.table, got.row, got.stored) == (table, row, rh), table
+        bad = m(len(rec) + 1, rowid, (*rec, b"x" * 16), revision=3, session_id=SID)
+        assert bad.reason == "invalid", table
 
 
 def test_by_key_takes_the_first_row_of_a_key_in_any_order(tmp_path: Path) -> None:

@@ -197,8 +197,10 @@ def iter_rows(
     missing_events: Callable[[], set[int]],
     chain: ChainEvidence | None = None,
     revision: int = 0,
-) -> Iterator[tuple[str, Row]]:
-    """Validated (table, row) pairs from classified free-space records, in the order found.
+) -> Iterator[tuple[str, Row, bytes | None]]:
+    """Validated (table, row, hash) triples from classified free-space records, in the order
+    found; ``hash`` is an event's stored content_hash, checked against the row (None when the
+    record has none, and for the other tables).
 
     ``missing_events`` gives the event sequences no better tier has (asked lazily, only when a
     revision-2 event's rowid was lost and must be found by its hash). A revision-3 record's
@@ -231,7 +233,7 @@ def iter_rows(
                 chain.see_row(table, row, stored, checked=True)
         if (table, row) not in seen:
             seen.add((table, row))
-            yield table, row
+            yield table, row, stored if hashed and table == "events" else None
 
 
 def _key_by_hash(row: Row, stored: bytes, missing: set[int]) -> int | None:

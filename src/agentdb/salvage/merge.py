@@ -116,7 +116,8 @@ class _Merger:
         # events taken from a tier below the live b-tree (key -> True)
         self.gap_filled: MutableMapping[Any, bool] = store.map("gap_filled")
         self.dropped: dict[str, set[Any]] = {t: set() for t in tables.TABLES}
-        self.shell_verified: dict[int, bytes] = {}  # events .recover gave, hash-checked
+        # events a gap filler gave (.recover, free space) whose stored content hash matched
+        self.gap_verified: dict[int, bytes] = {}
         self.shell_raw: dict[str, set[Any]] = {t: set() for t in tables.TABLES}  # no check
         # rows SQLite read that no page-engine copy confirms byte for byte (revision-1 rows:
         # nothing checked their overflow chain or their bytes on a damaged page)
@@ -137,7 +138,7 @@ class _Merger:
             return True
         if found is not None and key in found.event_hashes and found.rows["events"].get(key) == row:
             return True
-        return key in self.shell_verified
+        return key in self.gap_verified
 
     def put(self, table: str, row: Row, source: str, vouched: bool | None = None) -> bool:
         """Keep ``row`` unless its key is taken or a structural rejection forbids this copy."""
@@ -307,7 +308,7 @@ class _Merger:
                 if not self.put(table, row, "sqlite-recover", vouched):
                     continue
                 if h is not None and vouched:
-                    self.shell_verified[key] = h
+                    self.gap_verified[key] = h
                 elif row != self.structural(table, key):
                     self.shell_raw[table].add(key)
         if rejected:
@@ -339,14 +340,15 @@ class _Merger:
             return
         events = self.rows["events"]
         counter = page.sequences.get("events", 0)
-        for table, row in freespace.iter_rows(
+        for table, row, h in freespace.iter_rows(
             page.free,
             self.session_id,
             lambda: missing(events, counter, freespace.MAX_GUESSES),
             self.chain,
             self.revision,
         ):
-            self.put(table, row, "free-space")
+            if self.put(table, row, "free-space") and h is not None:
+                self.gap_verified[row[0]] = h  # its hash vouches for it, as for any tier
 
     def finish(self) -> Merged:
         self.note_meta_source()
@@ -464,8 +466,8 @@ class _Merger:
                 and found.rows["events"].get(seq) == row
             ):
                 result.hashes[seq] = found.event_hashes[seq]
-            elif seq in self.shell_verified:
-                result.hashes[seq] = self.shell_verified[seq]
+            elif seq in self.gap_verified:
+                result.hashes[seq] = self.gap_verified[seq]
         if page is not None and (page.revision or 0) >= 2:
             # A revision-2 file: an event from a lower tier with no content hash to vouch for
             # it (a revision-1 record left in free space by the migration, say) is unverified.

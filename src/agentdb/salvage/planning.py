@@ -281,7 +281,9 @@ def _merge(
                 "cell decoded, so the rows still missing are on pages with nothing left"
             )
     elif merged.lost or not merged.rows["session_meta"]:
-        got.shell, got.shell_notes = _run_shell(snap.copy, snap.wal, session_id, work, store)
+        got.shell, got.shell_notes = _run_shell(
+            snap.copy, snap.wal, session_id, work, store, evidence
+        )
         if got.shell is not None and any(got.shell.rows.values()):
             got.merged = merge_mod.merge(
                 session_id, page, found, got.shell, store, torn, torn_witness=page, **chained
@@ -290,10 +292,15 @@ def _merge(
 
 
 def _run_shell(
-    copy: Path, wal: Path | None, session_id: str, work: Path, store: Scratch
+    copy: Path,
+    wal: Path | None,
+    session_id: str,
+    work: Path,
+    store: Scratch,
+    evidence: chainrows.ChainEvidence | None = None,
 ) -> tuple[merge_mod.ShellRows | None, list[str]]:
     """SQLite's ``.recover`` on the private copy, when a capable shell exists; optional: it
-    never sinks the other engines."""
+    never sinks the other engines. A revision-3 record's stored hashes go to ``evidence``."""
     try:
         from agentdb.salvage import shell
     except ImportError:
@@ -303,7 +310,7 @@ def _run_shell(
             return None, []
         shell_dir = work / "shell"
         fsutil.ensure_dir(shell_dir)
-        got = shell.shell_salvage(copy, wal, session_id, shell_dir, store=store)
+        got = shell.shell_salvage(copy, wal, session_id, shell_dir, store=store, chain=evidence)
     except Exception as e:  # the optional engine must never sink the others
         return None, [f"sqlite-recover engine failed: {type(e).__name__}: {e}"]
     found = merge_mod.ShellRows(got.rows, got.hashed, got.hashes)

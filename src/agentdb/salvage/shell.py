@@ -34,9 +34,10 @@ import apsw
 from agentdb import db, fsutil
 from agentdb.hashing import event_hash
 from agentdb.salvage import shell_load, shell_rows
+from agentdb.salvage.chainrows import ChainEvidence
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import AUTOINCREMENT_TABLES
-from agentdb.schema.revisions import TABLES
+from agentdb.schema.revisions import KNOWN_REVISION, TABLES
 
 ENGINE = "sqlite-recover"
 ENV_SHELL = "AGENTDB_SQLITE3"  # path of a capable sqlite3 shell; "none" turns engine 2 off
@@ -45,6 +46,7 @@ TOOL_NAME = "sqlite3-dbpage"  # the built shell's file name inside the tools dir
 RECOVER_COMMAND = ".recover --ignore-freelist"
 _OFF = {"none", "off", "0", "no"}
 _SELFTEST_TIMEOUT = 30.0
+KNOWN = tuple(range(1, KNOWN_REVISION + 1))  # the revisions whose rows are read
 
 
 @dataclass
@@ -282,8 +284,10 @@ def shell_salvage(
     output_cap: int | None = None,
     keep: Keep | None = None,
     store: Scratch | None = None,
+    chain: ChainEvidence | None = None,
 ) -> ShellSalvage:
     """Run SQLite's ``.recover`` on a copy of ``db_path`` (and its WAL) and validate its rows.
+    ``chain``: where a revision-3 record's stored hashes go (see :mod:`.chainrows`).
 
     Never touches ``db_path`` or ``wal_path``; everything it writes goes into a private
     directory under ``workdir``, removed before returning. A timeout or the output cap gives a
@@ -319,7 +323,7 @@ def shell_salvage(
             conn = shell_load.open_scratch(priv / "scratch.sqlite")
             try:
                 loaded = shell_load.load(conn, _pieces(fd, cap))
-                taken = _Taken(keep, store)
+                taken = _Taken(keep, store, chain)
                 result = _collect(conn, loaded, header_version, session_id, notes, taken)
             finally:
                 conn.close()
@@ -360,9 +364,12 @@ class _Taken:
     hash of its bytes is computed while they are in hand, then ``keep`` may move its long
     values into the job's scratch database."""
 
-    def __init__(self, keep: Keep | None, store: Scratch | None = None) -> None:
+    def __init__(
+        self, keep: Keep | None, store: Scratch | None = None, chain: ChainEvidence | None = None
+    ) -> None:
         self.by_key = shell_rows.ByKey()
         self.keep = keep
+        self.chain = chain  # a revision-3 record's stored hashes go here
         # events whose stored content_hash matched (seq -> True), each event's content hash
         self.hashed: MutableMapping[int, bool] = {}
         self.hashes: MutableMapping[int, bytes] = {}
@@ -371,6 +378,20 @@ class _Taken:
             for t in AUTOINCREMENT_TABLES:
                 self.by_key.rows[t] = store.map(f"shell_{t}")
             self.hashed, self.hashes = store.map("shell_hashed"), store.map("shell_hashes")
+
+    def add_mapped(self, m: shell_rows.Mapped) -> bool:
+        """Take a validated row whose stored hashes (if any) were checked against it: a
+        revision-3 row's go to the chain evidence while its bytes are in hand."""
+        assert m.table is not None and m.row is not None
+        stored = m.stored if isinstance(m.stored, bytes) else None
+        if self.chain is not None and stored is not None:
+            if m.table == "events" and len(m.links) == 2 and None not in m.links:
+                self.chain.see_event(m.row, stored, *m.links, checked=True)
+            elif m.table != "events":
+                self.chain.see_row(m.table, m.row, stored, checked=True)
+        if m.table != "events":
+            return self.add(m.table, m.row, False)
+        return self.add(m.table, m.row, stored is not None, stored)
 
     def add(
         self, table: str, row: tuple[object, ...], stored_hash: bool, h: bytes | None = None
@@ -399,28 +420,14 @@ def _collect(
     taken: _Taken,
 ) -> ShellSalvage:
     """Validate the scratch tables' rows, map lost_and_found, merge by primary key."""
-    revision = loaded.user_version if loaded.user_version in (1, 2) else header_version
-    if revision not in (1, 2):
+    revision = loaded.user_version if loaded.user_version in KNOWN else header_version
+    if revision not in KNOWN:
         revision = None
         notes.append("revision unknown (header unreadable): events accepted with or without hash")
     rejected = loaded.failed + loaded.denied
     for table in TABLES:
         for rowid, *values in shell_load.read_scratch(conn, table):
-            if table == "events":
-                row = shell_rows.event_from_scratch(
-                    rowid, values, revision=revision, session_id=session_id
-                )
-            else:
-                row = shell_rows.validate(table, values, session_id=session_id)
-            if row is None:
-                rejected += 1
-            elif table == "events" and _has_hash(values):
-                # event_from_scratch kept it only if this stored hash is these bytes' hash
-                stored = values[9]
-                assert isinstance(stored, bytes)
-                taken.add(table, row, True, stored)
-            else:
-                taken.add(table, row, _has_hash(values))
+            rejected += not _take_scratch(table, rowid, values, revision, session_id, taken)
     mapped = 0
     reasons: dict[str, int] = {}
     for name in loaded.laf_tables:
@@ -431,7 +438,7 @@ def _collect(
             if m.table is None or m.row is None:
                 rejected += 1
                 reasons[m.reason] = reasons.get(m.reason, 0) + 1
-            elif taken.add(m.table, m.row, nfield == 10):
+            elif taken.add_mapped(m):
                 mapped += 1
     rows = taken.by_key.as_lists()
     _describe(rows, loaded, mapped, reasons, taken.by_key.conflicts, notes)
@@ -440,9 +447,33 @@ def _collect(
     return result
 
 
-def _has_hash(values: list[object]) -> bool:
-    """A scratch ``events`` row that carried a content_hash (checked by ``event_from_scratch``)."""
-    return len(values) > 9 and values[9] is not None
+def _take_scratch(
+    table: str,
+    rowid: object,
+    values: list[object],
+    revision: int | None,
+    session_id: str,
+    taken: _Taken,
+) -> bool:
+    """Take one row of a scratch table (revision-3 columns); False when it fails validation.
+    A stored hash was checked against the row's bytes, so it goes along as verified."""
+    if table == "events":
+        row = shell_rows.event_from_scratch(rowid, values, revision=revision, session_id=session_id)
+        if row is None:
+            return False
+        stored, links = values[9], tuple(values[10:12])
+        taken.add_mapped(shell_rows.Mapped(table, row, stored=stored, links=links))
+        return True
+    got: tuple[tuple[object, ...], object] | None
+    if table == "session_meta":
+        row = shell_rows.validate(table, values, session_id=session_id)
+        got = None if row is None else (row, None)
+    else:
+        got = shell_rows.derived_from_scratch(table, values, session_id=session_id)
+    if got is None:
+        return False
+    taken.add_mapped(shell_rows.Mapped(table, got[0], stored=got[1]))
+    return True
 
 
 def _describe(

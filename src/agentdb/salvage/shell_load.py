@@ -28,8 +28,9 @@ from agentdb.schema.revisions import COLUMNS, TABLES
 
 # Functions the output of `.recover` calls to spell a value (escape_crlf, newer unistr quoting).
 ALLOWED_FUNCTIONS = frozenset({"replace", "char", "unistr"})
-# The scratch tables: every column either revision has, in revision-2 order, no type, no rule.
-SCRATCH_COLUMNS: dict[str, tuple[str, ...]] = {t: COLUMNS[2][t] for t in TABLES}
+# The scratch tables: every column any revision has, in revision-3 order (each older
+# revision's columns lead it, so its INSERTs leave the later ones NULL), no type, no rule.
+SCRATCH_COLUMNS: dict[str, tuple[str, ...]] = {t: COLUMNS[3][t] for t in TABLES}
 # `CREATE TABLE lost_and_found(rootpgno INTEGER, pgno INTEGER, nfield INTEGER, id INTEGER, c0...)`
 # exactly as sqlite3recover.c prints it (the name gets `_N` when the file has such a table).
 _LAF_CREATE = re.compile(

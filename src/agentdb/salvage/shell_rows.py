@@ -4,20 +4,23 @@
 record's missing columns with NULL, reads broken overflow chains into rows of the right length
 and the wrong bytes, and mixes index records into ``lost_and_found``. So every row is checked
 against what our writer can have stored — column count, types, enums, the session's own id — and,
-for revision-2 events, against ``content_hash``. A row that fails is dropped and counted.
+for revision-2 and -3 events and revision-3 derived rows, against the stored ``content_hash``. A
+row that fails is dropped and counted.
 
 Rows are returned in revision-1 column order (:data:`agentdb.schema.revisions.COLUMNS` ``[1]``);
-an event's verified ``content_hash`` is not returned.
+a verified ``content_hash`` (and a revision-3 event's stored ``prev_hash``, ``chain_hash``) is
+returned beside the row (:class:`Mapped`), for the chain evidence.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentdb.hashing import HASH_SIZE, event_hash
+from agentdb.hashing import HASH_SIZE, event_hash, row_hash
 from agentdb.paths import is_valid_id
 from agentdb.schema.enums import DECISIONS, KINDS, PRODUCER_CATEGORIES, STATUSES
 from agentdb.schema.revisions import COLUMNS, TABLES
@@ -138,18 +141,39 @@ def check_event_hash(row: Row, content_hash: object) -> bool:
     return event_hash(*row) == content_hash  # type: ignore[arg-type]
 
 
+def check_row_hash(table: str, row: Row, content_hash: object) -> bool:
+    """True when ``content_hash`` is the revision-3 row hash of the derived ``row``."""
+    if not isinstance(content_hash, bytes) or len(content_hash) != HASH_SIZE:
+        return False
+    return row_hash(table, row) == content_hash  # type: ignore[arg-type]
+
+
 def event_from_scratch(
     rowid: object, values: Sequence[object], *, revision: int | None, session_id: str
 ) -> Row | None:
-    """A validated event from the scratch ``events`` table (revision-2 columns)."""
+    """A validated event from the scratch ``events`` table (revision-3 columns: a revision-1
+    or -2 record leaves the later ones NULL)."""
     seq = values[0] if values[0] is not None else rowid
     row = validate("events", (seq, *values[1:9]), session_id=session_id)
     if row is None:
         return None
     content_hash = values[9]
     if content_hash is None:
-        return row if revision != 2 else None
+        return row if revision is None or revision < 2 else None
     return row if check_event_hash(row, content_hash) else None
+
+
+def derived_from_scratch(
+    table: str, values: Sequence[object], *, session_id: str
+) -> tuple[Row, object] | None:
+    """A validated row of another table from its scratch table (revision-3 columns) and its
+    stored content_hash (None when it has none), which must be the row's own."""
+    n = len(COLUMNS[1][table])
+    row = validate(table, values[:n], session_id=session_id)
+    stored = values[n] if len(values) > n else None
+    if row is None or (stored is not None and not check_row_hash(table, row, stored)):
+        return None  # a revision-3 row whose own hash fails is rejected
+    return row, stored
 
 
 def key_of(table: str, row: Row) -> object:
@@ -168,6 +192,8 @@ class Mapped:
     table: str | None  # our table, or None when it was rejected
     row: Row | None  # the validated row (revision-1 order)
     reason: str = ""  # why it was rejected: index_record, shape, invalid
+    stored: object = None  # its stored content_hash, checked against the row (None: none)
+    links: tuple[object, ...] = ()  # a revision-3 event's stored (prev_hash, chain_hash)
 
 
 def map_lost_and_found(
@@ -189,31 +215,44 @@ def map_lost_and_found(
     if not _int(nfield) or not 0 < nfield <= len(fields):  # type: ignore[operator]
         return Mapped(None, None, "shape")
     c = list(fields[: int(nfield)])  # type: ignore[call-overload]
-    table: str | None = None
-    content_hash: object = None
-    if nfield in (9, 10) and c[0] in (None, rowid) and _text(c[1]):
-        table = "events"
-        if nfield == 10:
-            content_hash = c[9]
-        elif revision == 2:
-            return Mapped(None, None, "shape")
-        row: Sequence[object] = (rowid, *c[1:9])
-    elif nfield == 9 and c[0] in (None, rowid) and _int(c[1]):
-        table, row = "cost_ledger", (rowid, *c[1:9])
-    elif nfield == 8 and c[0] in (None, rowid):
-        table, row = "plan_items", (rowid, *c[1:8])
-    elif nfield == 7:
-        table, row = "session_meta", c
-    elif nfield == 4:
-        table, row = "producers", c
-    else:
-        return Mapped(None, None, "shape")
+    shaped = _shape(c, rowid)
+    if shaped is None or (shaped[0] == "events" and shaped[2] is None and (revision or 0) >= 2):
+        return Mapped(None, None, "shape")  # an event without its hash: not this revision's
+    table, row, stored, links = shaped
     valid = validate(table, row, session_id=session_id)
     if valid is None:
         return Mapped(None, None, "invalid")
-    if table == "events" and nfield == 10 and not check_event_hash(valid, content_hash):
-        return Mapped(None, None, "invalid")
-    return Mapped(table, valid)
+    if stored is not None:
+        check = check_event_hash if table == "events" else functools.partial(check_row_hash, table)
+        if not check(valid, stored):
+            return Mapped(None, None, "invalid")
+    return Mapped(table, valid, stored=stored, links=links)
+
+
+_Shaped = tuple[str, Sequence[object], object, tuple[object, ...]]
+
+
+def _shape(c: list[object], rowid: object) -> _Shaped | None:
+    """(table, revision-1 row, stored content_hash or None, an event's stored chain fields) of
+    a ``lost_and_found`` record by its shape at any revision (revision 3 adds a content_hash to
+    every derived table, prev_hash and chain_hash to events), or None."""
+    n = len(c)
+    keyed = n > 0 and c[0] in (None, rowid)
+    if n in (9, 10, 12) and keyed and _text(c[1]):
+        return "events", (rowid, *c[1:9]), c[9] if n > 9 else None, tuple(c[10:12])
+    if n == 10 and keyed and _int(c[1]):
+        return "cost_ledger", (rowid, *c[1:9]), c[9], ()  # revision 3
+    if n == 9 and keyed and _int(c[1]):
+        if isinstance(c[8], bytes):
+            return "plan_items", (rowid, *c[1:8]), c[8], ()  # revision 3
+        return "cost_ledger", (rowid, *c[1:9]), None, ()
+    if n == 8 and keyed:
+        return "plan_items", (rowid, *c[1:8]), None, ()
+    if n == 7:
+        return "session_meta", c, None, ()
+    if n in (4, 5) and _text(c[0]):
+        return "producers", c[:4], c[4] if n == 5 else None, ()
+    return None
 
 
 _UNKNOWN = -(1 << 80)  # ByKey.top when keys are not tracked (below every integer key)

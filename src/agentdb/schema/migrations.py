@@ -131,12 +131,6 @@ STEP_2 = Step(
     ),
 )
 
-# The ladder. Append only: a released step is never edited, reordered or removed.
-STEPS: tuple[Step, ...] = (STEP_2,)
-
-
-def ladder_is_contiguous() -> bool:
-    return [s.revision for s in STEPS] == list(range(2, CURRENT_REVISION + 1))
 
 
 # ------------------------------------------------------------------------------ step 3
@@ -306,8 +300,13 @@ STEP_3 = Step(
     ),
 )
 
-# The ladder with step 3, for explicit use only (tests, the release's preparation).
-REV3_LADDER: tuple[Step, ...] = (*STEPS, STEP_3)
+# The ladder. Append only: a released step is never edited, reordered or removed.
+STEPS: tuple[Step, ...] = (STEP_2, STEP_3)
+REV3_LADDER = STEPS  # the name tests used before the release
+
+
+def ladder_is_contiguous() -> bool:
+    return [s.revision for s in STEPS] == list(range(2, CURRENT_REVISION + 1))
 
 
 def head_problems(conn: apsw.Connection) -> list[str]:

@@ -140,7 +140,7 @@ REV2_DDL = (
     + REV2_INDEXES
 )
 
-DDL: dict[int, str] = {1: REV1_DDL, 2: REV2_DDL}
+DDL: dict[int, str] = {1: REV1_DDL, 2: REV2_DDL}  # revision 3 joins below, once defined
 
 TABLES: tuple[str, ...] = ("events", "session_meta", "cost_ledger", "plan_items", "producers")
 # Columns of each table at each revision, in order (the record shape a salvage engine matches).
@@ -343,15 +343,15 @@ COLUMNS[3] = {
     **{t: (*REV3_HASHED[t], "content_hash") for t in REV3_TABLES[2:]},
 }
 
-# Every revision a reader knows: the released ones (DDL) and revision 3, which readers learn
-# before the ladder and the writer's default reach it.
-KNOWN_DDL: dict[int, str] = {**DDL, 3: REV3_DDL}
+DDL[3] = REV3_DDL
+# Every revision a reader knows. Readers learn a revision before writers create it: between a
+# reader's release and the ladder's, KNOWN_DDL holds one more revision than DDL.
+KNOWN_DDL: dict[int, str] = dict(DDL)
 
 # The revision new files are created at and the ladder migrates to.
-CURRENT_REVISION = 2
+CURRENT_REVISION = 3
 # The newest revision every reader understands (identity, check, the writer's open, recovery,
-# backup and restore). Readers learn a revision before writers create it: between the two, a
-# revision-3 file made by a newer agentdb (or a fixture) is judged and opened, never too_new.
+# backup and restore): never below CURRENT_REVISION.
 KNOWN_REVISION = 3
 # "AGDB": written on create and on migrate. 0 is accepted from other conforming writers.
 APPLICATION_ID = 0x41474442
