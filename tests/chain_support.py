@@ -14,6 +14,7 @@ import apsw
 
 from agentdb import db
 from agentdb.hashing import chain_hash, event_hash, gaps_hash, genesis, row_hash
+from agentdb.schema import chain, chainio
 from agentdb.schema.revisions import REV3_DDL, REV3_HASHED
 
 SID = "01JCHAINWALK00000000000000"
@@ -170,3 +171,42 @@ def append(path: Path, sequence: int | None = None) -> int:
     finally:
         conn.close()
     return seq
+
+
+def lossy_recovery(path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z") -> None:
+    """What a recovery that lost rows leaves, with SQL standing in for salvage: ``deletions``
+    applied; from revision 3 also as design §6 says — the stored hashes kept, the walk's breaks
+    recorded as gap rows, the head rebuilt from the walk, the events counter kept. (Below
+    revision 3 a lost row leaves nothing behind: the deletions are the whole of it.)"""
+    conn = db.open_private(path, readonly=True)
+    try:
+        revision = int(db.scalar(conn, "PRAGMA user_version"))
+        old = chainio.verify_full(conn) if revision >= 3 else None
+    finally:
+        conn.close()
+    if old is None:
+        edit(path, *deletions)
+        return
+    sid = path.name[:26]
+    edit(path, "DELETE FROM session_chain", *deletions)
+    conn = apsw.Connection(str(path))
+    try:
+        report = chainio.verify_full(conn, session_id=sid, heads=False, max_listed=None)
+        todo = chain.gaps_to_record(report, old.head, highest_sequence=old.last_sequence)
+        with conn:
+            records = chainio.record_gaps(conn, todo, at)
+            head = chain.rebuild_head(
+                report,
+                records,
+                session_id=sid,
+                origin="recovered",
+                origin_revision=revision,
+                origin_at=at,
+            )
+            chainio.write_head(conn, head)
+            conn.execute(
+                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'events'",
+                (old.head.sequence if old.head else 0,),
+            )
+    finally:
+        conn.close()

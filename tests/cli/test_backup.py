@@ -18,6 +18,7 @@ import pytest
 from agentdb import backupdir, demo
 from agentdb.checks import prefix
 from agentdb.store import Event, Producer, SessionWriter
+from tests.chain_support import lossy_recovery
 from tests.rows import all_rows
 from tests.runner import run_cli, state_options
 from tests.support import SRC, make_session
@@ -43,12 +44,9 @@ def grow(sessions_dir: Path, sid: str, n: int = 3) -> None:
 
 
 def lose_event(path: Path, sequence: int) -> None:
-    """The session loses one event nothing else refers to (as a lossy recovery would)."""
-    c = apsw.Connection(str(path))
-    try:
-        c.execute("DELETE FROM events WHERE sequence = ?", (sequence,))
-    finally:
-        c.close()
+    """The session loses one event nothing else refers to, as a lossy recovery would (from
+    revision 3 with the gap it records: a bare DELETE there is damage, which backup refuses)."""
+    lossy_recovery(path, f"DELETE FROM events WHERE sequence = {int(sequence)}")
 
 
 def listing(d: Path) -> list[str]:
