@@ -21,6 +21,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from agentdb.schema.revisions import CURRENT_REVISION
 from tests.runner import Terminal
 from tests.support import SRC, clone_session, make_session, wait_for
 
@@ -84,7 +85,9 @@ def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) 
     assert 2 <= len(reported) < N
     assert reported == ids[: len(reported)]  # in order, none skipped
     assert {s["outcome"] for s in doc["sessions"]} == {"migrated"}
-    at_two = {sid for sid in ids if user_version(sessions_dir / f"{sid}.sqlite") == 2}
+    at_two = {
+        sid for sid in ids if user_version(sessions_dir / f"{sid}.sqlite") == CURRENT_REVISION
+    }
     assert set(reported) <= at_two
     assert len(at_two - set(reported)) <= 1  # at most the one in hand when the signal came
     # running it again finishes the job and leaves nothing behind
@@ -96,7 +99,7 @@ def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) 
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    assert all(user_version(sessions_dir / f"{sid}.sqlite") == 2 for sid in ids)
+    assert all(user_version(sessions_dir / f"{sid}.sqlite") == CURRENT_REVISION for sid in ids)
     assert sorted(p.name for p in sessions_dir.iterdir()) == sorted(f"{s}.sqlite" for s in ids)
 
 

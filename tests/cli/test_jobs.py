@@ -21,6 +21,7 @@ import apsw
 import pytest
 
 from agentdb import demo
+from agentdb.schema.revisions import CURRENT_REVISION
 from tests.cli.test_interrupts import _LOCKER, interrupt_after_progress
 from tests.migrate_support import foreign_file
 from tests.runner import Agentdb, run_cli
@@ -306,7 +307,9 @@ def test_ctrl_c_with_workers_reports_every_file_done(tmp_path: Path, command: st
     assert 3 <= len(reported) < len(sessions_ids)
     assert reported == sorted(reported)
     if command == "migrate":
-        now_at_two = {sid for sid in old if _revision(sessions / f"{sid}.sqlite") == 2}
+        now_at_two = {
+            sid for sid in old if _revision(sessions / f"{sid}.sqlite") == CURRENT_REVISION
+        }
         done = {s["session_id"] for s in doc["sessions"] if s["outcome"] == "migrated"}
         assert done <= now_at_two
         assert len(now_at_two - done) <= 2  # at most the one in hand in each worker
@@ -319,7 +322,7 @@ def test_ctrl_c_with_workers_reports_every_file_done(tmp_path: Path, command: st
     assert code == 1  # damaged and foreign
     assert not [n for n in names(sessions) if "agentdb" in n]
     if command == "migrate":
-        assert all(_revision(sessions / f"{sid}.sqlite") == 2 for sid in old)
+        assert all(_revision(sessions / f"{sid}.sqlite") == CURRENT_REVISION for sid in old)
 
 
 def test_ctrl_c_ends_a_long_wait_for_a_lock_in_a_worker(tmp_path: Path) -> None:
@@ -348,7 +351,9 @@ def test_ctrl_c_ends_a_long_wait_for_a_lock_in_a_worker(tmp_path: Path) -> None:
             env=env(),
         )
         try:
-            assert wait_for(lambda: all(_revision(f) == 2 for f in old[1:]), timeout=120)
+            assert wait_for(
+                lambda: all(_revision(f) == CURRENT_REVISION for f in old[1:]), timeout=120
+            )
             time.sleep(1.0)  # the rest are current: done at once
             start = time.monotonic()
             p.send_signal(signal.SIGINT)
@@ -446,7 +451,7 @@ def test_workers_stop_when_the_command_is_killed(tmp_path: Path) -> None:
         )
         kids: list[int] = []
         try:
-            assert wait_for(lambda: _revision(old[1]) == 2, timeout=120)
+            assert wait_for(lambda: _revision(old[1]) == CURRENT_REVISION, timeout=120)
             time.sleep(1.0)  # the rest are current: only the waiting worker is busy now
             kids = _children(p.pid)
             assert kids

@@ -114,6 +114,6 @@ def test_migrate_json_shape(tmp_path: Path) -> None:
         )
         assert "from" in s and "to" in s
     old = outs[state.by_role("old-revision").session_id]
-    assert (old["from"], old["to"], old["outcome"]) == (1, 2, "migrated")
+    assert (old["from"], old["to"], old["outcome"]) == (1, CURRENT_REVISION, "migrated")
     assert outs[state.by_role("damaged").session_id]["outcome"] == "corrupt"
     assert outs[state.by_role("recent").session_id]["outcome"] == "current"
