@@ -15,7 +15,7 @@ import apsw
 from agentdb import db
 from agentdb.hashing import chain_hash, event_hash, gaps_hash, genesis, row_hash
 from agentdb.schema import chain, chainio
-from agentdb.schema.revisions import REV3_DDL, REV3_HASHED
+from agentdb.schema.revisions import REV3_BOUND, REV3_DDL, REV3_HASHED
 
 SID = "01JCHAINWALK00000000000000"
 Shape = Sequence[tuple[int, int, bool]]
@@ -207,6 +207,68 @@ def lossy_recovery(path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z"
             conn.execute(
                 "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'events'",
                 (old.head.sequence if old.head else 0,),
+            )
+    finally:
+        conn.close()
+
+
+def reseal(path: Path) -> None:
+    """What a conforming writer (another one: its rows are not the ones agentdb writes) leaves
+    after writing the rows ``path`` holds now: every derived row's and every event's
+    ``content_hash``, every ``prev_hash``/``chain_hash`` and the head recomputed from the rows
+    as they stand (``origin`` and the gap records as they are). A revision-3 file edited with
+    plain SQL and then resealed is a valid file with that content, not damage."""
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("PRAGMA foreign_keys=OFF")
+        with conn:
+            bound: dict[int, list[list[bytes]]] = {}
+            counts: list[int] = []
+            for i, (table, key) in enumerate(REV3_BOUND):
+                cols = REV3_HASHED[table]
+                at = cols.index(key)
+                table_rows = conn.execute(f"SELECT rowid, {', '.join(cols)} FROM {table}")
+                counts.append(0)
+                for rowid, *values in list(table_rows):
+                    h = row_hash(table, values)
+                    conn.execute(f"UPDATE {table} SET content_hash = ? WHERE rowid = ?", (h, rowid))
+                    bound.setdefault(values[at], [[], [], []])[i].append(h)
+                    counts[i] += 1
+            meta_cols = ", ".join(REV3_HASHED["session_meta"])
+            meta = conn.execute(f"SELECT {meta_cols} FROM session_meta").fetchall()
+            prev, last, n = genesis(meta[0][0]), 0, 0
+            spec = ", ".join(REV3_HASHED["events"])
+            for values in list(conn.execute(f"SELECT {spec} FROM events ORDER BY sequence")):
+                content = event_hash(*values)
+                link = chain_hash(prev, content, bound.get(values[0], [[], [], []]))
+                conn.execute(
+                    "UPDATE events SET content_hash = ?, prev_hash = ?, chain_hash = ? "
+                    "WHERE sequence = ?",
+                    (content, prev, link, values[0]),
+                )
+                prev, last, n = link, values[0], n + 1
+            gaps = [
+                g for (g,) in conn.execute("SELECT content_hash FROM chain_gaps ORDER BY sequence")
+            ]
+            head = list(
+                conn.execute(
+                    f"SELECT {', '.join(REV3_HASHED['session_chain'])} FROM session_chain"
+                ).fetchone()
+            )
+            head[1:10] = [
+                n,
+                *counts,
+                last,
+                prev,
+                row_hash("session_meta", meta[0]),
+                len(gaps),
+                gaps_hash(gaps),
+            ]
+            conn.execute(
+                "UPDATE session_chain SET "
+                + ", ".join(f"{c} = ?" for c in REV3_HASHED["session_chain"][1:])
+                + ", content_hash = ?",
+                (*head[1:], row_hash("session_chain", head)),
             )
     finally:
         conn.close()

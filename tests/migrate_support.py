@@ -9,8 +9,8 @@ from pathlib import Path
 import apsw
 
 from agentdb import paths
-from agentdb.hashing import event_hash
-from agentdb.schema.revisions import DDL
+from agentdb.hashing import chain_hash, event_hash, genesis, row_hash
+from agentdb.schema.revisions import COLUMNS, DDL, REV3_BOUND
 from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import all_rows
 from tests.support import make_session
@@ -34,20 +34,40 @@ def user_version(path: Path) -> int:
 
 
 def assert_same_rows(before: dict, after: dict) -> None:  # type: ignore[type-arg]
-    """Every row survived: equal tables; events equal on the revision-1 columns, and the
-    content_hash a revision-2 file adds is the hash of those columns."""
+    """Every row survived, whatever revision each side is at: each row of ``before`` is the
+    prefix of the same row of ``after`` (a revision only ever appends columns), and each column
+    ``after`` adds holds what its revision defines: events' content_hash is the hash of the
+    revision-1 columns; at revision 3 every other row's content_hash is its row hash, and the
+    events are chained from the session's genesis over the rows bound to them."""
     assert before.keys() == after.keys()
     for table in before:
-        if table != "events":
-            assert after[table] == before[table], table
-    b, a = before["events"], after["events"]
-    assert len(a) == len(b)
-    for old, new in zip(b, a, strict=True):
-        assert new[:9] == old[:9]
+        b, a = before[table], after[table]
+        assert len(a) == len(b), table
+        for old, new in zip(b, a, strict=True):
+            assert new[: len(old)] == old, table
+    for new in after["events"]:
         if len(new) > 9:
             assert new[9] == event_hash(*new[:9])
-            if len(old) > 9:
-                assert old[9] == new[9]
+    if any(len(new) > 10 for new in after["events"]):  # revision 3 (derived rows need events)
+        _assert_chained(after)
+
+
+def _assert_chained(after: dict) -> None:  # type: ignore[type-arg]
+    """Revision 3's row hashes and chain, recomputed from the rows alone (design §3-§4)."""
+    bound: dict[int, list[list[bytes]]] = {}
+    for i, (table, key) in enumerate(REV3_BOUND):
+        at = COLUMNS[3][table].index(key)
+        for r in after[table]:
+            assert len(r) == len(COLUMNS[3][table]), table
+            assert r[-1] == row_hash(table, r[:-1]), (table, r)
+            bound.setdefault(r[at], [[], [], []])[i].append(r[-1])
+    (meta,) = after["session_meta"]
+    prev, last = genesis(meta[0]), 0
+    for r in sorted(after["events"]):
+        assert r[0] == last + 1 and r[10] == prev, r[0]
+        assert r[11] == chain_hash(prev, r[9], bound.pop(r[0], [[], [], []])), r[0]
+        prev, last = r[11], r[0]
+    assert not bound, sorted(bound)  # every derived row bound to an event
 
 
 def large_session(sessions_dir: Path, revision: int) -> tuple[str, Path]:

@@ -254,10 +254,10 @@ def test_session_rolled_back_is_kept_and_restore_puts_it_back(
 
 
 def test_revision_2_rollback_is_unchanged_behaviour(sessions_dir: Path, tmp_path: Path) -> None:
-    sid, path = make_session(sessions_dir, status=None)
+    sid, path = make_session(sessions_dir, status=None, revision=2)
     earlier = tmp_path / "earlier.sqlite"
     shutil.copyfile(path, earlier)
-    with SessionWriter.open(sessions_dir, sid) as w:
+    with SessionWriter.open(sessions_dir, sid, migrate=False) as w:  # it stays at revision 2
         for i in range(3):
             w.emit(Event("tool_result", TOOL, b"more %d" % i))
     dest = tmp_path / "b"

@@ -112,9 +112,13 @@ def test_anything_not_plainly_healthy_goes_to_check_path(
     assert want.findings  # each case is a finding of check_path's (some only informative)
 
 
+# Damage in the middle of a current-revision file: a quick check proves the tail and the
+# counts (design §7), so a deleted row is no case here (quick sees it: count_mismatch) and
+# revision 2's missing_event is revision 3's unbound_rows, which only comes with a deletion.
 FULL_CASES = {
-    "missing_event": "PRAGMA foreign_keys=OFF; DELETE FROM events WHERE sequence = "
-    "(SELECT min(event_sequence) FROM cost_ledger)",
+    "row_hash_mismatch": "UPDATE cost_ledger SET cost_usd = cost_usd + 1 WHERE sequence = "
+    "(SELECT min(sequence) FROM cost_ledger)",
+    "chain_break": "UPDATE events SET prev_hash = zeroblob(16) WHERE sequence = 2",
     "content_hash_mismatch": "UPDATE events SET payload = CAST('{}' AS BLOB) WHERE sequence = 2",
     "bad_kind": "PRAGMA ignore_check_constraints=ON; UPDATE events SET kind = 'odd' "
     "WHERE sequence = 1",

@@ -194,11 +194,14 @@ def test_migrated_file_is_proven_with_its_origin(sessions_dir: Path, revision: i
         assert v.origin.at
 
 
-def test_revision_2_file_has_no_verified(sessions_dir: Path) -> None:
-    _, path = make_session(sessions_dir, revision=2, turns=1)
+@pytest.mark.parametrize("revision", [1, 2])
+def test_older_revision_file_has_no_verified(sessions_dir: Path, revision: int) -> None:
+    """Below revision 3: "verified": null, plus needs_migration (design §7), and nothing else."""
+    _, path = make_session(sessions_dir, revision=revision, turns=1)
     for quick in (False, True):
         result = check(path, quick)
-        assert result.verdict == "ok" and result.verified is None
+        assert result.verdict == "needs_migration" and result.verified is None
+        assert [f.code for f in result.findings] == ["needs_migration"]
         assert jsonable(result)["verified"] is None
 
 

@@ -10,9 +10,23 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import checks, demo, recoverylog
+from agentdb import checks, demo, recoverylog, salvage
+from agentdb.checks.codes import CODES
 from agentdb.paths import job_file, recovery_log_path, sidecar
+from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from tests.support import WriterProcess, held_open, make_session
+
+# revision 3's chain findings (docs/check.md): what a hand edit adds from that revision on
+CHAIN_CODES = {
+    "row_hash_mismatch",
+    "chain_break",
+    "head_mismatch",
+    "count_mismatch",
+    "meta_hash_mismatch",
+    "gap_record_damaged",
+    "unbound_rows",
+}
+assert set(CODES) >= CHAIN_CODES
 
 
 def raw(path: Path, sql: str) -> None:
@@ -46,7 +60,7 @@ def test_healthy_file_is_ok_and_left_as_found(sessions_dir: Path) -> None:
     r = check(sessions_dir, sid)
     assert r.verdict == "ok", r.findings
     assert r.findings == []
-    assert (r.status, r.revision, r.live) == ("completed", 2, None)
+    assert (r.status, r.revision, r.live) == ("completed", CURRENT_REVISION, None)
     assert listing(sessions_dir) == before
 
 
@@ -141,68 +155,95 @@ def test_identity_foreign_too_new_old_empty_garbage(sessions_dir: Path) -> None:
     assert check(sessions_dir, garbage).verdict == "unreadable"
 
 
-def test_a_column_missing_by_name_is_corrupt_not_inconsistent(sessions_dir: Path) -> None:
+@pytest.mark.parametrize("revision", sorted(DDL))
+def test_a_column_missing_by_name_is_corrupt_not_inconsistent(
+    sessions_dir: Path, revision: int
+) -> None:
     # a flipped byte in the stored CREATE TABLE text: SQLite reads the file, no reader finds
-    # session_meta.parent_session_id (the fuzz campaign's seed 360093)
-    a, pa = make_session(sessions_dir)
+    # session_meta.parent_session_id (the fuzz campaign's seed 360093). Every copy of the text
+    # is flipped: a schema that outgrew page 1 (revision 3's) leaves a stale one in free space.
+    a, pa = make_session(sessions_dir, revision=revision)
     data = bytearray(pa.read_bytes())
-    at = data.index(b"parent_session_id", data.index(b"CREATE TABLE session_meta"))
-    data[at + 8] ^= 0x01
+    start = data.index(b"CREATE TABLE session_meta")
+    while start >= 0:
+        data[data.index(b"parent_session_id", start) + 8] ^= 0x01
+        start = data.find(b"CREATE TABLE session_meta", start + 1)
     pa.write_bytes(bytes(data))
     r = check(sessions_dir, a)
     assert r.verdict == "corrupt"
-    assert codes(r) == ["schema_columns_missing", "schema_mismatch"]
-    assert "session_meta has no column parent_session_id" in r.findings[0].message
-    assert r.findings[0].fix == f"agentdb recover {a}"
+    older = ["needs_migration"] if revision < CURRENT_REVISION else []
+    assert codes(r) == [*older, "schema_columns_missing", "schema_mismatch"]
+    missing = r.findings[len(older)]
+    assert "session_meta has no column parent_session_id" in missing.message
+    assert missing.fix == f"agentdb recover {a}"
 
 
-def test_schema_and_meta_inconsistencies(sessions_dir: Path) -> None:
-    a, pa = make_session(sessions_dir)
-    raw(pa, "DROP INDEX idx_events_kind")
-    assert codes(check(sessions_dir, a)) == ["schema_mismatch"]
-    b, pb = make_session(sessions_dir)
-    raw(pb, "UPDATE session_meta SET session_id = '01ARZ3NDEKTSV4RRFFQ69G5FAV'")
-    assert "meta_id_mismatch" in codes(check(sessions_dir, b))
-    c, pc = make_session(sessions_dir)
+@pytest.mark.parametrize("revision", [2, 3])
+def test_schema_and_meta_inconsistencies(sessions_dir: Path, revision: int) -> None:
+    older = ["needs_migration"] if revision < CURRENT_REVISION else []
+    # from revision 3 a hand edit of session_meta is also a row the head did not hash: damage
+    unhashed = ["meta_hash_mismatch"] if revision >= 3 else []
+    edited = "corrupt" if revision >= 3 else "inconsistent"
+    a, pa = make_session(sessions_dir, revision=revision)
+    raw(pa, "DROP INDEX idx_events_kind")  # the schema: no hash covers it
+    assert codes(check(sessions_dir, a)) == [*older, "schema_mismatch"]
+    assert check(sessions_dir, a).verdict == "inconsistent"
+    # another session's file under this name (renamed, at any revision): foreign, not damage
+    b, pb = make_session(sessions_dir, revision=revision)
+    _other, po = make_session(sessions_dir, revision=revision)
+    os.replace(po, pb)
+    rb = check(sessions_dir, b)  # (at revision 3 its chain starts from the other id's genesis)
+    assert "meta_id_mismatch" in codes(rb) and rb.verdict == "foreign"
+    c, pc = make_session(sessions_dir, revision=revision)
     raw(pc, "UPDATE session_meta SET ended_at = NULL")
-    assert codes(check(sessions_dir, c)) == ["ended_at_inconsistent"]
-    d, pd = make_session(sessions_dir)
+    assert codes(check(sessions_dir, c)) == [*older, "ended_at_inconsistent", *unhashed]
+    d, pd = make_session(sessions_dir, revision=revision)
     raw(pd, "DELETE FROM session_meta")
-    assert codes(check(sessions_dir, d)) == ["meta_missing"]
+    assert codes(check(sessions_dir, d)) == [*older, "meta_missing", *unhashed]
     e, pe = make_session(sessions_dir, revision=1)
     raw(pe, "UPDATE session_meta SET status = 'paused'")
     raw(pe, "UPDATE events SET kind = 'bogus' WHERE sequence = 1")
     assert {"bad_status", "bad_kind", "needs_migration"} <= set(codes(check(sessions_dir, e)))
     assert check(sessions_dir, e).verdict == "inconsistent"
-    for sid in (a, c, d):
-        assert check(sessions_dir, sid).verdict == "inconsistent"
-    # another valid session id: that session's file under this name, not damage
-    assert check(sessions_dir, b).verdict == "foreign"
-    f, pf = make_session(sessions_dir)
+    for sid in (c, d):
+        assert check(sessions_dir, sid).verdict == edited
+    f, pf = make_session(sessions_dir, revision=revision)
     raw(pf, "UPDATE session_meta SET session_id = 'not-a-session-id'")
-    assert "meta_id_invalid" in codes(check(sessions_dir, f))
-    assert check(sessions_dir, f).verdict == "inconsistent"
+    assert codes(check(sessions_dir, f)) == [*older, "meta_id_invalid", *unhashed]
+    assert check(sessions_dir, f).verdict == edited
 
 
-def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path) -> None:
-    a, pa = make_session(sessions_dir)
-    raw(pa, "UPDATE cost_ledger SET event_sequence = 1")  # a context_contribution event
-    assert "ledger_not_message" in codes(check(sessions_dir, a))
-    b, pb = make_session(sessions_dir)
-    raw(pb, "UPDATE plan_items SET event_sequence = 2")  # a message event
-    assert "plan_item_not_plan" in codes(check(sessions_dir, b))
-    c, pc = make_session(sessions_dir)
-    raw(pc, "UPDATE producers SET first_seen_sequence = 2 WHERE category = 'tool'")
-    assert "producer_mismatch" in codes(check(sessions_dir, c))
-    d, pd = make_session(sessions_dir)
-    raw(pd, "DELETE FROM producers WHERE category = 'context'")
-    assert "producer_unlisted" in codes(check(sessions_dir, d))
-    for sid in (a, b, c, d):
-        assert check(sessions_dir, sid).verdict == "inconsistent"
+@pytest.mark.parametrize("revision", [2, 3])
+def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path, revision: int) -> None:
+    # the consistency rule is reported at every revision; from revision 3 the same hand edit
+    # also fails the row's hash or its event's chain (design §4), which makes it corrupt
+    cases = [
+        # a context_contribution event
+        ("UPDATE cost_ledger SET event_sequence = 1", "ledger_not_message", "row_hash_mismatch"),
+        # a message event
+        ("UPDATE plan_items SET event_sequence = 2", "plan_item_not_plan", "row_hash_mismatch"),
+        (
+            "UPDATE producers SET first_seen_sequence = 2 WHERE category = 'tool'",
+            "producer_mismatch",
+            "row_hash_mismatch",
+        ),
+        ("DELETE FROM producers WHERE category = 'context'", "producer_unlisted", "chain_break"),
+    ]
+    for sql, rule, evidence in cases:
+        sid, path = make_session(sessions_dir, revision=revision)
+        raw(path, sql)
+        r = check(sessions_dir, sid)
+        assert rule in codes(r), (sql, r.findings)
+        if revision >= 3:
+            assert evidence in codes(r) and r.verdict == "corrupt", (sql, r.findings)
+        else:
+            assert not CHAIN_CODES & set(codes(r)) and r.verdict == "inconsistent", sql
 
 
 def test_missing_event_unless_recovered(sessions_dir: Path) -> None:
-    sid, path = make_session(sessions_dir)
+    """Revision 2: rows of a lost event are inconsistent, unless the recovery log says the
+    session was salvaged (revision 3's rule is the next test)."""
+    sid, path = make_session(sessions_dir, revision=2)
     raw(path, "DELETE FROM events WHERE kind = 'plan'")
     r = check(sessions_dir, sid)
     assert r.verdict == "inconsistent" and "missing_event" in codes(r)
@@ -211,8 +252,30 @@ def test_missing_event_unless_recovered(sessions_dir: Path) -> None:
         {"session_id": sid, "event": "outcome", "outcome": "recovered"},
     )
     r = check(sessions_dir, sid)
+    assert r.verdict == "needs_migration", r.findings  # nothing worse
+    assert "orphan_of_recovery" in codes(r) and "missing_event" not in codes(r)
+
+
+def test_unbound_rows_unless_a_recovery_recorded_the_gap(sessions_dir: Path) -> None:
+    """Revision 3: rows of a deleted event are unbound_rows (the walk replaces missing_event)
+    beside the chain break: corrupt. A recovery-log line does not excuse them (the file's gap
+    records say what a recovery lost); a real recovery, which records the gaps, does."""
+    sid, path = make_session(sessions_dir, revision=3)
+    raw(path, "DELETE FROM events WHERE kind = 'plan'")
+    r = check(sessions_dir, sid)
+    assert r.verdict == "corrupt" and {"unbound_rows", "chain_break"} <= set(codes(r))
+    assert "missing_event" not in codes(r)
+    recoverylog.append(
+        recovery_log_path(sessions_dir),
+        {"session_id": sid, "event": "outcome", "outcome": "recovered"},
+    )
+    r = check(sessions_dir, sid)
+    assert r.verdict == "corrupt" and "unbound_rows" in codes(r)
+    assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
+    r = check(sessions_dir, sid)
     assert r.verdict == "ok", r.findings
-    assert "orphan_of_recovery" in codes(r)
+    assert {"orphan_of_recovery", "chain_gap_recorded"} <= set(codes(r))
+    assert not CHAIN_CODES & set(codes(r))
 
 
 def test_live_session_is_shown_and_its_wal_not_judged(sessions_dir: Path) -> None:

@@ -11,18 +11,24 @@ import pytest
 
 from agentdb import checks, db
 from agentdb.store import SessionReader
+from tests.chain_support import reseal
 from tests.support import make_session
 from tests.test_checks import check, codes, listing, raw
 
 
 def hardened_raw(path: Path, sql: str) -> None:
-    """Like ``raw``, on a connection that has agentdb's hash function (to keep hashes right)."""
+    """Like ``raw``, as another conforming writer would write it: on a connection that has
+    agentdb's hash function (to keep revision 2's event hashes right), and from revision 3
+    with every row hash, the chain and the head recomputed after the edit."""
     conn = apsw.Connection(str(path))
     try:
         db.harden(conn)
         db.exec_script(conn, sql)
+        chained = int(db.scalar(conn, "PRAGMA user_version")) >= 3
     finally:
         conn.close()
+    if chained:
+        reseal(path)
 
 
 def test_application_id_zero_with_a_trigger_is_unsafe_schema_not_foreign(
@@ -52,14 +58,15 @@ def test_plan_or_apply_not_by_the_kernel_and_kernel_writing_other_kinds(
     sid, path = make_session(sessions_dir)
     assert check(sessions_dir, sid).verdict == "ok"
     # Another writer's file: its plans written by a plugin producer (listed, hashes right, so
-    # nothing else fires).
+    # nothing else fires; the new producer's row hash is computed by the reseal).
     hardened_raw(
         path,
         "UPDATE events SET producer_category = 'tool', producer_name = 'shell', "
         "producer_version = '9.9.9', content_hash = agentdb_event_hash(sequence, id, timestamp,"
         " kind, 'tool', 'shell', '9.9.9', schema_version, payload) WHERE kind = 'plan'; "
-        "INSERT INTO producers VALUES ('tool', 'shell', '9.9.9', (SELECT min(sequence) FROM "
-        "events WHERE producer_version = '9.9.9')); UPDATE producers SET first_seen_sequence = "
+        "INSERT INTO producers (category, name, version, first_seen_sequence, content_hash) "
+        "VALUES ('tool', 'shell', '9.9.9', (SELECT min(sequence) FROM events WHERE "
+        "producer_version = '9.9.9'), zeroblob(16)); UPDATE producers SET first_seen_sequence = "
         "(SELECT min(sequence) FROM events WHERE producer_category = 'kernel') "
         "WHERE category = 'kernel'",
     )
@@ -87,8 +94,8 @@ def test_plan_or_apply_not_by_the_kernel_and_kernel_writing_other_kinds(
 
 
 def test_message_without_a_cost_ledger_row(sessions_dir: Path) -> None:
-    sid, path = make_session(sessions_dir)
-    raw(path, "DELETE FROM cost_ledger WHERE rowid = (SELECT min(rowid) FROM cost_ledger)")
+    sid, path = make_session(sessions_dir)  # another writer's file, which wrote no cost row
+    hardened_raw(path, "DELETE FROM cost_ledger WHERE rowid = (SELECT min(rowid) FROM cost_ledger)")
     r = check(sessions_dir, sid)
     assert codes(r) == ["message_without_cost"], r.findings
     assert r.verdict == "ok" and r.findings[0].severity == "warning"
@@ -130,13 +137,14 @@ def test_readable_by_others_is_a_warning(sessions_dir: Path, target: str) -> Non
 def test_depth_mismatch_against_a_readable_parent(sessions_dir: Path, tmp_path: Path) -> None:
     parent, pp = make_session(sessions_dir, depth=2)
     child, pc = make_session(sessions_dir)
-    raw(pc, f"UPDATE session_meta SET parent_session_id = '{parent}', depth = 5")
+    # written by another writer that counts depth differently
+    hardened_raw(pc, f"UPDATE session_meta SET parent_session_id = '{parent}', depth = 5")
     r = check(sessions_dir, child)
     assert codes(r) == ["depth_mismatch"] and r.verdict == "ok", r.findings
     assert "depth 5" in r.findings[0].message and "expected 3" in r.findings[0].message
-    raw(pc, "UPDATE session_meta SET depth = 3")
+    hardened_raw(pc, "UPDATE session_meta SET depth = 3")
     assert codes(check(sessions_dir, child)) == []
-    raw(pc, "UPDATE session_meta SET depth = 0")
+    hardened_raw(pc, "UPDATE session_meta SET depth = 0")
     report = checks.check_sessions(sessions_dir, None, jobs=1)
     by_id = {s.session_id: [f.code for f in s.findings] for s in report.sessions}
     assert by_id == {parent: [], child: ["depth_mismatch"]}

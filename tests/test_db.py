@@ -11,6 +11,7 @@ import pytest
 import ulid
 
 from agentdb import checks, db, errors
+from agentdb.schema.revisions import KNOWN_REVISION
 from agentdb.store import Event, Producer, SessionReader, SessionWriter
 from tests.support import make_session
 
@@ -121,12 +122,13 @@ def test_foreign_application_id_is_refused_and_untouched(sessions_dir: Path) -> 
 def test_too_new_is_refused_naming_both_versions(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     c = apsw.Connection(str(path))
-    c.execute("PRAGMA user_version = 99")
+    c.execute(f"PRAGMA user_version = {KNOWN_REVISION + 1}")  # the first revision it cannot read
     c.close()
     before = path.read_bytes()
     with pytest.raises(errors.TooNew) as e:
         SessionWriter.open(sessions_dir, sid)
-    assert "99" in str(e.value) and "2" in str(e.value)
+    assert f"user_version {KNOWN_REVISION + 1} " in str(e.value)
+    assert f"revisions up to {KNOWN_REVISION})" in str(e.value)
     assert path.read_bytes() == before
 
 

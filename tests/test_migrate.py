@@ -12,6 +12,7 @@ import pytest
 from agentdb import demo, migrate, paths
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
 from tests.migrate_support import (
+    REVISIONS,
     all_shapes,
     assert_same_rows,
     foreign_file,
@@ -71,12 +72,15 @@ def test_idempotent(sessions_dir: Path) -> None:
 
 
 def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
-    make_session(sessions_dir, revision=1)
-    make_session(sessions_dir, revision=2)
+    expected = {}
+    for rev in REVISIONS:  # every older revision would migrate; the current one is current
+        sid, _ = make_session(sessions_dir, revision=rev)
+        expected[sid] = "current" if rev == CURRENT_REVISION else "migrated"
     before = snapshot(sessions_dir)
     report = migrate.migrate_sessions(sessions_dir, dry_run=True)
     assert report.dry_run
-    assert sorted(s.outcome for s in report.sessions) == ["current", "migrated"]
+    assert {s.session_id: s.outcome for s in report.sessions} == expected
+    assert sorted(expected.values()).count("migrated") == CURRENT_REVISION - 1
     assert snapshot(sessions_dir) == before
 
 
@@ -169,7 +173,7 @@ def test_keep_backups(sessions_dir: Path) -> None:
 
 
 def test_leftover_backup_removed_only_when_file_is_healthy(sessions_dir: Path) -> None:
-    _sid, p = make_session(sessions_dir, revision=2)
+    _sid, p = make_session(sessions_dir, revision=CURRENT_REVISION)
     leftover = migrate.backup_file(p)
     leftover.write_bytes(b"left by a killed migration")
     out = migrate.migrate_sessions(sessions_dir, dry_run=True).sessions[0]

@@ -10,6 +10,7 @@ import pytest
 
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import (
+    REVISIONS,
     assert_same_rows,
     job_files,
     large_session,
@@ -18,19 +19,22 @@ from tests.migrate_support import (
 )
 from tests.runner import run_cli
 
+OLDER = [r for r in REVISIONS if r < CURRENT_REVISION]  # every revision migrate starts from
 POINTS = ["after_probe", "after_backup", "before_commit", "after_commit", "after_verify"]
 
 
+@pytest.mark.parametrize("start", OLDER)
 @pytest.mark.parametrize("point", POINTS)
-def test_kill_at_every_step(sessions_dir: Path, point: str) -> None:
-    sid, p = large_session(sessions_dir, revision=1)
+def test_kill_at_every_step(sessions_dir: Path, point: str, start: int) -> None:
+    sid, p = large_session(sessions_dir, revision=start)
     before = rows(p)
     killed = run_cli(
         "--sessions-dir", str(sessions_dir), "migrate", sid, env={"AGENTDB_FAULT": point}
     )
     assert killed.returncode == -9, killed.stderr
     rev = user_version(p)
-    expected = 1 if point in ("after_probe", "after_backup", "before_commit") else 2
+    committed = point not in ("after_probe", "after_backup", "before_commit")
+    expected = CURRENT_REVISION if committed else start
     assert rev == expected
     assert_same_rows(before, rows(p))
     if point != "after_probe":
@@ -40,7 +44,7 @@ def test_kill_at_every_step(sessions_dir: Path, point: str) -> None:
     again = run_cli("--sessions-dir", str(sessions_dir), "migrate", "--json", sid)
     assert again.returncode == 0, again.stderr
     out = json.loads(again.stdout)["sessions"][0]
-    assert out["outcome"] == ("migrated" if expected == 1 else "current")
+    assert out["outcome"] == ("current" if committed else "migrated")
     assert out["to"] == CURRENT_REVISION
     assert user_version(p) == CURRENT_REVISION
     assert_same_rows(before, rows(p))

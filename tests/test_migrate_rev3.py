@@ -1,5 +1,6 @@
-"""Step 3 (design §10), off the ladder: real files written by agentdb's writer at revisions 1
-and 2 are migrated with ``apply_steps(steps=REV3_LADDER, target=3)`` and then proven by an
+"""Step 3 (design §10), on the released ladder: real files written by agentdb's writer at
+revisions 1 and 2 are migrated with ``apply_steps(steps=REV3_LADDER, target=3)`` (the ladder
+itself since the release) and then proven by an
 independent recomputation in Python (tests/chain_oracle.py), never by the SQL under test."""
 
 from __future__ import annotations
@@ -153,15 +154,20 @@ def test_invalid_text_in_a_derived_row_is_refused(sessions_dir: Path) -> None:
         _migrate(path)
 
 
-def test_the_released_ladder_is_untouched(sessions_dir: Path) -> None:
-    """Without ``steps``, apply_steps still stops at revision 2; target 3 needs the ladder."""
+def test_the_released_ladder_reaches_revision_3(sessions_dir: Path) -> None:
+    """The released ladder (no ``steps``) is the one with step 3: it stops where it is asked
+    to (revision 2 has no head), goes on to the current revision by default, and refuses a
+    target no step reaches."""
+    assert migrations.STEPS == migrations.REV3_LADDER and migrations.ladder_is_contiguous()
     _, path = make_session(sessions_dir, revision=1, turns=1)
     conn = _open(path)
     try:
         with pytest.raises(ValueError):
-            migrations.apply_steps(conn, path, target=3)
-        assert migrations.apply_steps(conn, path) == (1, 2)
+            migrations.apply_steps(conn, path, target=revisions.CURRENT_REVISION + 1)
+        assert migrations.apply_steps(conn, path, target=2) == (1, 2)
         assert not db.scalar(conn, "SELECT 1 FROM sqlite_schema WHERE name = 'session_chain'")
+        assert migrations.apply_steps(conn, path) == (2, revisions.CURRENT_REVISION)
+        assert chain_oracle.problems(conn) == []
     finally:
         conn.close()
 

@@ -6,9 +6,11 @@ import shutil
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import migrate
 from agentdb.checks import prefix
+from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from agentdb.store import Event, Producer, SessionWriter
 from tests.support import make_session
 
@@ -107,15 +109,22 @@ def test_type_matters(sessions_dir: Path, tmp_path: Path) -> None:
     assert c.lost_event_ranges == [(2, 2)]
 
 
+@pytest.mark.parametrize("start", [r for r in DDL if r < CURRENT_REVISION])
 def test_copy_of_an_older_revision_is_a_prefix_of_the_migrated_session(
-    sessions_dir: Path, tmp_path: Path
+    sessions_dir: Path, tmp_path: Path, start: int
 ) -> None:
-    sid, path = make_session(sessions_dir, revision=1)
+    sid, path = make_session(sessions_dir, revision=start, status=None)
     old = _copy(path, tmp_path / "old.sqlite")
     migrate.migrate_sessions(sessions_dir, [sid])
     c = prefix.compare_paths(old, path)
-    assert (c.old_revision, c.new_revision) == (1, 2)
-    assert c.is_prefix and not c.identical
+    assert (c.old_revision, c.new_revision) == (start, CURRENT_REVISION)
+    assert c.is_prefix and not c.identical and c.lost_rows == 0
+    assert c.decided_by == "rows"  # a file below revision 3 has no head to prove it by
+    # and a session that grew after its migration still has the old copy as a prefix
+    _grow(sessions_dir, sid, 2)
+    grown = prefix.compare_paths(old, path)
+    assert grown.is_prefix and grown.tables["events"].added == 2
+    assert not prefix.compare_paths(path, old).is_prefix
 
 
 def test_reads_committed_wal_frames_of_a_live_file(sessions_dir: Path, tmp_path: Path) -> None:

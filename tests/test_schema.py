@@ -39,7 +39,7 @@ PINNED = {
     "rev2": "9bd1f9b521a25a2c94fdb5787ea5baa8ccb030343ef270f1e412baca2d6eebab",
     "step2": "f035c4f2bc71bf1860f9140d98d2b263dca72de84c5a5fa3f488ab4d6833b3e2",
     "rev3": "f871ff6b8e544e7bcb650a6afb0b429e4e701e16f22fd1ec3d934a9ac23a537f",
-    "step3": "776adf285783bb8b817616cdc86d34319ff2fd972ea14e0a93a326d5dad662f8",
+    "step3": "620658c28b5bf43d86200deec63df2f15cb578dec40635396cccd9ee9ea4bc04",
 }
 
 
@@ -94,21 +94,24 @@ def test_migration_keeps_every_row_and_counter(sessions_dir: Path) -> None:
     sid, path = _rev1_with_everything(sessions_dir)
     before = all_rows(path)
     w = SessionWriter.open(sessions_dir, sid)
-    assert w.revision == 2
+    assert w.revision == revisions.CURRENT_REVISION
     seq = w.emit(Event("tool_call", Producer("tool", "shell", "2"), b"{}"))
     assert seq == 501
     w.close()
     after = all_rows(path)
-    # events gained content_hash, every other column identical and in sequence order
+    # events gained content_hash (and from revision 3 their chain), every other column
+    # identical and in sequence order; the other tables' columns identical (from revision 3
+    # followed by their content_hash)
     assert [r[:9] for r in after["events"][:-1]] == before["events"]
     for r in after["events"]:
         assert r[9] == event_hash(*r[:9])
     for table in ("session_meta", "cost_ledger", "plan_items", "producers"):
-        assert after[table] == before[table], table
+        n = len(before[table][0]) if before[table] else 0
+        assert [r[:n] for r in after[table]] == before[table], table
     conn = db.open_readonly(path)
-    assert db.pragma(conn, "user_version") == 2
+    assert db.pragma(conn, "user_version") == revisions.CURRENT_REVISION
     assert db.pragma(conn, "application_id") == revisions.APPLICATION_ID
-    assert identity.schema_differences(conn, 2) == []
+    assert identity.schema_differences(conn, revisions.CURRENT_REVISION) == []
     assert db.integrity_problems(conn) == []
     conn.close()
 

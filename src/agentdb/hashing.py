@@ -4,8 +4,8 @@ BLAKE2b with a 16-byte digest over every column of the row, ``sequence`` include
 framed by a type tag and its length, so no two different rows hash alike by concatenation.
 Released: changing this function changes what every stored hash means.
 
-Revision 3 (docs/design/damage-evident-revision.md §3-§6; not released yet, reachable only
-explicitly) reuses the same framing for :func:`row_hash` (every table but ``events``), and adds
+Revision 3 (docs/design/damage-evident-revision.md §3-§6; released, so as fixed as revision 2's
+hash) reuses the same framing for :func:`row_hash` (every table but ``events``), and adds
 :func:`chain_hash`, :func:`genesis` and :func:`gaps_hash`, each with its own BLAKE2b
 personalisation so that no hash of one kind can be taken for another. This module imports only
 the standard library: ``db`` registers its SQL functions, every layer above uses it.

@@ -132,11 +132,9 @@ STEP_2 = Step(
 )
 
 
-
 # ------------------------------------------------------------------------------ step 3
-# The damage-evident revision (docs/design/damage-evident-revision.md §10): NOT RELEASED and
-# NOT ON THE LADDER. Reachable only explicitly: ``apply_steps(conn, path, target=3,
-# steps=REV3_LADDER)``. Its text is pinned only once it is released.
+# The damage-evident revision (docs/design/damage-evident-revision.md §10): released, on the
+# ladder, its text pinned by tests/test_schema.py (never edited: a change is a new step).
 
 MIGRATION_START_SQL_FUNCTION = "agentdb_migration_start"  # the revision the ladder started at
 
@@ -391,9 +389,8 @@ def apply_steps(
     still the session (an exception from it rolls back and propagates).
     An I/O failure the system reports (no space, file too large, read-only, I/O error) raises
     :class:`~agentdb.errors.FileSystemError` naming it (after ROLLBACK).
-    ``steps`` is the released ladder; revision 3 (unreleased) is reached only by passing
-    :data:`REV3_LADDER` with ``target=3``, and then the head is proven (:func:`head_problems`)
-    before COMMIT.
+    ``steps`` is the released ladder; when ``target`` is 3 or more the new head is proven
+    (:func:`head_problems`) before COMMIT.
     """
     if target > max([CURRENT_REVISION, *(s.revision for s in steps)]):
         raise ValueError(f"no migration step reaches revision {target}")

@@ -194,9 +194,8 @@ COLUMNS[2] = {**COLUMNS[1], "events": (*COLUMNS[1]["events"], "content_hash")}
 
 
 # ------------------------------------------------------------------------------ revision 3
-# The damage-evident revision (docs/design/damage-evident-revision.md §2): NOT RELEASED. Kept
-# out of DDL, COLUMNS' released entries' meaning, CURRENT_REVISION and the ladder: reachable
-# only explicitly (``SessionWriter.create(revision=3)``, ``apply_steps(steps=[STEP_3])``).
+# The damage-evident revision (docs/design/damage-evident-revision.md §2): released (the
+# current one), its text pinned by tests/test_schema.py.
 # Every revision-1 table and column keeps its name and meaning; added: events.prev_hash and
 # chain_hash, a content_hash on the three derived tables, session_chain (the head, one row) and
 # chain_gaps (gap records a recovery leaves). Indexes: revision 2's four, unchanged.

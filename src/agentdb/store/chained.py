@@ -2,8 +2,8 @@
 rows' sequences and hashes, each event's ``prev_hash``/``chain_hash``, and the one
 ``session_chain`` head row, all written inside the caller's ``BEGIN IMMEDIATE`` transaction.
 
-Revision 3 is NOT released: :class:`~agentdb.store.writer.SessionWriter` reaches this module only
-for a file it created with ``revision=3``. Fault points: ``emit_before_head`` (rows inserted, head
+:class:`~agentdb.store.writer.SessionWriter` reaches this module for every file at revision 3 or
+later (the current revision). Fault points: ``emit_before_head`` (rows inserted, head
 not yet updated) and ``status_before_head`` (session_meta updated, head not yet).
 """
 

@@ -129,9 +129,9 @@ class SessionWriter:
     ) -> SessionWriter:
         """Create a new session file (0600, WAL) with its session_meta row, status running.
 
-        ``revision`` below the current one exists for fixtures that need old files;
-        ``revision=3`` (the damage-evident revision, NOT released: no other command opens such
-        a file yet) writes the session_chain head in the session_meta row's transaction.
+        ``revision`` below the current one exists for fixtures that need old files; from
+        revision 3 (the damage-evident revision) the session_chain head is written in the
+        session_meta row's transaction.
         """
         sid = validate_id(session_id) if session_id else new_session_id()
         sessions_dir = Path(os.fspath(sessions_dir))
