@@ -16,6 +16,7 @@ from agentdb import backupdir
 from agentdb.checks import prefix
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter
+from tests.chain_support import lossy_recovery
 from tests.rows import all_rows
 from tests.runner import run_cli
 from tests.support import make_session
@@ -31,18 +32,11 @@ def _grow(sessions_dir: Path, sid: str, n: int) -> None:
 
 def _lose(sessions_dir: Path, sid: str, path: Path, sequence: int) -> None:
     """The session loses an event, the way a session is left after a lossy recovery: below
-    revision 3 a row deleted by SQL is such a session as it is; from revision 3 the deletion is
-    damage (a chain break check calls corrupt, which backup refuses to copy), so the session is
-    recovered, which records the lost event as a gap."""
-    c = apsw.Connection(str(path))
-    try:
-        c.execute("DELETE FROM events WHERE sequence = ?", (sequence,))
-        chained = int(c.execute("PRAGMA user_version").fetchone()[0]) >= 3
-    finally:
-        c.close()
-    if chained:
-        r = run_cli("--sessions-dir", str(sessions_dir), "recover", sid)
-        assert r.returncode == 0, r.stderr
+    revision 3 a row deleted by SQL is such a session as it is; from revision 3 the deletion
+    alone is damage (a chain break check calls corrupt, which backup refuses to copy), so the
+    loss is recorded as a gap the way recovery records it (tests.chain_support.lossy_recovery;
+    a real `agentdb recover` would bring the deleted event back from free space)."""
+    lossy_recovery(path, f"DELETE FROM events WHERE sequence = {int(sequence)}")
 
 
 def _integrity_ok(path: Path) -> bool:

@@ -261,7 +261,9 @@ def test_unbound_rows_unless_a_recovery_recorded_the_gap(sessions_dir: Path) -> 
     beside the chain break: corrupt. A recovery-log line does not excuse them (the file's gap
     records say what a recovery lost); a real recovery, which records the gaps, does."""
     sid, path = make_session(sessions_dir, revision=3)
-    raw(path, "DELETE FROM events WHERE kind = 'plan'")
+    # secure_delete: the deleted cells are zeroed, so no engine finds them in free space (a
+    # real loss, which the recovery must record)
+    raw(path, "PRAGMA secure_delete=ON; DELETE FROM events WHERE kind = 'plan'")
     r = check(sessions_dir, sid)
     assert r.verdict == "corrupt" and {"unbound_rows", "chain_break"} <= set(codes(r))
     assert "missing_event" not in codes(r)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from agentdb import db, errors
 from agentdb.schema import enums
+from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import (
     Event,
     PlanItem,
@@ -70,7 +71,7 @@ def test_writer_pragmas(sessions_dir: Path) -> None:
         assert db.pragma(w.conn, "journal_mode") == "wal"
         assert db.pragma(w.conn, "synchronous") == 2  # FULL
         assert db.pragma(w.conn, "foreign_keys") == 1
-        assert db.pragma(w.conn, "user_version") == 2
+        assert db.pragma(w.conn, "user_version") == CURRENT_REVISION
         assert db.pragma(w.conn, "busy_timeout") == db.BUSY_TIMEOUT_MS
 
 
@@ -91,9 +92,13 @@ def test_emit_keeps_derived_tables(sessions_dir: Path) -> None:
         s3 = w.emit(Event("message", MODEL, b"m2", usage=_usage(0.5)))
         assert (s1, s2, s3) == (1, 2, 3)
         rows = all_rows(w.path)
-    assert rows["producers"] == [("model", "anthropic", "1.0", 1), ("kernel", "kernel", "1", 2)]
+    # the spec's columns (from revision 3 each row is followed by its content_hash)
+    assert [r[:4] for r in rows["producers"]] == [
+        ("model", "anthropic", "1.0", 1),
+        ("kernel", "kernel", "1", 2),
+    ]
     assert [r[1] for r in rows["cost_ledger"]] == [1, 3]
-    assert rows["cost_ledger"][0][2:] == ("anthropic", "claude", 100, 20, 3, 4, 0.25)
+    assert rows["cost_ledger"][0][2:9] == ("anthropic", "claude", 100, 20, 3, 4, 0.25)
     assert [(r[1], r[6], r[7]) for r in rows["plan_items"]] == [
         (2, "deny", "no-net"),
         (2, "allow", "read-only"),

@@ -247,6 +247,11 @@ CAMPAIGN = [
     # each other). recover now also asks check's full judge, and refuses an inconsistent file
     # whose every row reads (nothing to salvage, no way to tell which row is wrong)
     "rev=1 wal=0 size=long layout=plain damages=byte_flip/568224240",
+    # the revision-3 campaign of 2026-12-02 (seed 530043): a garbage header and a damaged freelist
+    # trunk; only SQLite's .recover could read the derived tables, and its rows were loaded into
+    # revision-2 scratch tables (every INSERT failed): 0 of 6 cost rows kept against .recover's
+    # 6. The .recover engine now reads revision-3 records with their stored hashes
+    "rev=3 wal=0 size=short layout=plain damages=header_garbage/751870651+freelist_trunk/852419676",
     # the revision-1 campaign of 2026-12-02 (seed 400496) drew a torn journal and then a second
     # killed writer: its open rolled the torn journal back as far as it reached and deleted it,
     # so the first write's partial pages became SQLite's committed state (recover_row_differs on
