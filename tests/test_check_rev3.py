@@ -560,3 +560,18 @@ def test_a_quick_verdict_in_the_cache_never_stands_in_for_the_full_walk(
     assert "row_hash_mismatch" in codes(report.sessions[0])
     found = cached_judgement(sessions_dir, sid, "quick", cache_dir=cache)
     assert found is not None and found.verdict == "corrupt"
+
+
+def test_another_sessions_file_under_this_name_is_misplaced_not_broken(sessions_dir: Path) -> None:
+    """A revision-3 file renamed to another id: its chain starts from the genesis of the session
+    it is, so check says meta_id_mismatch (foreign: move it back), never chain_break (recover)."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    w.emit(Event(kind="tool_call", producer=Producer("tool", "t", "1"), payload=b"x"))
+    w.close()
+    other = sessions_dir / "01ARZ3NDEKTSV4RRFFQ69G5FAV.sqlite"
+    os.rename(w.path, other)
+    for quick in (False, True):
+        result = check(other, quick=quick)
+        assert result.verdict == "foreign", result.findings
+        assert "meta_id_mismatch" in codes(result)
+        assert not codes(result) & {"chain_break", "head_mismatch", "meta_hash_mismatch"}

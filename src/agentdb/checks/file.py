@@ -83,6 +83,7 @@ class _Run:
     parent: str | None = None  # session_meta.parent_session_id, when it is another's valid id
     depth: int | None = None  # session_meta.depth, when it is an integer
     meta_rows: int = 0  # session_meta rows counted
+    named: str | None = None  # session_meta's id when it is another session's valid id
     verified: Verified | None = None  # revision 3: what the chain walk proved
 
     @property
@@ -383,6 +384,7 @@ class _Run:
         if int(count) > 1:
             self.add("meta_multiple", f"{count} session_meta rows, expected exactly one")
         if sid != self.session_id and isinstance(sid, str) and is_valid_id(sid):
+            self.named = sid
             self.add(
                 "meta_id_mismatch",
                 f"session_meta names session {sid}, not the file name's id: another session's "
@@ -534,7 +536,9 @@ class _Run:
         """Revision 3: the chain walk (full, or ``--quick``'s O(1) part) and its findings."""
         from agentdb.checks import chainproof
 
-        proof = chainproof.verify(conn, self.session_id, quick=self.quick)
+        # the chain starts from the genesis of the session the file is (another session's file
+        # under this name is misplaced, not damaged: meta_id_mismatch says so, not the chain)
+        proof = chainproof.verify(conn, self.named or self.session_id, quick=self.quick)
         r = proof.report
         by_sql = not self.quick
         if by_sql and r.rows.get("events", 0) != r.proven.get("events", 0):
