@@ -173,8 +173,11 @@ def append(path: Path, sequence: int | None = None) -> int:
     return seq
 
 
-def lossy_recovery(path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z") -> None:
-    """What a recovery that lost rows leaves, with SQL standing in for salvage: ``deletions``
+def lossy_recovery(
+    path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z"
+) -> list[chain.Gap]:
+    """What a recovery that lost rows leaves, with SQL standing in for salvage (the gaps it
+    recorded are returned): ``deletions``
     applied; from revision 3 also as design §6 says — the stored hashes kept, the walk's breaks
     recorded as gap rows, the head rebuilt from the walk, the events counter kept. (Below
     revision 3 a lost row leaves nothing behind: the deletions are the whole of it.)"""
@@ -186,7 +189,7 @@ def lossy_recovery(path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z"
         conn.close()
     if old is None:
         edit(path, *deletions)
-        return
+        return []
     sid = path.name[:26]
     edit(path, "DELETE FROM session_chain", *deletions)
     conn = apsw.Connection(str(path))
@@ -210,6 +213,7 @@ def lossy_recovery(path: Path, *deletions: str, at: str = "2026-12-01T02:00:00Z"
             )
     finally:
         conn.close()
+    return todo
 
 
 def reseal(path: Path) -> None:

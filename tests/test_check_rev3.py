@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,10 @@ from agentdb.checks.judge import judge
 from agentdb.cli.output import jsonable
 from agentdb.hashing import chain_hash, event_hash, row_hash
 from agentdb.results import SessionCheck
-from agentdb.schema import chain, chainio, migrations
+from agentdb.schema import chain, migrations
 from agentdb.schema.revisions import REV3_HASHED
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
-from tests.chain_support import edit
+from tests.chain_support import edit, lossy_recovery
 from tests.runner import Agentdb
 from tests.support import make_session
 
@@ -355,41 +354,10 @@ def test_events_written_past_the_head(r3: Path) -> None:
 
 
 def _recover(path: Path, *deletions: str) -> list[chain.Gap]:
-    """§6 with SQL standing in for salvage (as tests/test_chain.py): the replacement keeps the
-    original's rows minus ``deletions`` with their stored hashes; the walk's breaks are
-    recorded, the head is rebuilt from the walk; the replacement takes the original's name."""
-    sid = path.name[:26]
-    conn = db.open_private(path, readonly=True)
-    try:
-        old = chainio.verify_full(conn)
-    finally:
-        conn.close()
-    replacement = path.with_name("replacement.tmp")
-    shutil.copy(path, replacement)
-    edit(replacement, "DELETE FROM session_chain", *deletions)
-    conn = apsw.Connection(str(replacement))
-    try:
-        report = chainio.verify_full(conn, session_id=sid, heads=False, max_listed=None)
-        todo = chain.gaps_to_record(report, old.head, highest_sequence=old.last_sequence)
-        with conn:
-            records = chainio.record_gaps(conn, todo, "2026-12-01T02:00:00Z")
-            head = chain.rebuild_head(
-                report,
-                records,
-                session_id=sid,
-                origin="recovered",
-                origin_revision=3,
-                origin_at="2026-12-01T02:00:00Z",
-            )
-            chainio.write_head(conn, head)
-            conn.execute(
-                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'events'",
-                (old.head.sequence if old.head else 0,),
-            )
-    finally:
-        conn.close()
-    os.replace(replacement, path)
-    return todo
+    """§6 with SQL standing in for salvage (tests.chain_support.lossy_recovery): the original's
+    rows minus ``deletions`` with their stored hashes, the walk's breaks recorded, the head
+    rebuilt from the walk."""
+    return lossy_recovery(path, *deletions)
 
 
 def _append(path: Path) -> int:
