@@ -252,6 +252,10 @@ CAMPAIGN = [
     # revision-2 scratch tables (every INSERT failed): 0 of 6 cost rows kept against .recover's
     # 6. The .recover engine now reads revision-3 records with their stored hashes
     "rev=3 wal=0 size=short layout=plain damages=header_garbage/751870651+freelist_trunk/852419676",
+    # the revision-3 campaign of 2026-12-02 (seed 540032): a flipped byte in event 21's stored
+    # chain_hash, its content intact: the replacement kept the damaged field (recorded as rows
+    # and link gaps) although event 22's stored prev_hash named the original; restored now
+    "rev=3 wal=0 size=short layout=plain damages=random_sector/175434359+byte_flip/632129746",
     # the revision-1 campaign of 2026-12-02 (seed 400496) drew a torn journal and then a second
     # killed writer: its open rolled the torn journal back as far as it reached and deleted it,
     # so the first write's partial pages became SQLite's committed state (recover_row_differs on

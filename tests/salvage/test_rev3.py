@@ -16,7 +16,7 @@ import pytest
 
 from agentdb import recoverylog, salvage
 from agentdb.schema import chain, chainio
-from agentdb.store import Event, SessionWriter
+from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import page_size, read_at, write_at, zero_page
 from tests.salvage import corpus
 
@@ -332,3 +332,38 @@ def test_default_target_never_lowers_a_revision(
     zero_page(path, corpus.pages_of(path, "events", "leaf")[2])
     with pytest.raises(ValueError):
         salvage.recover_session(sessions_dir, sid, target_revision=2)
+
+
+@pytest.mark.parametrize("field", ["chain_hash", "prev_hash"])
+def test_a_damaged_chain_field_is_restored_when_its_neighbours_attest_it(
+    sessions_dir: Path, field: str
+) -> None:
+    """One byte of one event's chain_hash (or prev_hash) changed, its content intact: the two
+    stored hashes beside it agree on the original (the next event's prev_hash, or the event
+    before's chain_hash with this one's own chain_hash), so the replacement holds the original
+    field, byte for byte, and no gap is recorded (the 2026-12-02 campaign's seed 540032 kept
+    the damaged field and recorded rows/link gaps)."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=3)
+    for i in range(8):
+        w.emit(Event("tool_call", Producer("tool", "shell", "1"), b"e%d" % i))
+    w.close()
+    sid, path = w.session_id, w.path
+    conn = apsw.Connection(str(path))
+    try:
+        want = conn.execute("SELECT sequence, prev_hash, chain_hash FROM events").fetchall()
+        (old,) = conn.execute(f"SELECT {field} FROM events WHERE sequence = 4").fetchone()
+        flipped = bytes(old[:5]) + bytes([old[5] ^ 0xFF]) + bytes(old[6:])
+        conn.execute(f"UPDATE events SET {field} = ? WHERE sequence = 4", (flipped,))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered", out.notes
+    assert out.gaps == []
+    conn = apsw.Connection(str(path))
+    try:
+        got = conn.execute("SELECT sequence, prev_hash, chain_hash FROM events").fetchall()
+        assert chainio.verify_full(conn).ok
+    finally:
+        conn.close()
+    assert got == want

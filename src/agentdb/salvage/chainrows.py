@@ -143,6 +143,12 @@ class ChainEvidence:
         )
         return [(bytes(p), bytes(c)) for p, c in self.conn.execute(sql, (seq, content))]
 
+    def prevs(self, seq: int) -> set[bytes]:
+        """Every prev_hash stored with event ``seq``, whatever its content."""
+        self.flush()
+        sql = f"SELECT prev FROM {self.links_table} WHERE k = ?"
+        return {bytes(p) for (p,) in self.conn.execute(sql, (seq,))}
+
     def has_link(self, seq: int, content: bytes) -> bool:
         self.flush()
         sql = f"SELECT 1 FROM {self.links_table} WHERE k = ? AND content = ? LIMIT 1"

@@ -220,20 +220,41 @@ def _chained_events(
         seq = row[0]
         if stored:
             pairs = ev.links(seq, content) if ev is not None else []
-            if not pairs:  # the merge keeps only events with a stored pair
+            if ev is None or not pairs:  # the merge keeps only events with a stored pair
                 raise ValueError(f"event {seq} has no stored chain hashes")
-            pick = pairs[0]
-            if len(pairs) > 1:
-                bound = _bound(conn, seq)
-                fits = [p for p in pairs if chain_hash(p[0], content, bound) == p[1]]
-                linked = [p for p in pairs if p[0] == prev_chain]
-                pick = (fits or linked or pairs)[0]
-            prev, link = pick
+            bound = _bound(conn, seq)
+            fits = [p for p in pairs if chain_hash(p[0], content, bound) == p[1]]
+            linked = [p for p in pairs if p[0] == prev_chain]
+            prev, link = (fits or linked or pairs)[0]
+            if not fits:
+                prev, link = _attested(ev, seq, content, bound, (prev, link), prev_chain)
         else:
             prev = prev_chain
             link = chain_hash(prev, content, _bound(conn, seq))
         prev_chain = link
         yield (*row, content, prev, link)
+
+
+def _attested(
+    ev: ChainEvidence,
+    seq: int,
+    content: bytes,
+    bound: list[list[bytes]],
+    pair: tuple[bytes, bytes],
+    prev_chain: bytes,
+) -> tuple[bytes, bytes]:
+    """An event whose own chain does not recompute (a stored chain field damaged) keeps its
+    stored pair unless two other stored hashes agree on the original field: the prev_hash is
+    the event before's chain_hash when this event's stored chain_hash recomputes from it; the
+    chain_hash is the one its stored prev_hash, content and rows give when the next event's
+    stored prev_hash names it. Otherwise the walk records the break (``rows``/``link``)."""
+    prev, link = pair
+    if prev != prev_chain and chain_hash(prev_chain, content, bound) == link:
+        return prev_chain, link
+    own = chain_hash(prev, content, bound)
+    if own in ev.prevs(seq + 1):
+        return prev, own
+    return prev, link
 
 
 def _record_chain(conn: apsw.Connection, merged: Merged, chained: Chained) -> list[chain.Gap]:
