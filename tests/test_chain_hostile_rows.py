@@ -1,8 +1,9 @@
 """Revision-3 files whose head or gap rows hash correctly but hold values the revision's DDL
 forbids (written with ``ignore_check_constraints``, or by another tool), and files with many
 gap records: ``check`` calls the first damage, the kernel's open recovers them, ``recover``
-builds a replacement, and a walk matches many gap records without a pass per break. Real files,
-the real writer, the real recovery."""
+builds a replacement, and a walk matches many gap records without a pass per break; and the
+writer never issues a number a migrated file's tail gap records as lost. Real files, the real
+writer, the real recovery."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import kernel, salvage
+from agentdb import kernel, paths, recoverylog, salvage
 from agentdb.checks import check_path
 from agentdb.hashing import gaps_hash, genesis, row_hash
 from agentdb.schema import chain
 from agentdb.schema.revisions import REV3_HASHED
 from agentdb.store import Event, Producer
+from tests.chain_support import edit
 from tests.support import make_session
 
 HEAD = REV3_HASHED["session_chain"]
@@ -166,3 +168,40 @@ def test_orphans_are_matched_by_the_union_of_recorded_spans() -> None:
         w.unbound(chain.Row("cost_ledger", 0b1100, values, row_hash("cost_ledger", values)))
     assert w.report.orphans_of_recovery == 5  # 5, 7, 10, 13, 14
     assert w.report.unbound_count == 4  # 4, 8, 15, 20
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+def test_numbers_a_migrated_tail_gap_records_are_never_issued_again(
+    sessions_dir: Path, revision: int
+) -> None:
+    # a revision-1/2 recovery that lost the last events (and the events counter with them) but
+    # kept rows bound to them: step 3 records a tail gap up to those rows' events
+    sid, path = make_session(sessions_dir, revision=revision, turns=3)
+    edit(
+        path,
+        "DELETE FROM events WHERE sequence > 13",
+        "UPDATE sqlite_sequence SET seq = 13 WHERE name = 'events'",
+    )
+    recoverylog.append(
+        paths.recovery_log_path(sessions_dir),
+        {"event": "outcome", "outcome": "recovered", "session_id": sid, "path": str(path)},
+    )
+    w = kernel.open_session(sessions_dir, sid)  # migrates to the current revision
+    try:
+        w.set_status("running")
+        seq = w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"after"))
+        w.set_status("completed")
+    finally:
+        w.close()
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READONLY
+    )
+    try:
+        gaps = conn.execute("SELECT kind, from_seq, to_seq FROM chain_gaps").fetchall()
+    finally:
+        conn.close()
+    assert gaps == [("tail", 14, 15)]
+    assert seq == 16
+    verdict, codes = _codes(path)
+    assert verdict == "ok", codes
+    assert "orphan_of_recovery" in codes
