@@ -20,7 +20,7 @@ from agentdb.hashing import gaps_hash, genesis, row_hash
 from agentdb.schema import chain
 from agentdb.schema.revisions import REV3_HASHED
 from agentdb.store import Event, Producer
-from tests.chain_support import edit
+from tests.chain_support import edit, reseal
 from tests.support import make_session
 
 HEAD = REV3_HASHED["session_chain"]
@@ -205,3 +205,28 @@ def test_numbers_a_migrated_tail_gap_records_are_never_issued_again(
     verdict, codes = _codes(path)
     assert verdict == "ok", codes
     assert "orphan_of_recovery" in codes
+
+
+def test_rows_bound_past_a_proven_head_are_recovered_inside_a_tail_gap(
+    sessions_dir: Path,
+) -> None:
+    # the head's page lost a write that the cost_ledger page kept: a row (its own hash
+    # holding) bound to event 40, past the head's last event 12
+    sid, path = make_session(sessions_dir, revision=3, turns=2)
+    edit(path, "UPDATE cost_ledger SET event_sequence = 40 WHERE sequence = 1")
+    reseal(path)
+    verdict, codes = _codes(path)
+    assert verdict == "corrupt" and "unbound_rows" in codes
+    out = salvage.recover_session(sessions_dir, sid)
+    assert out.outcome == "recovered", out.notes
+    assert [(g["kind"], g["from_seq"], g["to_seq"]) for g in out.gaps] == [("tail", 13, 40)]
+    verdict, codes = _codes(path)
+    assert verdict == "ok" and "orphan_of_recovery" in codes
+    w = kernel.open_session(sessions_dir, sid)
+    try:
+        w.set_status("running")
+        assert w.emit(Event("tool_result", Producer("tool", "shell", "2.0.0"), b"x")) == 41
+        w.set_status("completed")
+    finally:
+        w.close()
+    assert _codes(path)[0] == "ok"

@@ -610,8 +610,16 @@ def gaps_to_record(
     head = old_head if old_head is not None and old_head.proven else None
     last = report.last_sequence
     if head is not None and type(head.sequence) is int:
-        if head.sequence > last:
-            out.append(Gap("tail", last + 1, head.sequence, head.hash))
+        # rows bound past the head (its page lost a write the rows' pages kept) are evidence
+        # of lost events too: the tail reaches them, or they would be rows of no event
+        top = max(head.sequence, highest_sequence)
+        if top > last:
+            tail = Gap("tail", last + 1, top, head.hash if top == head.sequence else None)
+            carried = any(
+                r.proven and r.gap is not None and r.gap.explains(tail) for r in report.gap_records
+            )
+            if top == head.sequence or not carried:
+                out.append(tail)
     elif highest_sequence > last:
         out.append(Gap("tail", last + 1, highest_sequence, None))
     if head is not None:
