@@ -114,6 +114,16 @@ def _head_problem(r: ChainReport) -> str:
             return "no session_chain row: the head of the chain was deleted"
         return f"{r.head_rows} session_chain rows, expected exactly one"
     if r.tail == "head_damaged":
+        if r.head is not None and r.head.row.proven:  # its hash holds; its values are no head
+            shown = [
+                f"{c} {_text(v)!r}" if type(v) is bytes else f"{c} {v!r}"
+                for c in ("id", "origin", "origin_revision")
+                for v in (r.head[c],)
+            ]
+            return (
+                f"the session_chain row ({', '.join(shown)}) breaks the revision's constraints: "
+                "it is not a head agentdb writes, so what it summarises cannot be trusted"
+            )
         return (
             "the session_chain head fails its own hash: the head is damaged, so what it "
             "summarises (the last event, the counts) cannot be trusted"
@@ -205,7 +215,10 @@ def findings(proof: Proof, session_id: str, *, events_by_sql: bool) -> list[Foun
         if r.gap_records_excess:
             why = f"more than {MAX_GAP_RECORDS} chain_gaps rows (not all were read)"
         elif bad:
-            why = f"chain_gaps rows fail their own hash (sequence {_listed(bad, len(bad))})"
+            why = (
+                "chain_gaps rows fail their own hash or hold no gap a recovery writes (sequence "
+                f"{_listed(bad, len(bad))})"
+            )
         elif head_proven and r.head is not None and r.head["gap_count"] != proof.gap_rows:
             why = (
                 f"the head counts {r.head['gap_count']!r} gap records, the file holds "

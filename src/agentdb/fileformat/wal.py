@@ -341,7 +341,13 @@ def _classify(
 ) -> list[WalAnomaly]:
     out: list[WalAnomaly] = []
     after = [] if break_at is None else [f for f in frames[break_at + 1 :] if f.chain != "stale"]
+    # Damage shows as frames that verify on their own past the break *and a commit among them*:
+    # frames of a transaction that never committed need not chain (SQLite rewrites a frame in
+    # place when a spilled page changes again before COMMIT, and fixes the checksums only at
+    # COMMIT), so a writer killed in a large transaction — a migration — leaves such frames.
     evidence = [f for f in after if f.checksum_ok]
+    if not any(f.is_commit for f in evidence):
+        evidence = []
     if break_at is not None and evidence:
         out.append(
             WalAnomaly(
@@ -369,7 +375,7 @@ def _classify(
         torn_frame = last_commit + 1
     if break_at is not None and not evidence:
         torn.append(
-            f"frames from {break_at} on do not verify and none after it does "
+            f"frames from {break_at} on do not verify and no commit after it does "
             "(consistent with a crash during the last write)"
         )
         torn_frame = break_at if torn_frame is None else torn_frame

@@ -15,8 +15,10 @@ columns are handed here as the engine reads them, while the row's bytes are in h
 * ``see_head``: a ``session_chain`` row read from the live b-tree (never an older copy: a stale
   head would make a healthy tail look cut, design A9), kept only as evidence for a ``tail`` and
   a ``meta`` gap, never copied;
-* ``see_gap``: a ``chain_gaps`` row whose own hash holds, from any tier (gap rows are append-only:
-  an older copy is the same row), carried over unchanged.
+* ``see_gap``: a ``chain_gaps`` row whose own hash holds and whose values are a gap (a kind of
+  the enum, integer bounds in order, a 16-byte or NULL expected hash: what the replacement's
+  CHECKs accept), from any tier (gap rows are append-only: an older copy is the same row),
+  carried over unchanged.
 
 Everything large lives in the job's scratch database (:class:`~agentdb.salvage.scratch.Scratch`).
 """
@@ -123,7 +125,9 @@ class ChainEvidence:
         """A ``chain_gaps`` row from any tier; kept when its own hash holds."""
         self.shaped = True
         row = stored_row("chain_gaps", values, stored)
-        if row is None or not row.proven or type(row.values[0]) is not int:
+        if row is None or type(row.values[0]) is not int:
+            return
+        if not chain.GapRecord.from_row(row).proven:  # its hash, and a gap the DDL allows
             return
         if row.values[0] not in self.gaps and len(self.gaps) < MAX_GAPS:
             self.gaps[row.values[0]] = row

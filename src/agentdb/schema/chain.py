@@ -23,6 +23,7 @@ only (A19); every other kind on its range and expected hash.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ MAX_GAP_RECORDS = 10_000  # chain_gaps rows read; more is itself a problem (gap_
 _HEAD = REV3_HASHED["session_chain"]
 _GAP = REV3_HASHED["chain_gaps"]
 _I = {name: i for i, name in enumerate(_HEAD)}
+_ORIGINS = (b"created", b"migrated", b"recovered")  # session_chain.origin, as stored (bytes)
 
 
 def _is_hash(v: object) -> bool:
@@ -157,6 +159,7 @@ class GapRecord:
             kind_s in GAP_KINDS
             and type(lo) is int
             and type(hi) is int
+            and lo <= hi  # no writer records an empty or inverted range
             and (expected is None or _is_hash(expected))
         )
         gap = Gap(str(kind_s), int(lo), int(hi), expected) if ok else None
@@ -173,8 +176,24 @@ class Head:
         return self.row.values[_I[column]]
 
     @property
+    def valid(self) -> bool:
+        """Its values are a head the revision allows (the DDL's CHECKs, which a file written
+        with ``ignore_check_constraints`` or by another tool may break): id 1 — the row the
+        writer reads and rewrites —, an ``origin`` of the enum, an integer origin_revision."""
+        rev = self["origin_revision"]
+        return (
+            type(self["id"]) is int
+            and self["id"] == 1
+            and self["origin"] in _ORIGINS
+            and type(rev) is int
+            and rev >= 1
+        )
+
+    @property
     def proven(self) -> bool:
-        return self.row.proven
+        """Its own hash holds and it is :attr:`valid`: a head whose values the revision forbids
+        proves nothing, whatever its hash."""
+        return self.row.proven and self.valid
 
     @property
     def sequence(self) -> Any:
@@ -294,6 +313,38 @@ def _hash_or_none(v: object) -> bytes | None:
     return v if type(v) is bytes and len(v) == HASH_SIZE else None
 
 
+class _Explaining:
+    """The proven gap records a walk matches breaks against, indexed: :meth:`explains` and
+    :meth:`covers` answer as ``any(g.explains(found) ...)`` and ``any(g.covers(seq) ...)``
+    over the records would, without a pass over every record for every break or orphan (a
+    recovered file may hold MAX_GAP_RECORDS of them, one per break its walk finds)."""
+
+    def __init__(self, gaps: Iterable[Gap]) -> None:
+        self._by_range: dict[tuple[str, int, int], set[bytes | None]] = {}
+        spans: list[tuple[int, int]] = []
+        for g in gaps:
+            self._by_range.setdefault((g.kind, g.from_seq, g.to_seq), set()).add(g.expected_hash)
+            if g.kind in ("events", "tail"):
+                spans.append((g.from_seq, g.to_seq))
+        # the union of the spans that cover sequences, as disjoint sorted intervals
+        merged: list[list[int]] = []
+        for lo, hi in sorted(spans):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._starts = [lo for lo, _ in merged]
+        self._ends = [hi for _, hi in merged]
+
+    def explains(self, found: Gap) -> bool:
+        hashes = self._by_range.get((found.kind, found.from_seq, found.to_seq))
+        return hashes is not None and (found.kind == "tail" or found.expected_hash in hashes)
+
+    def covers(self, sequence: int) -> bool:
+        i = bisect_right(self._starts, sequence) - 1
+        return i >= 0 and sequence <= self._ends[i]
+
+
 class ChainWalk:
     """Full verification, fed in order. ``event`` for every event in ``sequence`` order with
     its bound rows (three lists: cost_ledger, plan_items, producers), ``unbound`` for every
@@ -310,7 +361,7 @@ class ChainWalk:
     ) -> None:
         self.report = ChainReport("full")
         self.report.gap_records = list(records)
-        self._explaining = [r.gap for r in records if r.proven and r.gap is not None]
+        self._explaining = _Explaining(r.gap for r in records if r.proven and r.gap is not None)
         self._max = max_listed
         self._prev_seq = 0
         self._prev_chain: bytes | None = None if session_id is None else genesis(session_id)
@@ -319,7 +370,7 @@ class ChainWalk:
 
     def _break(self, gap: Gap, *, excusable: bool = True) -> None:
         r = self.report
-        recorded = excusable and any(g.explains(gap) for g in self._explaining)
+        recorded = excusable and self._explaining.explains(gap)
         if not recorded:
             r.unexplained += 1
         if self._max is None or len(r.breaks) < self._max:
@@ -359,7 +410,7 @@ class ChainWalk:
         r = self.report
         _tally(r, row, self._max)
         seq = row.bound_to
-        if seq is not None and any(g.covers(seq) for g in self._explaining):
+        if seq is not None and self._explaining.covers(seq):
             r.orphans_of_recovery += 1
             return
         r.unbound_count += 1
@@ -559,8 +610,16 @@ def gaps_to_record(
     head = old_head if old_head is not None and old_head.proven else None
     last = report.last_sequence
     if head is not None and type(head.sequence) is int:
-        if head.sequence > last:
-            out.append(Gap("tail", last + 1, head.sequence, head.hash))
+        # rows bound past the head (its page lost a write the rows' pages kept) are evidence
+        # of lost events too: the tail reaches them, or they would be rows of no event
+        top = max(head.sequence, highest_sequence)
+        if top > last:
+            tail = Gap("tail", last + 1, top, head.hash if top == head.sequence else None)
+            carried = any(
+                r.proven and r.gap is not None and r.gap.explains(tail) for r in report.gap_records
+            )
+            if top == head.sequence or not carried:
+                out.append(tail)
     elif highest_sequence > last:
         out.append(Gap("tail", last + 1, highest_sequence, None))
     if head is not None:

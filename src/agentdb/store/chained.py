@@ -153,12 +153,21 @@ def create_head(conn: apsw.Connection, session_id: str, created_at: str) -> None
     )
 
 
+_LOST_SQL = (
+    "SELECT max(to_seq) FROM chain_gaps WHERE kind IN ('events', 'tail') "
+    "AND typeof(to_seq) = 'integer'"
+)
+
+
 def read_head(conn: apsw.Connection) -> Head:
     row = db.row(conn, f"SELECT {', '.join(_HEAD_COLUMNS)} FROM session_chain WHERE id = 1")
     if row is None:
         raise LookupError("no session_chain row")
+    # numbers a recorded gap says were issued and lost are never issued again (design §13 A8):
+    # step 3 records a tail up to the highest number rows were bound to, past the counter
+    lost = db.scalar(conn, _LOST_SQL)
     return _head(
-        _next(conn, "events", int(row[_SEQ])),
+        _next(conn, "events", max(int(row[_SEQ]), lost if type(lost) is int else 0)),
         _next(conn, "cost_ledger"),
         _next(conn, "plan_items"),
         tuple(row),
