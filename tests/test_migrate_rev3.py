@@ -278,3 +278,38 @@ def test_a_file_with_holes_migrates_into_recorded_gaps(
         assert report.ok, (report.problems, report.breaks)
     finally:
         conn.close()
+
+
+def _steps_to_migrate(sessions_dir: Path, n: int) -> int:
+    """SQLite VM instructions (in thousands) step 3 takes on a revision-2 file of ``n`` events:
+    a count, not a time, so the same on any machine."""
+    w = SessionWriter.create(sessions_dir, profile="p", revision=2)
+    tool = Producer("tool", "t", "1")
+    for start in range(0, n, 500):
+        w.emit_batch([Event("tool_call", tool, b"%d" % i) for i in range(start, start + 500)])
+    w.close()
+    conn = _open(w.path)
+    ticks = [0]
+
+    def tick() -> bool:
+        ticks[0] += 1
+        return False  # go on
+
+    conn.set_progress_handler(tick, 1000)
+    try:
+        migrations.apply_steps(conn, w.path, target=3)
+    finally:
+        conn.set_progress_handler(None)
+        conn.close()
+    return ticks[0]
+
+
+def test_step_3_is_linear_in_the_events(tmp_path: Path) -> None:
+    """The fold finds each next event by the primary key: twice the events, about twice the
+    work (a fold that scanned the table per step was quadratic: the kernel's first open of a
+    long session took minutes; found by the release's hostile review)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    small, large = _steps_to_migrate(a, 2000), _steps_to_migrate(b, 4000)
+    assert large < 2.6 * small, (small, large)

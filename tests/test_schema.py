@@ -39,7 +39,7 @@ PINNED = {
     "rev2": "9bd1f9b521a25a2c94fdb5787ea5baa8ccb030343ef270f1e412baca2d6eebab",
     "step2": "f035c4f2bc71bf1860f9140d98d2b263dca72de84c5a5fa3f488ab4d6833b3e2",
     "rev3": "f871ff6b8e544e7bcb650a6afb0b429e4e701e16f22fd1ec3d934a9ac23a537f",
-    "step3": "620658c28b5bf43d86200deec63df2f15cb578dec40635396cccd9ee9ea4bc04",
+    "step3": "489cd34d87e391d80634fb3bce9ff9a2e71a2895b6f4f8261f797fb44efec36f",
 }
 
 

@@ -170,14 +170,16 @@ _EVENTS_3 = (
     REV3_EVENTS.replace("CREATE TABLE events (", "CREATE TABLE events_agentdb_new (", 1)
     + ";\n"
     + f"INSERT INTO events_agentdb_new ({_EV}, content_hash, prev_hash, chain_hash) "
-    # the anchor's seq is NULL (no event's: revision 1 allows any integer, the lowest too)
+    # the anchor's seq is NULL (no event's: revision 1 allows any integer, the lowest too);
+    # each step finds the next event by the primary key (an OR in one WHERE would scan)
     "WITH RECURSIVE ch(seq, prev, link) AS ("
     f"SELECT NULL, NULL, {hashing.GENESIS_SQL_FUNCTION}({_SESSION_BYTES}) "
     "UNION ALL "
     f"SELECT e.sequence, ch.link, {hashing.CHAIN_HASH_SQL_FUNCTION}(ch.link, e.content_hash, "
     + ", ".join(_bound(t, k) for t, k in REV3_BOUND)
-    + ") FROM ch JOIN events e ON e.sequence = "
-    "(SELECT min(sequence) FROM events WHERE ch.seq IS NULL OR sequence > ch.seq)) "
+    + ") FROM ch JOIN events e ON e.sequence = iif(ch.seq IS NULL, "
+    "(SELECT min(sequence) FROM events), "
+    "(SELECT min(sequence) FROM events WHERE sequence > ch.seq))) "
     f"SELECT {_EV_E}, e.content_hash, ch.prev, ch.link FROM ch "
     "JOIN events e ON e.sequence = ch.seq ORDER BY ch.seq;\n"
     "DROP TABLE events;\n"
