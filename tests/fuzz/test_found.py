@@ -309,7 +309,15 @@ def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
 # Cases a campaign found and this checkout does not yet fix go here (strict xfail: the suite
 # says when one is fixed, and it then moves to CAMPAIGN).
 # The revision-1 campaign of 2026-12-02 (seeds 400000..402214), both the same at 059d101:
-KNOWN_OPEN: list[str] = []
+KNOWN_OPEN: list[str] = [
+    # the revision-3 campaign of 2026-12-02 (seed 560090): a killed DELETE FROM events left a hot
+    # journal that a random page and a zeroed sector make unappliable ("not this database's"); the
+    # salvage reads the file as it is and loses events 17-20 (recorded as an events gap), which
+    # SQLite's .recover keeps (39 against 35). Open: the journal's page images are not used as a
+    # tier once the journal is judged not the file's
+    "rev=3 wal=0 size=short layout=autovacuum "
+    "damages=hot_journal/96109315+random_page/38619375+zero_sector/912970313",
+]
 
 
 @pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")
