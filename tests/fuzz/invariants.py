@@ -27,7 +27,9 @@ returns every invariant that failed, by name:
   apart; at revision 3 every table is hashed and none is tolerated;
 - ``recover_hashes`` (revision 3): the replacement lacks a hash column of the original, or a
   salvaged row's stored hashes (``content_hash``; events also ``prev_hash``, ``chain_hash``)
-  are not those the undamaged file stored for that row (recomputed, not kept: design §6);
+  are not those the undamaged file stored for that row (recomputed, not kept: design §6) —
+  except an event's chain fields when this recovery recorded a ``rows`` gap for it (fields
+  damaged beyond what its neighbours attest; its content and content_hash still compared);
 - ``recover_gaps`` (revision 3): the recovery-log outcome line (or ``recover --json``) names
   ``gaps`` other than the replacement's ``chain_gaps`` rows (kind, from_seq, to_seq,
   expected_hash);
@@ -296,6 +298,23 @@ def _rev3_replacement(
     return use
 
 
+def _without_chain(rows: set[oracle.Row], cols: list[str], sequences: set[int]) -> set[oracle.Row]:
+    """``rows`` with prev_hash and chain_hash blanked for the events of ``sequences``."""
+    if "prev_hash" not in cols or "chain_hash" not in cols or "sequence" not in cols:
+        return rows
+    blank = {cols.index("prev_hash"), cols.index("chain_hash")}
+    at = cols.index("sequence")
+
+    def one(row: oracle.Row) -> oracle.Row:
+        v = row[at]
+        seq = v[1] if isinstance(v, tuple) else None
+        if seq not in sequences:
+            return row
+        return tuple(None if i in blank else x for i, x in enumerate(row))
+
+    return {one(w) for w in rows}
+
+
 def _hashes_kept(
     r: CaseResult,
     t: str,
@@ -351,11 +370,23 @@ def _recover_invariants(
     history, final = base.history, base.rows
     if cols != base.rows.columns:  # a replacement without some of the original's columns
         history, final = _project(base.history, cols), _project(base.rows, cols)
+    # events whose stored chain fields this recovery found damaged beyond what their neighbours
+    # attest (their own chain does not recompute: a recorded ``rows`` gap names each): their
+    # content and content_hash must be the original's, their prev_hash/chain_hash are the
+    # damaged bytes the gap row records, not compared
+    chain_damaged = {
+        int(g["from_seq"])
+        for g in doc.get("gaps") or []
+        if g.get("kind") == "rows" and g.get("from_seq") == g.get("to_seq")
+    }
     for t in oracle.TABLES:
-        rows = got.rows[t]
-        wrong = rows - history.rows[t]
+        rows, past = got.rows[t], history.rows[t]
+        if rev3 and t == "events" and chain_damaged:
+            rows = _without_chain(rows, cols[t], chain_damaged)
+            past = _without_chain(past, cols[t], chain_damaged)
+        wrong = rows - past
         if rev3:
-            _hashes_kept(r, t, rows, history.rows[t], cols[t], _unverified(doc, t)[0])
+            _hashes_kept(r, t, rows, past, cols[t], _unverified(doc, t)[0])
         # revision 1 hashes nothing, revision 2 events only, revision 3 every table
         unhashed = r.case.revision == 1 or (r.case.revision == 2 and t != "events")
         if unhashed and not doc.get("tables", {}).get(t, {}).get("verified"):

@@ -256,6 +256,11 @@ CAMPAIGN = [
     # chain_hash, its content intact: the replacement kept the damaged field (recorded as rows
     # and link gaps) although event 22's stored prev_hash named the original; restored now
     "rev=3 wal=0 size=short layout=plain damages=random_sector/175434359+byte_flip/632129746",
+    # the 30-minute revision-3 campaign of 2026-12-02 (seed 580276): the main file truncated
+    # inside event 2's record, its content and content_hash intact, both chain fields zeroed and
+    # event 1 lost: nothing attests the original fields, so the event is kept with them and a
+    # rows gap records it (the invariant compares its content, not the recorded damaged fields)
+    "rev=3 wal=1 size=short layout=plain damages=truncate_main/383381788",
     # the revision-1 campaign of 2026-12-02 (seed 400496) drew a torn journal and then a second
     # killed writer: its open rolled the torn journal back as far as it reached and deleted it,
     # so the first write's partial pages became SQLite's committed state (recover_row_differs on
