@@ -125,9 +125,15 @@ def opened(path: Path) -> apsw.Connection:
     return db.open_private(path, readonly=True)
 
 
-def append(path: Path, sequence: int | None = None) -> int:
+def append(
+    path: Path,
+    sequence: int | None = None,
+    producer: tuple[str, str, str] = ("tool", "t", "1"),
+    payload: bytes = b"x",
+) -> int:
     """One more event as the revision-3 writer would write it: chained from the head, at
-    ``sequence`` (default: the writer's next), the head rewritten. Returns its sequence."""
+    ``sequence`` (default: the writer's next), by ``producer`` (category, name, version),
+    the head rewritten. Returns its sequence."""
     conn = apsw.Connection(str(path))
     try:
         with conn:
@@ -147,11 +153,9 @@ def append(path: Path, sequence: int | None = None) -> int:
                 f"ev-{seq}",
                 "2026-12-01T01:00:00Z",
                 "tool_call",
-                "tool",
-                "t",
+                *producer,
                 "1",
-                "1",
-                b"x",
+                payload,
             )
             content = event_hash(*ev)
             link = chain_hash(head[6], content, [[], [], []])

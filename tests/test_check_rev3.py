@@ -23,12 +23,10 @@ from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import CODES
 from agentdb.checks.judge import judge
 from agentdb.cli.output import jsonable
-from agentdb.hashing import chain_hash, event_hash, row_hash
 from agentdb.results import SessionCheck
 from agentdb.schema import chain, migrations
-from agentdb.schema.revisions import REV3_HASHED
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
-from tests.chain_support import edit, lossy_recovery
+from tests.chain_support import append, edit, lossy_recovery
 from tests.runner import Agentdb
 from tests.support import make_session
 
@@ -364,35 +362,7 @@ def _append(path: Path) -> int:
     """One more event as the revision-3 writer would write it after a recovery (its next
     sequence past sqlite_sequence and the head, chained from the head; a producer the file
     lists), the head rewritten. Returns its sequence."""
-    conn = apsw.Connection(str(path))
-    try:
-        with conn:
-            cols = ", ".join(REV3_HASHED["session_chain"])
-            head = list(conn.execute(f"SELECT {cols} FROM session_chain").fetchall()[0])
-            top = conn.execute(
-                "SELECT max(seq) FROM sqlite_sequence WHERE name = 'events'"
-            ).fetchall()[0][0]
-            seq = max(top, head[5]) + 1
-            ev = (seq, f"ev-{seq}", "2026-12-01T03:00:00.000Z", "tool_call", "tool", "shell")
-            ev += ("2.0.0", "1", b"after")
-            content = event_hash(*ev)
-            link = chain_hash(head[6], content, [[], [], []])
-            conn.execute(
-                "INSERT INTO events (sequence, id, timestamp, kind, producer_category,"
-                " producer_name, producer_version, schema_version, payload,"
-                " content_hash, prev_hash, chain_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*ev, content, head[6], link),
-            )
-            head[1] += 1
-            head[5], head[6] = seq, link
-            conn.execute(
-                "UPDATE session_chain SET event_count = ?, head_sequence = ?, "
-                "head_hash = ?, content_hash = ?",
-                (head[1], seq, link, row_hash("session_chain", tuple(head))),
-            )
-    finally:
-        conn.close()
-    return int(seq)
+    return append(path, producer=("tool", "shell", "2.0.0"), payload=b"after")
 
 
 LOSSES = (
