@@ -60,10 +60,10 @@ from typing import Any, get_args
 
 from agentdb import backupdir, checks, db, errors, faults, fsutil, paths, workers
 from agentdb.backupdir import VerifyReport, verify_dir
-from agentdb.checks import prefix
+from agentdb.checks import policy, prefix
 from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.errors import one_line
-from agentdb.results import BackupOutcomeName, Verdict
+from agentdb.results import BackupOutcomeName, SessionCheck, Verdict
 from agentdb.schema.identity import identify
 
 __all__ = ["OUTCOMES", "BackupOutcome", "BackupReport", "VerifyReport", "verify_dir"]
@@ -77,7 +77,7 @@ DONE: tuple[BackupOutcomeName, ...] = (
 )  # the session's state is in DIR
 # check's verdicts under which a copy is a faithful backup: an older revision is, and so is a
 # session that is merely inconsistent (its copy is as good as the session; `check` reports it)
-USABLE = ("ok", "needs_migration", "inconsistent")
+USABLE = policy.ACTS["backup"]
 # ...but never a copy whose session_meta does not name the session it is filed under
 _IDENTITY = ("meta_missing", "meta_multiple", "meta_id_mismatch")
 VERSION = 1  # of the JSON document
@@ -184,9 +184,9 @@ def refused_outcome(
     verdict: ``corrupt`` exactly when check calls it corrupt, ``foreign`` for another
     application's file or another session's (its session_meta names another), else
     ``failed`` (unreadable, too new, insecure, unsafe schema, no single session_meta row)."""
-    if verdict == "corrupt":
+    if policy.is_corrupt(verdict):
         return "corrupt"
-    if verdict == "foreign" or "meta_id_mismatch" in codes:
+    if policy.is_foreign(verdict) or "meta_id_mismatch" in codes:
         return "foreign"
     return "failed"
 
@@ -194,7 +194,7 @@ def refused_outcome(
 def _source_refused(db_path: Path, sid: str, recovered: bool, e: errors.AgentdbError) -> _Placed:
     """No snapshot could be taken: the outcome follows check's verdict on the session file."""
     result = checks.judge(db_path, sid, recovered=recovered)
-    if result.verdict in checks.HEALTHY or result.verdict == "inconsistent":
+    if result.verdict in USABLE:
         return _Placed("failed", str(e))  # not damage (e.g. a writer kept it busy): say so
     j = checks.judgement_of(result, "full")
     return _Placed(
@@ -350,7 +350,7 @@ def _place(
         faults.point("backup_after_link")  # final name made; the temp name still there
         raise _Placed("copied", "", final)
     old = _judge(final, sid, recovered)
-    if old.verdict in ("insecure", "too_new"):
+    if policy.is_insecure_or_too_new(old.verdict):
         raise _Placed(
             "failed",
             f"{final}: the existing copy is {old.verdict} ({_first_problem(old)}); "
@@ -416,34 +416,35 @@ def _take(db_path: Path, tmp: Path, out: BackupOutcome, recovered: bool) -> str:
     report (the verdict when it is not ok); raises :class:`_Placed` when it is not usable."""
     _discard(tmp)
     source = checks.check_path(db_path, out.session_id, recovered=recovered)
-    if source.verdict in ("corrupt", "unreadable"):
+    if policy.is_damaged(source.verdict):
         # step 0 (module doc): the snapshot alone could pass (a WAL's frames after a checksum
         # break, another database's WAL or journal are not in it)
         out.verdict = source.verdict
         j = checks.judgement_of(source, "full")
         raise _Placed(
             refused_outcome(source.verdict, {f.code for f in source.findings}),
-            f"{db_path}: {j.describe()}; nothing in {tmp.parent} changed — run "
-            f"`agentdb recover {out.session_id}`",
+            f"{db_path}: {j.describe()}; nothing in {tmp.parent} changed",
         )
     out.revision = _snapshot(db_path, tmp)
     faults.point("backup_after_copy")  # a complete, fsynced snapshot; nothing placed yet
     judged = _judge(tmp, out.session_id, recovered)
     out.verdict = judged.verdict
-    if judged.verdict == "too_new":
+    if policy.is_too_new(judged.verdict):
         raise _Placed(
             "failed",
             f"{db_path}: {_first_problem(judged)}; this agentdb cannot verify it — "
             "upgrade agentdb to back it up",
         )
     if not _usable(judged):
+        as_session = SessionCheck(out.session_id, db_path, judged.verdict, findings=judged.findings)
+        step = policy.describe(policy.fix_for(as_session))
         raise _Placed(
             refused_outcome(judged.verdict, {f.code for f in judged.findings}),
             f"{db_path}: the snapshot fails verification ({judged.verdict}: "
-            f"{_first_problem(judged)}); nothing in {tmp.parent} changed — run "
-            f"`agentdb check {out.session_id}`, then `agentdb recover {out.session_id}`",
+            f"{_first_problem(judged)}); nothing in {tmp.parent} changed"
+            + (f" — {step}" if step else ""),
         )
-    return "" if judged.verdict == "ok" else f"the session is {judged.verdict}"
+    return "" if policy.is_ok(judged.verdict) else f"the session is {judged.verdict}"
 
 
 def backup_session(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import checks, errors, fsutil, paths
+from agentdb.checks import policy
 from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.results import Finding, Verdict
 
@@ -236,7 +237,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(s.verdict == "ok" for s in self.sessions)
+        return all(policy.is_ok(s.verdict) for s in self.sessions)
 
     def to_json(self) -> dict[str, Any]:
         verdicts: dict[str, int] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import paths, verdicts
-from agentdb.checks import check_file
+from agentdb.checks import check_file, policy
 from agentdb.checks.judge import Judgement, Level, judgement_of
 from agentdb.checks.run import CheckStream
 from agentdb.results import CheckReport, SessionCheck
@@ -122,7 +122,7 @@ def changed_ids(
             r = recorded.get(e.path.name)
             if (
                 r is None
-                or r.verdict != "ok"
+                or not policy.is_ok(r.verdict)
                 or (r.quick and not quick)
                 or not r.matches(verdicts.identity_of(e.path))
             ):
@@ -153,7 +153,9 @@ def cached_judgement(
     if not entry.matches(verdicts.identity_of(sessions_dir / name)):
         return None
     verdict = entry.verdict
-    problem = None if verdict == "ok" else f"run `agentdb check {session_id}` for the findings"
+    problem = (
+        None if policy.is_ok(verdict) else f"run `agentdb check {session_id}` for the findings"
+    )
     depth: Level = "quick" if entry.quick else "full"
     return Judgement(session_id, verdict, depth, problem, checked_at=entry.checked_at)
 
@@ -165,7 +167,9 @@ def judge_session(
     recorded one for the file as it is now (at that level or deeper), else the check itself,
     run now (read-only; nothing is recorded)."""
     found = cached_judgement(sessions_dir, session_id, level, cache_dir=cache_dir)
-    if found is not None:
+    if found is not None and found.healthy:
         return found
+    if found is not None:  # a recorded problem is judged again, as deep: its findings name the step
+        level = found.level
     result = check_file(sessions_dir, session_id, quick=level != "full")
     return judgement_of(result, "full" if level == "full" else "quick")

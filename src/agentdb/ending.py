@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeGuard, get_args
 import apsw
 
 from agentdb import checks, db, errors, faults, fsutil, locks, paths, recoverylog
-from agentdb.checks.refusal import refusal
+from agentdb.checks import policy
 from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.results import EndOutcomeName
 from agentdb.store import SessionReader, SessionWriter, validate_transition
@@ -169,9 +169,9 @@ def _decide(
     d.status, d.revision = judged.status, judged.revision
     if judged.live is not None:
         return refuse("live", "opened by another process while it was judged; retry later")
-    r = refusal(judged)
-    if r is not None:
-        return refuse(r.code, r.message)
+    decision = policy.decide("end", judged)
+    if isinstance(decision, policy.Refuse):
+        return refuse(decision.code, decision.message)
     st = os.lstat(path)
     if st.st_nlink > 1:
         return refuse(

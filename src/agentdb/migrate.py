@@ -35,6 +35,7 @@ from typing import Any, get_args
 import apsw
 
 from agentdb import db, errors, faults, fsutil, locks, paths, workers
+from agentdb.checks import policy
 from agentdb.errors import one_line
 from agentdb.results import MigrateOutcomeName
 from agentdb.schema import chainio
@@ -164,16 +165,14 @@ def _judge(item: MigrationPlanItem) -> None:
 
     recovered = _was_recovered(item.path.parent, item.session_id)
     j = checks.judgement_of(checks.judge(item.path, item.session_id, recovered=recovered), "full")
-    if j.verdict == "foreign":  # e.g. another session's file under this name
+    if policy.is_foreign(j.verdict):  # e.g. another session's file under this name
         item.action, item.outcome = NONE, "foreign"
         item.message = f"{item.path}: {j.describe()}; left untouched"
     elif j.damaged:
         item.action = NONE
         item.outcome = "corrupt"
-        item.message = (
-            f"{item.path}: {j.describe()}; not migrated — run `agentdb recover {item.session_id}`"
-        )
-    elif j.verdict == "inconsistent" and item.action == MIGRATE:
+        item.message = f"{item.path}: {j.describe()}; not migrated"
+    elif policy.is_inconsistent(j.verdict) and item.action == MIGRATE:
         # the tables disagree: a migration would carry that forward under fresh hashes
         item.action = NONE
         item.outcome = "failed"

@@ -70,6 +70,15 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """The one next step for a session file (``checks.policy.fix_for``)."""
+
+    command: str | None  # exactly what to type; None: nothing to run (e.g. upgrade agentdb)
+    final: bool  # an explicit final decision (set aside, remove, keep), not a repair
+    why: str  # one line: what the step does
+
+
+@dataclass(frozen=True)
 class Origin:
     """Since when a revision-3 file's rows are proven (its ``session_chain`` head, design §10)."""
 
@@ -131,6 +140,7 @@ class SessionCheck:
     live: int | None = None  # pid of a process that has the file open (0: pid unknown)
     findings: list[Finding] = field(default_factory=list)  # everything found, whatever the verdict
     verified: Verified | None = None  # revision 3: what the chain walk proved (else None)
+    fix: Fix | None = None  # the one next step (checks.policy.fix_for), set once findings are in
 
     @property
     def ok(self) -> bool:

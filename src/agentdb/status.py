@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdb import errors, index, locks, paths, plugins, recoverylog, verdicts
+from agentdb.checks import policy
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
 from agentdb.schema.enums import RUNNING
@@ -23,8 +24,8 @@ from agentdb.sessions import UNREADABLE, SessionRow
 
 VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
-DAMAGED = frozenset({"corrupt", "inconsistent", "unreadable"})  # verdicts recover is for
-REFUSED = frozenset({"insecure", "foreign", "too_new", "unsafe_schema"})  # fixed by hand
+DAMAGED = policy.DAMAGED | policy.INCONSISTENT  # damaged: recover, end or a final decision
+REFUSED = policy.REFUSED  # fixed by hand
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def status(
         if verdict is None and not live:
             unchecked.append(sid)
         now_bad = row.error_code if verdict is None and row.status == UNREADABLE else None
-        if verdict in DAMAGED or now_bad in ("corrupt", "unreadable"):
+        if verdict in DAMAGED or policy.is_damaged(now_bad):
             counts["damaged"] += 1
             damaged.append(sid)
         elif verdict in REFUSED or now_bad is not None:

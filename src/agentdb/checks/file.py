@@ -16,6 +16,7 @@ from typing import Any
 import apsw
 
 from agentdb import db, errors, fsutil, locks
+from agentdb.checks import policy
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
@@ -94,7 +95,7 @@ class _Run:
         self.findings.append(finding(code, f"{self.path.name}: {message}", fix))
 
     def result(self) -> SessionCheck:
-        return SessionCheck(
+        out = SessionCheck(
             self.session_id,
             self.path,
             verdict_of(self.findings),
@@ -105,6 +106,8 @@ class _Run:
             self.findings,
             self.verified,
         )
+        out.fix = policy.fix_for(out)
+        return out
 
     # ------------------------------------------------------------------ steps
 
@@ -128,7 +131,7 @@ class _Run:
             self.size += stats.wal.st_size
         problems = db.security_problems(self.path, stats)
         for code, problem in problems:
-            self.add(code, problem.detail)
+            self.add(code, problem.detail, policy.command_in(problem.fix))
         if problems:
             self.add("not_opened", "not opened until its permissions are fixed")
             return False

@@ -22,17 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentdb.checks.codes import CODES
+from agentdb.checks import policy
 from agentdb.checks.file import check_path
-from agentdb.results import SessionCheck, Verdict
+from agentdb.checks.policy import first_problem
+from agentdb.results import Fix, SessionCheck, Verdict
 
 Level = Literal["open", "quick", "full"]
 # From the cheapest to the most thorough: a verdict given at a level stands in for the lower ones.
 LEVELS: tuple[Level, ...] = ("open", "quick", "full")
 
-HEALTHY: frozenset[Verdict] = frozenset({"ok", "needs_migration"})
-DAMAGED: frozenset[Verdict] = frozenset({"unreadable", "corrupt"})
-READ_ERROR: frozenset[Verdict] = DAMAGED | {"foreign"}
+HEALTHY = policy.SOUND
+DAMAGED = policy.DAMAGED
+READ_ERROR = policy.READ_ERROR
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Judgement:
     level: Level  # how deep the file was judged ("full": integrity, hashes, every table)
     problem: str | None  # the first error check found, one line without the file name
     checked_at: str | None = None  # set when the verdict came from the verdict cache
+    fix: Fix | None = None  # the one next step (checks.policy), None when ok or not judged now
 
     @property
     def healthy(self) -> bool:
@@ -58,27 +60,19 @@ class Judgement:
         return self.verdict in READ_ERROR
 
     def describe(self) -> str:
-        """One line: the verdict and why, and when that verdict was recorded if it was."""
+        """One line: the verdict and why, when that verdict was recorded if it was, and the
+        one next step."""
         why = f": {self.problem}" if self.problem else ""
         when = f" (recorded by `agentdb check` at {self.checked_at})" if self.checked_at else ""
-        return f"check says {self.verdict}{why}{when}"
-
-
-def first_problem(result: SessionCheck) -> str | None:
-    """The first finding behind the verdict (else the first error), one line, without the file
-    name; None for a healthy file with no error."""
-    why = [f for f in result.findings if CODES.get(f.code, ("", None))[1] == result.verdict]
-    why = why or [f for f in result.findings if f.severity == "error"]
-    if not why:
-        return None
-    text = " ".join(why[0].message.split())
-    prefix = f"{result.path.name}: "
-    return text[len(prefix) :] if text.startswith(prefix) else text
+        step = policy.describe(self.fix)
+        then = f"; {step}" if step and step not in why else ""
+        return f"check says {self.verdict}{why}{when}{then}"
 
 
 def judgement_of(result: SessionCheck, level: Level) -> Judgement:
-    problem = None if result.verdict == "ok" else first_problem(result)
-    return Judgement(result.session_id, result.verdict, level, problem)
+    problem = None if policy.is_ok(result.verdict) else first_problem(result)
+    fix = result.fix if result.fix is not None else policy.fix_for(result)
+    return Judgement(result.session_id, result.verdict, level, problem, fix=fix)
 
 
 def judge(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentdb import db, errors, fsutil, paths, recoverylog
+from agentdb.checks import policy
 from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.file import check_path
@@ -211,6 +212,7 @@ def check_file(
     result.findings.extend(extra.get(sid, []))
     if log_problem is not None:
         result.findings.append(log_problem.finding)
+    result.fix = policy.fix_for(result)
     return result
 
 
@@ -302,6 +304,7 @@ class CheckStream:
             if extra:
                 r.findings.extend(extra)
                 r.verdict = verdict_of(r.findings)
+            r.fix = policy.fix_for(r)
             self.checked += 1
             self.verdicts[r.verdict] = self.verdicts.get(r.verdict, 0) + 1
             self.live += r.live is not None

@@ -157,10 +157,8 @@ def _judged(log: eventlog.EventLog) -> int:
         passed = f"; sequences {ranges}{more} could not be read" if ranges else ""
         stopped = f"printed {log.count} readable event(s) ({why}{passed}); "
     if j.damaged or log.error is not None:
-        fix = f"agentdb recover {log.session_id}"
-        hint = "" if fix in (j.problem or "") else f"; run `{fix}`"
         output.error(
-            f"{log.path}: {stopped}{j.describe()}{hint}",
+            f"{log.path}: {stopped}{j.describe()}",
             code=j.verdict if j.damaged else "read_error",
             exit_code=1,
             path=str(log.path),

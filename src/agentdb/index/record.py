@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentdb import errors, paths, plugins, verdicts
+from agentdb.checks import policy
 from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionInfo, SessionReader
 
 # Errors that the file's bytes and modes decide (the identity covers both): a record holding
 # only these may be believed next time. Anything else (busy, an OS error, a file that vanished
 # between the walk and the read) is read again.
-STABLE_CODES = frozenset(
-    {"corrupt", "unreadable", "foreign", "too_new", "unsafe_schema", "insecure"}
-)
+STABLE_CODES = policy.FILE_PROBLEMS
 _PATH = "\x00"  # stands for the file's path inside stored error messages
 
 Costs = list[tuple[str, str, str, int, float]]  # (day, provider, model, turns, cost_usd)

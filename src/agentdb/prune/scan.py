@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 import ulid
 
 from agentdb import errors, faults, fsutil, index, locks, paths, plugins, workers
+from agentdb.checks import policy
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
 from agentdb.store.reader import read_info
@@ -322,7 +323,7 @@ def confirm(sessions_dir: Path, facts: Facts, planned: str | None) -> bool:
 
 
 # Errors of a regular file's contents (a non-regular entry is never taken from the index).
-_FILE_CODES = frozenset({"corrupt", "unreadable", "foreign", "too_new", "unsafe_schema"})
+_FILE_CODES = policy.CONTENT_PROBLEMS
 
 
 def _short_text(msg: str, main: Path) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentdb import errors, paths, recoverylog, verdicts
 from agentdb import status as status_job
+from agentdb.checks import policy
 from agentdb.report.files import write_report
 from agentdb.results import Verdict
 from agentdb.sessions import UNREADABLE
@@ -267,5 +268,7 @@ def _problem_sets(st: status_job.StatusReport, lines: list[SessionLine]) -> dict
         "refused": {ln.session_id for ln in lines if ln.verdict in status_job.REFUSED},
         "interrupted": set(st.interrupted_all),
         "needs_migration": set(st.needs_migration_all),
-        "not_ok": {ln.session_id for ln in lines if ln.verdict is not None and ln.verdict != "ok"},
+        "not_ok": {
+            ln.session_id for ln in lines if ln.verdict is not None and not policy.is_ok(ln.verdict)
+        },
     }

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import backupdir, checks, paths
+from agentdb.checks import policy
 from agentdb.fsutil import StatKey, stat_key
 
-ACCEPTED = ("ok", "needs_migration")  # check verdicts a copy may have to be restored
+ACCEPTED = policy.ACTS["restore"]  # check verdicts a copy may have to be restored
 
 
 @dataclass(frozen=True)

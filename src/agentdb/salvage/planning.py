@@ -11,12 +11,14 @@ replacement, already checked once by ``agentdb check``'s own judge. ``--dry-run`
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentdb import checks, fsutil, recoverylog
+from agentdb.checks import policy
 from agentdb.salvage import chainrows, diskrows, replacement, rows, snapshot
 from agentdb.salvage import merge as merge_mod
 from agentdb.salvage import pages as pages_mod
@@ -164,22 +166,21 @@ def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool
         out.notes += diag.reasons
         return False
     if not diag.damaged and snap.interrupted is None:
-        verdict, findings = _full_judge(snap, out.session_id, log)
+        verdict, findings, step = _full_judge(snap, out.session_id, log)
         if verdict in checks.HEALTHY:
             if snap.had_journal:
                 out.notes.append("a hot journal will be rolled back on the next open")
             _healthy(plan_, log)
             return False
-        if verdict == "inconsistent":
+        if policy.is_inconsistent(verdict):
             # Every row reads and every page is sound: there is nothing to salvage, and which
             # of the rows that disagree is wrong (a flipped reference, a status) no engine can
             # tell. The file stays as it is, for the operator to inspect.
             out.outcome = "refused"
             out.notes += findings
             out.notes.append(
-                f"check calls it inconsistent while every row reads: recover has nothing to "
-                f"salvage and cannot tell which row is wrong; inspect it with `agentdb check "
-                f"{out.session_id}`"
+                "check calls it inconsistent while every row reads: recover has nothing to "
+                f"salvage and cannot tell which row is wrong; {step}"
             )
             return False
         diag.damaged = True  # damage only check's full judge sees: salvage it
@@ -195,7 +196,7 @@ def _needs_salvage(plan_: RecoveryPlan, diag: rows.Diagnosis, log: Path) -> bool
     return True
 
 
-def _full_judge(snap: Snapshot, session_id: str, log: Path) -> tuple[str, list[str]]:
+def _full_judge(snap: Snapshot, session_id: str, log: Path) -> tuple[str, list[str], str]:
     """``agentdb check``'s full verdict on the snapshot's private copy (its journal already
     rolled back, with its WAL unless that was set aside), and the messages of its errors: the
     diagnosis reads pages, hashes and text; the judge also reads what the rows say of each
@@ -210,7 +211,8 @@ def _full_judge(snap: Snapshot, session_id: str, log: Path) -> tuple[str, list[s
         for f in result.findings
         if f.severity == "error"
     ]
-    return result.verdict, errors
+    as_session = dataclasses.replace(result, path=snap.path, fix=None)
+    return result.verdict, errors, policy.describe(policy.fix_for(as_session))
 
 
 def _healthy(plan_: RecoveryPlan, log: Path) -> None:

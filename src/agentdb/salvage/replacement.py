@@ -18,7 +18,7 @@ from pathlib import Path
 import apsw
 
 from agentdb import db, errors
-from agentdb.checks import check_path
+from agentdb.checks import check_path, policy
 from agentdb.hashing import chain_hash, event_hash, genesis, row_hash
 from agentdb.salvage import tables
 from agentdb.salvage.chainrows import HASHED, ChainEvidence
@@ -299,7 +299,7 @@ def check(path: Path, session_id: str, merged: Merged) -> tuple[list[str], int]:
     if problems:
         return problems, 0
     result = check_path(path, session_id, recovered=True)
-    if result.verdict != "ok":
+    if not policy.is_ok(result.verdict):
         bad = [f for f in result.findings if f.severity == "error"] or result.findings
         problems += [f"check: {result.verdict}: {f.code}: {f.message}" for f in bad[:3]]
         if not bad:

@@ -1,0 +1,328 @@
+"""No dead ends: following the fix ``check`` prints reaches a final state in at most three steps,
+no fix names a command that refuses the file, and every other command that refuses a file
+names the same fix (issue 28; the graph is :mod:`agentdb.checks.policy`'s).
+
+Files of every kind the generators make — healthy at each revision, each damage kind of the
+salvage corpus, seeded random damage, foreign, another session's file under this name,
+insecure, a link, a directory, a FIFO, triggers and views, too new, inconsistent, not SQLite,
+empty, interrupted — are walked: ``check --json ID`` gives the verdict and the fix; the fix is
+run exactly as printed (``prune`` answered with ``--yes``, standing in for the operator's "y");
+it must not refuse; then ``check`` again. A state is final when the verdict is ok, the entry
+is gone from the sessions directory (removed or set aside), or the step was a final decision
+with nothing to run (too new: upgrade agentdb).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import apsw
+import pytest
+import ulid
+
+from agentdb.store import SessionWriter
+from tests import rows
+from tests.runner import global_options, invoke
+from tests.salvage import corpus
+from tests.support import make_session
+
+MAX_STEPS = 3
+Make = Callable[[Path, random.Random], str]
+
+
+def _sql(p: Path, sql: str) -> None:
+    c = apsw.Connection(str(p))
+    try:
+        for _ in c.execute(sql):
+            pass
+    finally:
+        c.close()
+
+
+def _healthy(rev: int) -> Make:
+    def make(d: Path, rng: random.Random) -> str:
+        return make_session(d, revision=rev, turns=rng.randint(1, 4))[0]
+
+    return make
+
+
+def _damaged(damage: Callable[[Path], None], rev: int = 3) -> Make:
+    def make(d: Path, rng: random.Random) -> str:
+        sid, p = corpus.build_base(d, revision=rev, turns=6)
+        damage(p)
+        return sid
+
+    return make
+
+
+def _random_flips(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, revision=rng.choice([1, 2, 3]), turns=4)
+    size = p.stat().st_size
+    for _ in range(rng.randint(1, 6)):
+        rows.flip(p, rng.randrange(100, size - 4), rng.randint(1, 4))
+    return sid
+
+
+def _zero_random_page(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, revision=rng.choice([1, 3]), turns=4)
+    pages = p.stat().st_size // rows.page_size(p)
+    rows.zero_page(p, rng.randint(2, pages))
+    return sid
+
+
+def _pragma(sql: str, rev: int = 1) -> Make:
+    def make(d: Path, rng: random.Random) -> str:
+        sid, p = make_session(d, revision=rev, turns=2)
+        _sql(p, sql)
+        return sid
+
+    return make
+
+
+def _insecure(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, turns=2)
+    os.chmod(p, 0o666)
+    return sid
+
+
+def _symlink(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, turns=2)
+    elsewhere = d.parent / f"elsewhere-{sid}.sqlite"
+    os.replace(p, elsewhere)
+    os.symlink(elsewhere, p)
+    return sid
+
+
+def _directory(d: Path, rng: random.Random) -> str:
+    sid = str(ulid.ULID())
+    (d / f"{sid}.sqlite").mkdir()
+    return sid
+
+
+def _fifo(d: Path, rng: random.Random) -> str:
+    sid = str(ulid.ULID())
+    os.mkfifo(d / f"{sid}.sqlite", 0o600)
+    return sid
+
+
+def _bytes(data: Callable[[random.Random], bytes]) -> Make:
+    def make(d: Path, rng: random.Random) -> str:
+        sid = str(ulid.ULID())
+        p = d / f"{sid}.sqlite"
+        p.write_bytes(data(rng))
+        os.chmod(p, 0o600)
+        return sid
+
+    return make
+
+
+def _another_sessions_file(d: Path, rng: random.Random) -> str:
+    """Another session's whole file under this name (copied or renamed by hand)."""
+    _, p = make_session(d, turns=2)
+    sid = str(ulid.ULID())
+    os.replace(p, d / f"{sid}.sqlite")
+    return sid
+
+
+def _interrupted(d: Path, rng: random.Random) -> str:
+    return make_session(d, turns=2, status=None)[0]
+
+
+def _ended_at_without_end(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, revision=1, turns=2, status=None)
+    _sql(p, "UPDATE session_meta SET ended_at = '2026-01-01T00:00:00Z'")
+    return sid
+
+
+def _bad_kind(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, revision=1, turns=2)
+    _sql(p, "UPDATE events SET kind = 'telepathy' WHERE sequence = 2")
+    return sid
+
+
+def _empty_database(d: Path, rng: random.Random) -> str:
+    sid = str(ulid.ULID())
+    p = d / f"{sid}.sqlite"
+    _sql(p, "PRAGMA user_version = 1; PRAGMA journal_mode = WAL")
+    os.chmod(p, 0o600)
+    return sid
+
+
+KINDS: dict[str, Make] = {
+    "healthy_rev1": _healthy(1),
+    "healthy_rev2": _healthy(2),
+    "healthy_rev3": _healthy(3),
+    "interrupted": _interrupted,
+    "zeroed_page": _damaged(corpus.d_zeroed_page),
+    "flipped_bytes": _damaged(corpus.d_flipped_bytes),
+    "truncated_inside": _damaged(corpus.d_truncated_inside),
+    "damaged_header": _damaged(corpus.d_damaged_header),
+    "damaged_schema": _damaged(corpus.d_damaged_schema),
+    "interior_page": _damaged(corpus.d_interior_page),
+    "index_only_rev1": _damaged(corpus.d_index_only, rev=1),
+    "broken_overflow_rev2": _damaged(corpus.d_broken_overflow, rev=2),
+    "random_flips": _random_flips,
+    "random_zero_page": _zero_random_page,
+    "foreign_application": _pragma("PRAGMA application_id = 12345", rev=3),
+    "another_sessions_file": _another_sessions_file,
+    "insecure_mode": _insecure,
+    "symlink": _symlink,
+    "directory": _directory,
+    "fifo": _fifo,
+    "view": _pragma("CREATE VIEW v AS SELECT 1"),
+    "trigger": _pragma("CREATE TRIGGER t AFTER INSERT ON events BEGIN SELECT 1; END"),
+    "too_new": _pragma("PRAGMA user_version = 9"),
+    "too_new_with_view": _pragma("CREATE VIEW v AS SELECT 1; PRAGMA user_version = 9"),
+    "bad_status": _pragma("UPDATE session_meta SET status = 'zombie'"),
+    "ended_at_without_end": _ended_at_without_end,
+    "bad_kind": _bad_kind,
+    "not_sqlite": _bytes(lambda rng: rng.randbytes(20_480)),
+    "empty_file": _bytes(lambda rng: b""),
+    "empty_database": _empty_database,
+}
+
+
+def _check(g: list[str], sid: str) -> dict:  # type: ignore[type-arg]
+    ran = invoke([*g, "check", "--json", sid])
+    assert ran.code in (0, 1), ran.err
+    (entry,) = ran.json()["sessions"]
+    return entry  # type: ignore[no-any-return]
+
+
+def _run_fix(g: list[str], command: str, cwd: Path) -> tuple[int, str]:
+    argv = shlex.split(command)
+    if argv[0] == "agentdb":
+        rest = argv[1:]
+        if rest[0] == "prune":
+            rest.append("--yes")
+        ran = invoke([*g, *rest])
+        return ran.code, ran.err + ran.out
+    assert argv[0] in ("mv", "chmod"), f"a fix runs agentdb, mv or chmod, not {command!r}"
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    return done.returncode, done.stderr
+
+
+def walk(sessions_dir: Path, sid: str) -> list[tuple[str, str | None]]:
+    """(verdict, fix command) at each step until a final state; fails on a dead end."""
+    g = global_options(sessions_dir)
+    path = sessions_dir / f"{sid}.sqlite"
+    seen: list[tuple[str, str | None]] = []
+    for _ in range(MAX_STEPS + 1):
+        entry = _check(g, sid)
+        fix = entry.get("fix")
+        seen.append((entry["verdict"], fix and fix["command"]))
+        if entry["verdict"] == "ok":
+            return seen
+        assert fix is not None, f"{entry['verdict']} with no next step: {seen}"
+        if fix["command"] is None:
+            assert fix["final"], f"a step with nothing to run must be final: {fix}"
+            return seen
+        assert len(seen) <= MAX_STEPS, f"no final state within {MAX_STEPS} steps: {seen}"
+        code, said = _run_fix(g, fix["command"], sessions_dir)
+        # A recovery is an attempt (the spec's "not a guarantee"): one that salvaged nothing
+        # is recorded in the recovery log, and check's next step changes with it.
+        tried = fix["command"].startswith("agentdb recover") and "nothing could be salvaged" in said
+        assert code == 0 or tried, f"the fix {fix['command']!r} refused or failed ({code}): {said}"
+        if not os.path.lexists(path):
+            return seen  # removed or set aside: no longer a session
+        if fix["final"]:
+            pytest.fail(f"a final step left the session in place: {seen}")
+    pytest.fail(f"no final state within {MAX_STEPS} steps: {seen}")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_following_the_printed_fix_reaches_a_final_state(kind: str, sessions_dir: Path) -> None:
+    rng = random.Random(f"dead-ends-{kind}")
+    sid = KINDS[kind](sessions_dir, rng)
+    steps = walk(sessions_dir, sid)
+    assert steps, kind
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_random_damage_never_dead_ends(seed: int, sessions_dir: Path) -> None:
+    rng = random.Random(seed)
+    kind = rng.choice(["random_flips", "random_zero_page"])
+    sid = KINDS[kind](sessions_dir, rng)
+    walk(sessions_dir, sid)
+
+
+def test_recovery_that_salvaged_nothing_then_points_at_a_final_decision(
+    sessions_dir: Path,
+) -> None:
+    """The not-SQLite file: recover salvages nothing, then the fix is a final decision."""
+    sid = KINDS["not_sqlite"](sessions_dir, random.Random(7))
+    steps = walk(sessions_dir, sid)
+    assert steps[0] == ("unreadable", f"agentdb recover {sid}")
+    assert steps[1][1] == f"agentdb prune {sid} --include-damaged"
+    assert not (sessions_dir / f"{sid}.sqlite").exists()
+
+
+# ------------------------------------------------------------------ every command agrees
+
+_COMMANDS = (
+    ("events", "{sid}"),
+    ("sessions", "show", "{sid}"),
+    ("preflight", "{sid}"),
+    ("migrate", "{sid}", "--dry-run"),
+    ("recover", "{sid}", "--dry-run"),
+    ("sessions", "end", "{sid}", "--status", "failed"),
+    ("backup", "{sid}", "--to", "{backups}"),
+    ("prune", "{sid}", "--dry-run"),
+)
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def _printed_fixes(text: str, sid: str) -> set[str]:
+    """Commands a message tells the operator to run about this session (pointers to
+    ``agentdb check`` and to commands with placeholders are not fixes)."""
+    out = set()
+    for cmd in _BACKTICKED.findall(text):
+        if sid not in cmd or cmd.startswith("agentdb check") or "DIR" in cmd:
+            continue
+        out.add(cmd)
+    return out
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "bad_status",
+        "bad_kind",
+        "not_sqlite",
+        "too_new_with_view",
+        "view",
+        "foreign_application",
+        "zeroed_page",
+        "insecure_mode",
+        "empty_database",
+        "healthy_rev1",
+    ],
+)
+def test_every_command_names_checks_fix(kind: str, sessions_dir: Path, tmp_path: Path) -> None:
+    sid = KINDS[kind](sessions_dir, random.Random(kind))
+    g = global_options(sessions_dir)
+    entry = _check(g, sid)
+    fix = entry.get("fix")
+    expected = {fix["command"]} if fix and fix["command"] else set()
+    for argv in _COMMANDS:
+        args = [a.format(sid=sid, backups=tmp_path / "backups") for a in argv]
+        ran = invoke([*g, *args])
+        named = _printed_fixes(ran.err + ran.out, sid)
+        assert named <= expected, f"`agentdb {' '.join(args)}` names {named}, check {expected}"
+    shutil.rmtree(tmp_path / "backups", ignore_errors=True)
+
+
+def test_writer_refuses_nothing_the_walk_reaches(sessions_dir: Path) -> None:
+    """After ``sessions end`` repaired a status outside the spec's seven, the kernel's writer
+    opens the session again."""
+    sid = KINDS["bad_status"](sessions_dir, random.Random(1))
+    walk(sessions_dir, sid)
+    w = SessionWriter.open(sessions_dir, sid)
+    w.close()
