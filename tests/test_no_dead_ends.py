@@ -326,3 +326,15 @@ def test_writer_refuses_nothing_the_walk_reaches(sessions_dir: Path) -> None:
     walk(sessions_dir, sid)
     w = SessionWriter.open(sessions_dir, sid)
     w.close()
+
+
+def test_status_never_sends_an_inconsistent_session_to_recover(sessions_dir: Path) -> None:
+    """The dead end of issue 28: status said "damaged: agentdb recover --all --dry-run" for a
+    session recover refuses."""
+    sid = KINDS["bad_status"](sessions_dir, random.Random(2))
+    g = global_options(sessions_dir)
+    assert _check(g, sid)["verdict"] == "inconsistent"
+    doc = invoke([*g, "status", "--json"]).json()
+    commands = [n["command"] for n in doc["next"]]
+    assert commands, doc
+    assert not [c for c in commands if "recover" in c], commands

@@ -172,6 +172,7 @@ def status(
     interrupted: list[str] = []
     migration: list[str] = []
     damaged: list[str] = []
+    inconsistent: list[str] = []  # of those, inconsistent: no recovery, a step of its own
     refused: list[str] = []
     unchecked: list[str] = []
     counts: Counter[str] = Counter()
@@ -229,6 +230,8 @@ def status(
         if verdict in DAMAGED or policy.is_damaged(now_bad):
             counts["damaged"] += 1
             damaged.append(sid)
+            if policy.is_inconsistent(verdict):
+                inconsistent.append(sid)
         elif verdict in REFUSED or now_bad is not None:
             counts["refused"] += 1
             refused.append(sid)
@@ -236,12 +239,21 @@ def status(
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     rec = read_recoveries(log)
     nxt: list[NextCommand] = []
-    if damaged:
+    salvageable = len(damaged) - len(inconsistent)
+    if salvageable:
         nxt.append(
             NextCommand(
                 "agentdb recover --all --dry-run",
-                f"{len(damaged)} damaged: see what recovery would salvage (then run it without "
+                f"{salvageable} damaged: see what recovery would salvage (then run it without "
                 "--dry-run)",
+            )
+        )
+    if inconsistent:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{len(inconsistent)} inconsistent (every row reads, some disagree): each names "
+                "its next step",
             )
         )
     if refused:
