@@ -48,7 +48,7 @@ class Record:
     transient: bool = False  # some read failed for a reason outside the file (busy, OS error)
 
     def list_row(self) -> SessionRow:
-        """``sessions list``'s row (:func:`agentdb.sessions.read_row` with the event count)."""
+        """``sessions list``'s row (``sessions.read_row``'s, with the event count)."""
         if self.error is not None:
             return _unreadable(self.entry, self.error)
         return _row(self.entry, self.info, self.events, self.revision)
