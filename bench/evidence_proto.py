@@ -29,27 +29,18 @@ from pathlib import Path
 
 import apsw
 
+from agentdb.hashing import chain_hash, event_hash, row_hash
 from agentdb.schema.revisions import REV1_DDL
 
 PAYLOAD = b"x" * 430
 _LEN = struct.Struct(">Q")
-
-
-def _frame(v: object) -> bytes:
-    if isinstance(v, int):
-        d = str(v).encode()
-        return b"i" + _LEN.pack(len(d)) + d
-    if isinstance(v, float):
-        return b"r" + _LEN.pack(8) + struct.pack(">d", v)
-    if isinstance(v, str):
-        d = v.encode()
-        return b"t" + _LEN.pack(len(d)) + d
-    assert isinstance(v, bytes)
-    return b"b" + _LEN.pack(len(v)) + v
-
-
-def _h(person: bytes, data: bytes) -> bytes:
-    return blake2b(data, digest_size=16, person=person).digest()
+_EV = struct.Struct(">q16s16sHHH")  # sequence, content_hash, chain_hash, bound counts
+_COST = struct.Struct(">q16s")  # a bound cost row: its sequence and row hash
+# head: head_sequence, head_hash, 4 counts, cost_max, plan_max, meta_hash, gap_count,
+# gaps_hash, lost_max
+_HEADREC = struct.Struct(">q16sqqqqqq16sI16sq")
+_FRAME = struct.Struct(">4scIq16s")  # sync, type, length, offset, prev check
+_ZERO = bytes(16)
 
 
 class Side:
@@ -67,6 +58,8 @@ class Side:
         self.seq = 0
         self.cseq = 0
         self.prev = bytes(16)
+        self.off = 0
+        self.check = bytes(16)
         self.fd = -1
         self.pending = threading.Event()
         self.stop = False
@@ -113,23 +106,31 @@ class Side:
         conn.execute("COMMIT")
         if self.mode == "bare":
             return
-        # the evidence record: row hashes, the chain, the head, a checksum
+        # the evidence record (design §3): per event its hashes and bound rows, the head after
+        # the record (120 bytes), the framing and a checksum; agentdb's hashing.py
         parts = []
         ci = 0
         for ev in rows:
-            content = _h(b"agentdb-event-v1", b"".join(_frame(v) for v in ev))
-            bound = b""
+            content = event_hash(*ev)
             if costs:
-                bound = _h(
-                    b"agentdb-row-v1", _frame("cost_ledger") + b"".join(map(_frame, costs[ci]))
-                )
+                h = row_hash("cost_ledger", costs[ci])
                 ci += 1
-            link = _h(b"agentdb-chain-v1", self.prev + content + bound)
-            parts.append(_LEN.pack(ev[0]) + content + bound + link)
+                link = chain_hash(self.prev, content, ((h,),))
+                parts.append(
+                    _EV.pack(ev[0], content, link, 1, 0, 0) + _COST.pack(costs[ci - 1][0], h)
+                )
+            else:
+                link = chain_hash(self.prev, content)
+                parts.append(_EV.pack(ev[0], content, link, 0, 0, 0))
             self.prev = link
         body = b"".join(parts)
-        rec = struct.pack(">IB", len(body), 1) + body
-        rec += _h(b"agentdb-evrec-v1", rec)
+        head = _HEADREC.pack(
+            self.seq, self.prev, self.seq, self.cseq, 0, 0, self.cseq, 0, _ZERO, 0, _ZERO, 0
+        )
+        rec = _FRAME.pack(b"\xaeEVR", b"E", len(body), self.off, self.check) + body + head
+        self.check = blake2b(rec, digest_size=16, person=b"agentdb-evrec-v1").digest()
+        rec += self.check
+        self.off += len(rec)
         os.write(self.fd, rec)
         if self.mode == "append+fdatasync":
             os.fdatasync(self.fd)
