@@ -125,6 +125,13 @@ def open_session(path: Path) -> sqlite3.Connection:
     return _salvage(path)
 
 
+def _readable(conn: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    try:
+        return conn.execute(f"SELECT * FROM {table}").fetchall()
+    except sqlite3.DatabaseError:  # that table is lost: salvage is an attempt
+        return []
+
+
 def _salvage(path: Path) -> sqlite3.Connection:
     """Rows still readable go into a fresh file; the original is kept as ``.corrupt``."""
     corrupt = path.with_name(path.name + ".corrupt")
@@ -133,22 +140,15 @@ def _salvage(path: Path) -> sqlite3.Connection:
             os.rename(f"{path}{sfx}", f"{corrupt}{sfx}")
     Path(str(path) + "-shm").unlink(missing_ok=True)
     old = sqlite3.connect(f"file:{corrupt}?mode=ro", uri=True)
-    saved: dict[str, list[tuple[object, ...]]] = {}
-    for table in TABLES:
-        try:
-            saved[table] = old.execute(f"SELECT * FROM {table}").fetchall()
-        except sqlite3.DatabaseError:  # that table is lost: salvage is an attempt
-            saved[table] = []
-    if old.close() or not saved["session_meta"]:
+    saved = {t: _readable(old, t) for t in TABLES}
+    old.close()
+    if not saved["session_meta"]:
         raise Unreadable(f"{path}: damaged and unsalvageable; kept as {corrupt}")
     conn = _connect(path)
     conn.executescript(f"BEGIN; {DDL} PRAGMA user_version = {REVISION}; COMMIT;")
-    conn.execute("BEGIN")
-    conn.execute("PRAGMA defer_foreign_keys=ON")
-    for t in TABLES:
-        conn.executemany(
-            f"INSERT OR IGNORE INTO {t} VALUES ({','.join('?' * COLUMNS[t])})", saved[t]
-        )
+    conn.executescript("BEGIN; PRAGMA defer_foreign_keys=ON;")
+    for t, rows in saved.items():
+        conn.executemany(f"INSERT OR IGNORE INTO {t} VALUES ({','.join('?' * COLUMNS[t])})", rows)
     conn.execute("COMMIT")
     print(f"spec kernel: {path} was damaged; recovered, original kept as {corrupt}")  # flagged
     return conn

@@ -244,3 +244,81 @@ def test_no_recovery_runs_after_the_kernel_resumes_an_agentdb_file(sessions: Pat
     conn.close()
     kernel.open_session(sessions, sid).close()
     assert not list(sessions.glob("*.corrupt*"))
+
+
+# ------------------------------------- the kernel on what agentdb's jobs make of its files
+
+
+def _damage_an_index(path: Path) -> None:
+    """An index page whose cells point nowhere: integrity_check fails, every table is intact."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='idx_events_kind'")
+    (root,) = page.fetchone()
+    conn.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * 4096 + 8)
+        f.write(b"\xff" * 64)
+
+
+def _kernel_reads(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    conn = spec.open_session(path)
+    try:
+        spec.append(conn, "tool_call", ("tool", "shell", "1.0"), b"after agentdb")
+        spec.end(conn, "completed")
+        spec.resume(conn)
+        return spec.read_all(conn)
+    finally:
+        conn.close()
+
+
+def test_the_kernel_opens_agentdb_s_backup_of_its_file(sessions: Path, tmp_path: Path) -> None:
+    sid = _kernel_file(sessions)
+    ran = invoke(
+        ["--sessions-dir", str(sessions), "backup", "--json", sid, "--to", str(tmp_path / "b")]
+    )
+    assert ran.code == 0, ran.err
+    assert [s["outcome"] for s in ran.json()["sessions"]] == ["copied"]
+    assert len(_kernel_reads(tmp_path / "b" / f"{sid}.sqlite")["events"]) == 3
+
+
+def test_the_kernel_opens_its_file_after_agentdb_restored_it(
+    sessions: Path, tmp_path: Path
+) -> None:
+    sid = _kernel_file(sessions)
+    backups = tmp_path / "b"
+    assert invoke(["--sessions-dir", str(sessions), "backup", sid, "--to", str(backups)]).code == 0
+    conn = spec.open_session(spec.path_of(sessions, sid))
+    spec.append(conn, "tool_call", ("tool", "shell", "1.0"), b"lost by the restore")
+    conn.close()
+    argv = ["restore", "--json", "--force", sid, "--from", str(backups)]
+    ran = invoke(["--sessions-dir", str(sessions), *argv])
+    assert [s["outcome"] for s in ran.json()["sessions"]] == ["restored"], ran.out + ran.err
+    assert len(_kernel_reads(spec.path_of(sessions, sid))["events"]) == 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=spec.TooNew,
+    reason="issue 27: agentdb migrate turns a kernel file into user_version 3, which the spec "
+    "kernel refuses",
+)
+def test_the_kernel_opens_its_file_after_agentdb_migrated_it(sessions: Path) -> None:
+    sid = _kernel_file(sessions)
+    ran = invoke(["--sessions-dir", str(sessions), "migrate", "--json", sid])
+    assert [s["outcome"] for s in ran.json()["sessions"]] == ["migrated"]
+    _kernel_reads(spec.path_of(sessions, sid))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=spec.TooNew,
+    reason="issue 27: agentdb recover writes the replacement of a kernel file at user_version "
+    "3, which the spec kernel refuses",
+)
+def test_the_kernel_opens_its_file_after_agentdb_recovered_it(sessions: Path) -> None:
+    sid = _kernel_file(sessions)
+    _damage_an_index(spec.path_of(sessions, sid))
+    ran = invoke(["--sessions-dir", str(sessions), "recover", "--json", sid])
+    assert [s["outcome"] for s in ran.json()["sessions"]] == ["recovered"], ran.out
+    _kernel_reads(spec.path_of(sessions, sid))
