@@ -91,8 +91,23 @@ def test_real_output_validates(tmp_path: Path, agentdb: Agentdb) -> None:
         validate("error", err)
         assert err["error"]["exit"] == code
     seen.add("error")
+    seen.add("events")  # JSON Lines, one schema per line: test_every_events_line_validates...
     # a schema rejects a document that breaks it (the test can fail)
     bad = dict(report, version="1")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schemas.load("report"))
     assert seen == set(schemas.names()), set(schemas.names()) - seen  # every schema exercised
+
+
+def test_every_events_line_validates_and_carries_a_version(
+    tmp_path: Path, agentdb: Agentdb
+) -> None:
+    """``events --json`` prints JSON Lines: each line is one document with its own version."""
+    state = demo.build(tmp_path / "d")
+    sid = state.by_role("parent").session_id
+    code, out, _ = agentdb("--sessions-dir", str(state.sessions_dir), "events", sid, "--json")
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert lines, code
+    for doc in lines:
+        assert doc["version"] == 1
+        jsonschema.validate(doc, schemas.load("events"), cls=jsonschema.Draft202012Validator)

@@ -30,9 +30,13 @@ def _decode(payload: bytes | str, truncated: bool) -> str | None:
     return None
 
 
+JSON_VERSION = 1  # of each line (src/agentdb/schemas/events.json)
+
+
 def _json(e: EventRow) -> dict[str, Any]:
     text = _decode(e.payload, e.truncated)
     doc: dict[str, Any] = {
+        "version": JSON_VERSION,
         "sequence": e.sequence,
         "id": e.id,
         "timestamp": e.timestamp,
