@@ -146,6 +146,7 @@ def runs(state: dict[str, object], elsewhere: Path) -> list[list[str]]:
         ["migrate", "--all", "--dry-run", "--json"],
         ["recover", "--all", "--dry-run", "--json"],
         ["backup", "--all", "--to", str(elsewhere / "backups"), "--json"],
+        ["completion", "bash"],
     ]
     for sid in every:
         out += [
