@@ -475,7 +475,8 @@ def render(report: Report) -> str:
         + "</section>"
     )
     rec_rows = [
-        f"<tr><td>{esc(r.time)}</td><td><code>{esc(r.session_id or '?')}</code></td>"
+        f'<tr><td title="{esc(r.time)}">{esc(_when(r.time))}</td>'
+        f"<td><code>{esc(r.session_id or '?')}</code></td>"
         f"<td>{esc(r.job)}</td><td>{esc(word(r.outcome))}</td>"
         f'<td class="num">{num(f"recoveries.{i}.events_lost", r.events_lost)}</td>'
         f"<td>{esc(_ranges(r.lost_ranges)) or '-'}</td></tr>"
@@ -536,6 +537,18 @@ def render(report: Report) -> str:
         + kept
         + "</main></body></html>\n"
     )
+
+
+def _when(logged: str) -> str:
+    """A logged UTC time as the page shows it: to the second, ``2026-12-04 17:36:06Z`` (the
+    log's own text, with milliseconds, is the cell's tooltip)."""
+    try:
+        t = dt.datetime.fromisoformat(logged.replace("Z", "+00:00"))
+    except ValueError:
+        return logged  # another build's format: as logged
+    if t.tzinfo is None or t.utcoffset() != dt.timedelta(0):
+        return logged
+    return t.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _copies(n: int) -> str:
