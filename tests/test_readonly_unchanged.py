@@ -147,6 +147,8 @@ def runs(state: dict[str, object], elsewhere: Path) -> list[list[str]]:
         ["recover", "--all", "--dry-run", "--json"],
         ["backup", "--all", "--to", str(elsewhere / "backups"), "--json"],
         ["completion", "bash"],
+        ["prune", "--leftovers", "--dry-run", "--json"],
+        ["prune", "--leftovers", "--json"],  # no terminal, no --yes: nothing removed
     ]
     for sid in every:
         out += [
