@@ -146,6 +146,9 @@ def runs(state: dict[str, object], elsewhere: Path) -> list[list[str]]:
         ["migrate", "--all", "--dry-run", "--json"],
         ["recover", "--all", "--dry-run", "--json"],
         ["backup", "--all", "--to", str(elsewhere / "backups"), "--json"],
+        ["completion", "bash"],
+        ["prune", "--leftovers", "--dry-run", "--json"],
+        ["prune", "--leftovers", "--json"],  # no terminal, no --yes: nothing removed
     ]
     for sid in every:
         out += [

@@ -80,6 +80,8 @@ def test_real_output_validates(tmp_path: Path, agentdb: Agentdb) -> None:
     restored = check("restore", "restore", lost, "--from", str(tmp_path / "copies"))
     assert restored["sessions"][0]["outcome"] == "restored"
     check("sessions-end", "sessions", "end", state.by_role("running").session_id, "--dry-run")
+    kept = check("prune-leftovers", "prune", "--leftovers", "--dry-run")
+    assert kept["leftovers"] and kept["leftovers"][0]["kind"] == "corrupt"  # recover kept it
     # errors under --json are one document on stderr, with the same version
     for argv, code in (
         (["check", "NOTANID", "--json"], 2),

@@ -4,10 +4,11 @@ and then the judge's verdict on the file (:mod:`agentdb.checks.judge`, full leve
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from agentdb import checked, errors, paths
+from agentdb import checked, errors, locks, paths
 from agentdb.checks import Judgement
 from agentdb.store import EventRow, SessionReader
 
@@ -15,6 +16,7 @@ INT64_MAX = 2**63 - 1
 _DAMAGE = (errors.Corrupt, errors.Unreadable, errors.DiskIOError)  # a row that does not read
 MAX_SKIPS = 256  # damaged regions read past before the rest is left to `agentdb recover`
 _BEFORE_ALL = -(2**63) - 1  # below every sequence SQLite can store: "after" with no lower bound
+FOLLOW_INTERVAL = 0.5  # seconds between the read-only polls of ``events --follow``
 
 
 class EventLog:
@@ -56,6 +58,7 @@ class EventLog:
                             self.count += 1
                             # never backwards
                             after = e.sequence if after is None else max(after, e.sequence)
+                            self.after = after  # where a later pass (``follow``) goes on
                             yield e
                         return
                     except _DAMAGE as e:
@@ -67,7 +70,7 @@ class EventLog:
                         if resume is None:
                             return
                         self.skipped.append((low + 1, resume))
-                        after = resume
+                        after = self.after = resume
         except errors.SessionNotFound:
             raise  # no such session: a usage error, not damage
         except errors.AgentdbError as e:
@@ -125,6 +128,42 @@ class EventLog:
         except BaseException:
             r.close()
             raise
+
+    def follow(
+        self,
+        interval: float = FOLLOW_INTERVAL,
+        *,
+        sleep: Callable[[float], object] = time.sleep,
+        on_idle: Callable[[], object] | None = None,
+    ) -> Iterator[EventRow]:
+        """Like ``tail -f``: every event, then each new one a live writer commits, until the
+        session's status is no longer ``running`` (or a read fails: :attr:`error`). Polls
+        read-only every ``interval`` seconds, each pass a fresh read-only open that is closed
+        before the wait, so nothing is created in the sessions directory and the writer (WAL)
+        is never blocked. The status is read before each pass's events, so the pass that sees
+        it ended has every event written before the end. ``on_idle`` is called once, after the
+        first pass, when no process has the file open (a kernel that died: nothing will come)."""
+        first = True
+        while True:
+            running = self._running()
+            yield from self
+            if not running or self.error is not None:
+                return
+            if first and on_idle is not None and locks.probe(self.path) is None:
+                on_idle()
+            first = False
+            sleep(interval)
+
+    def _running(self) -> bool:
+        """The session's status is ``running`` now (False, with :attr:`error`, when unread)."""
+        try:
+            with self._open() as r:
+                return r.info().status == "running"
+        except errors.SessionNotFound:
+            raise
+        except errors.AgentdbError as e:
+            self.error = self.error or e
+            return False
 
     def judgement(self) -> Judgement:
         return checked.judge_session(self.sessions_dir, self.session_id, "full")

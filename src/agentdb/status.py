@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, locks, paths, plugins, recoverylog, verdicts
+from agentdb import errors, index, leftovers, locks, paths, plugins, recoverylog, verdicts
 from agentdb.checks import policy
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
@@ -40,7 +40,8 @@ class NextCommand:
 class Recoveries:
     """What the recovery log says."""
 
-    outcomes: dict[str, int] = field(default_factory=dict)  # outcome line -> count
+    outcomes: dict[str, int] = field(default_factory=dict)  # recover's outcome -> count
+    other_jobs: dict[str, int] = field(default_factory=dict)  # restore, prune, end -> outcomes
     events_lost: int = 0  # events known lost, summed over recovered outcomes
     last: str | None = None  # time of the newest outcome line
     problem: str | None = None  # why the log could not be read (a FIFO or link in its place)
@@ -64,12 +65,15 @@ class StatusSummary:
     never_checked: int
     oldest_check_age_seconds: int | None
     newest_check_age_seconds: int | None
-    recoveries_logged: int  # outcomes in the recovery log
+    recoveries_logged: int  # recover's outcomes in the recovery log (not restore, prune, end)
     recovered: int  # of those, recovered
     events_lost_in_recoveries: int
     cached_plugin_versions: int
     pinned_plugin_versions: int  # cached versions some session references
     needs_attention: bool  # there is a next command to run
+    leftover_copies: int  # .corrupt/.pre-restore copies recover and restore kept
+    leftover_bytes: int  # their bytes, sidecars included
+    disk_bytes: int  # size_bytes + leftover_bytes: what the directory's files take
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class StatusReport:
 def read_recoveries(log: Path) -> Recoveries:
     out = Recoveries()
     counts: Counter[str] = Counter()
+    jobs: Counter[str] = Counter()
     try:
         entries = list(recoverylog.read(log))
     except (errors.AgentdbError, OSError) as exc:
@@ -126,6 +131,10 @@ def read_recoveries(log: Path) -> Recoveries:
         outcome = e.get("outcome")
         if not isinstance(outcome, str):
             continue
+        job = e.get("job")  # recover's lines name no job; restore, prune and end name theirs
+        if job is not None and job != "recover":
+            jobs[str(job)] += 1
+            continue
         counts[outcome] += 1
         t = e.get("time")
         if isinstance(t, str):
@@ -136,6 +145,7 @@ def read_recoveries(log: Path) -> Recoveries:
             if isinstance(n, int) and n > 0:
                 out.events_lost += n
     out.outcomes = dict(sorted(counts.items()))
+    out.other_jobs = dict(sorted(jobs.items()))
     return out
 
 
@@ -236,6 +246,7 @@ def status(
             counts["refused"] += 1
             refused.append(sid)
     pinned = [PinnedVersion(c, n, v, pins[(c, n, v)]) for c, n, v in sorted(pins)]
+    kept, kept_bytes = leftovers.total(sessions_dir)
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     rec = read_recoveries(log)
     nxt: list[NextCommand] = []
@@ -322,6 +333,9 @@ def status(
         cached_plugin_versions=len(cached),
         pinned_plugin_versions=len(pinned),
         needs_attention=bool(nxt),
+        leftover_copies=kept,
+        leftover_bytes=kept_bytes,
+        disk_bytes=size + kept_bytes,
     )
     return StatusReport(
         sessions_dir,

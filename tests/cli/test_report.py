@@ -31,12 +31,16 @@ class Page(HTMLParser):
         self.attrs: list[tuple[str, str | None]] = []
         self._key: str | None = None
         self.text: list[str] = []
+        self.sizes: list[str] = []  # data-bytes of every size shown in binary units
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append(tag)
         self.attrs.extend(attrs)
         a = dict(attrs)
-        if a.get("data-k"):
+        if a.get("data-k") and a.get("data-bytes") is not None:  # shown in KiB/MiB: the
+            self.seen.append((str(a["data-k"]), str(a["data-bytes"])))  # exact count is here
+            self.sizes.append(str(a["data-bytes"]))
+        elif a.get("data-k"):
             self._key = str(a["data-k"])
             self.seen.append((self._key, ""))
         if a.get("data-session"):

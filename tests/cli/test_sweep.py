@@ -38,6 +38,7 @@ NEVER = {"--yes", "-y", "--help", "-h", "--version"}  # destructive, or not abou
 # line is a usage error: test_every_base_line_runs says which). "{new}" is a fresh directory.
 REQUIRED: dict[str, dict[str, list[str]]] = {
     "backup": {"dest": ["--to", "{new}"]},
+    "completion": {"shell": ["bash"]},
     "demo": {"directory": ["{new}"], "no_walkthrough": ["--no-walkthrough"]},
     "plugins users": {"plugin": ["anthropic"]},
     "prune": {"older_than": ["--older-than", "0s"]},

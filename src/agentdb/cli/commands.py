@@ -9,6 +9,7 @@ help that ``tests/cli/test_lazy.py`` compares with the real commands.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import types
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 LAZY: dict[str, str] = {
     "backup": "agentdb.cli.backup:backup_cmd",
     "check": "agentdb.cli.check:check_cmd",
+    "completion": "agentdb.cli.completion:completion_cmd",
     "demo": "agentdb.cli.demo:demo_cmd",
     "events": "agentdb.cli.events:events_cmd",
     "migrate": "agentdb.cli.migrate:migrate_cmd",
@@ -44,6 +46,7 @@ SUMMARY: dict[str, str] = {
     "and again into the same folder.",
     "check": "Verify session files: type, owner and mode, identity, integrity, schema, "
     "consistency, content hashes and WAL, and report each session's verdict.",
+    "completion": "Print the shell completion script for SHELL: commands, options and session ids.",
     "demo": "Build a realistic sample state in DIRECTORY (default: a new temporary directory) "
     "and run check, recover, migrate and prune on it.",
     "events": "Print a session's events in sequence order (the only ordering authority).",
@@ -104,6 +107,35 @@ def _format_commands(self: click.Group, ctx: click.Context, formatter: click.Hel
             formatter.write_dl(rows)
 
 
+def _resolve_command(
+    self: click.Group, ctx: click.Context, args: list[str]
+) -> tuple[str | None, click.Command | None, list[str]]:
+    """click's lookup; an unknown command is told the close names ("did you mean 'check'?")
+    from every command, loaded or not (click's own suggestions see only loaded ones)."""
+    try:
+        return click.Group.resolve_command(self, ctx, args)
+    except click.UsageError as e:
+        name = args[0] if args else ""
+        if not name or name.startswith("-") or self.get_command(ctx, name) is not None:
+            raise
+        raise click.UsageError(
+            f"No such command {name!r}.{did_you_mean(name, self.list_commands(ctx))}", e.ctx
+        ) from None
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """`` Did you mean 'check'?`` for the commands ``name`` may have meant, or ``""``."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:  # the best match, and those nearly as close (not every word that shares letters)
+        score = {c: difflib.SequenceMatcher(None, name, c).ratio() for c in close}
+        close = [c for c in close if score[c] >= score[close[0]] - 0.1]
+    if not close and len(name) >= 3:  # a prefix: `agentdb sess` for sessions
+        close = [n for n in names if n.startswith(name)][:3]
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
 def common_options(cmd: click.Command, path: str = "") -> click.Command:
     """Give a command the options every command shares, unless it defines them itself:
     ``-q/--quiet``, ``-v/--verbose``, ``--no-progress``; ``--csv`` and ``--nl`` where the
@@ -115,6 +147,7 @@ def common_options(cmd: click.Command, path: str = "") -> click.Command:
         cmd.epilog = examples.epilog(path)
     if isinstance(cmd, click.Group):
         cmd.format_commands = types.MethodType(_format_commands, cmd)  # type: ignore[method-assign]
+        cmd.resolve_command = types.MethodType(_resolve_command, cmd)  # type: ignore[method-assign]
         for name, sub in cmd.commands.items():
             common_options(sub, f"{path} {name}")
         return cmd
@@ -159,6 +192,11 @@ class LazyGroup(click.Group):
             cmd: Any = getattr(importlib.import_module(module), attr)
             self.add_command(common_options(cmd, cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        return _resolve_command(self, ctx, args)
 
     def summary(self, ctx: click.Context, cmd_name: str, limit: int = 1000) -> str | None:
         """A command's short help, without importing it when :data:`SUMMARY` has it; None for

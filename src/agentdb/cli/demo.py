@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -74,7 +77,7 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
         try:
             for title, template in WALKTHROUGH:
                 argv = [_fill(a, root, state) for a in template]
-                shown = " ".join(["agentdb", *argv])
+                shown = " ".join([how_to_run().agentdb, *map(shlex.quote, argv)])
                 output.emit_text(f"\n$ {shown}    # {title}")
                 code = main([*globals_, *argv])
                 output.emit_text(f"(exit {code})")
@@ -84,17 +87,21 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    page = Path(agentdb.__file__).parent / "man" / "agentdb-check.1"  # package data
+    cmd = how_to_run()
+    lines = [
+        f"export XDG_STATE_HOME={shlex.quote(homes['XDG_STATE_HOME'])} "
+        f"XDG_CACHE_HOME={shlex.quote(homes['XDG_CACHE_HOME'])}",
+        f"{cmd.agentdb} sessions list",
+        f"{cmd.agentdb} check --problems",
+        f"{cmd.agentdb} status",
+        f"{cmd.agentdb} report --html {shlex.quote(str(root / 'report.html'))}",
+        f"{cmd.agentdb} prune --older-than 90d --dry-run",
+        cmd.man,
+    ]
     output.emit_text(
         "\nTry it yourself (copy these lines as they are):\n"
-        f"  export XDG_STATE_HOME={shlex.quote(homes['XDG_STATE_HOME'])} "
-        f"XDG_CACHE_HOME={shlex.quote(homes['XDG_CACHE_HOME'])}\n"
-        "  agentdb sessions list\n"
-        "  agentdb check --problems\n"
-        "  agentdb status\n"
-        f"  agentdb report --html {shlex.quote(str(root / 'report.html'))}\n"
-        "  agentdb prune --older-than 90d --dry-run\n"
-        f"  man -l {shlex.quote(str(page))}\n"
+        + "".join(f"  {line}\n" for line in lines)
+        + "".join(f"{note}\n" for note in cmd.notes)
         + (f"Remove the demo with: rm -rf {shlex.quote(str(root))}\n" if temporary else "")
     )
     return 0
@@ -105,3 +112,49 @@ def _fill(arg: str, root: Path, state: demo.DemoState) -> str:
     if arg.startswith("{id:") and arg.endswith("}"):
         return state.by_role(arg[4:-1]).session_id
     return arg
+
+
+@dataclass(frozen=True)
+class HowToRun:
+    """How a shell on this machine reaches this installation's ``agentdb`` and its man pages."""
+
+    agentdb: str  # the command to type: ``agentdb`` when PATH finds this one, else its full path
+    man: str  # a ``man`` command line that opens agentdb-check(1) as printed
+    notes: tuple[str, ...]  # lines saying how to shorten those (activate the venv)
+
+
+def how_to_run() -> HowToRun:
+    """The ``agentdb`` command and ``man`` line that work as printed in the shell the demo was
+    started from: a venv is usually not on PATH right after ``pip install``, so then the
+    console script's full path (the one beside this interpreter), and ``MANPATH=`` pointing at
+    the pages pip installed in ``<prefix>/share/man`` (man-db finds them through PATH once the
+    venv's ``bin`` is on it)."""
+    bindir = Path(sys.executable).parent  # not resolved: a venv's python is a symlink
+    script = bindir / "agentdb"
+    found = shutil.which("agentdb")
+    on_path = found is not None and script.exists() and os.path.samefile(found, script)
+    installed = Path(sys.prefix) / "share" / "man"
+    pages = (installed / "man1" / "agentdb-check.1").exists()  # pip install, not editable
+    if pages:
+        man = (
+            "man agentdb-check"
+            if on_path and not os.environ.get("MANPATH")  # a set MANPATH turns PATH's off
+            else f"MANPATH={shlex.quote(str(installed))} man agentdb-check"
+        )
+    else:  # an editable install carries the pages only inside the package
+        page = Path(agentdb.__file__).parent / "man" / "agentdb-check.1"
+        man = f"man {shlex.quote(str(page))}"
+    notes: list[str] = []
+    if on_path:
+        agentdb_cmd = "agentdb"
+    elif script.exists():
+        agentdb_cmd = shlex.quote(str(script))
+        if (bindir / "activate").exists():
+            also = " and `man agentdb-check`" if pages else ""
+            notes.append(
+                f"(or put the venv on PATH first: `. {shlex.quote(str(bindir / 'activate'))}`; "
+                f"then `agentdb ...`{also} work as they are)"
+            )
+    else:  # no console script beside the interpreter (run as `python -m agentdb.cli.main`)
+        agentdb_cmd = f"{shlex.quote(sys.executable)} -m agentdb.cli.main"
+    return HowToRun(agentdb_cmd, man, tuple(notes))

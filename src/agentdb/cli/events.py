@@ -93,6 +93,14 @@ def _preview(e: EventRow) -> str:
     metavar="BYTES",
     help="Bytes of each payload read and shown (JSON marks longer ones truncated).",
 )
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing new events as the session's kernel appends them, like tail -f "
+    "(read-only polling); ends when the session is no longer running (exit 0) or on Ctrl-C "
+    "(exit 130).",
+)
 @json_option
 @fmt_option
 @click.pass_obj
@@ -102,6 +110,7 @@ def events_cmd(
     kinds: tuple[str, ...],
     after: int | None,
     max_payload: int,
+    follow: bool,
     as_json: bool,
     fmt: str,
 ) -> int:
@@ -114,6 +123,9 @@ def events_cmd(
     the next event that reads); then the file is judged as `agentdb check` judges it (or by
     the verdict check recorded for it as it is now): exit status 1 when it is corrupt or
     unreadable, with one line on stderr saying which events could not be read.
+
+    With --follow, events are printed as they are committed (one line each, flushed) until
+    the session's status is no longer running; the file is read, never written or locked.
     """
     log = eventlog.EventLog(
         app.require_sessions_dir(),
@@ -122,21 +134,61 @@ def events_cmd(
         after=after,
         payload_cap=max_payload,
     )
-    it = iter(log)
     read = _Reading()
+    if follow:
+        return _follow(log, read, as_json)
+    it = iter(log)
     if as_json:
         for e in read.events(it):
             output.emit_json_line(_json(e))
             if output.stdout_closed():
                 break  # the reader has what it wanted (`| head -1`)
     else:
-        headers = ["seq", "timestamp", "kind", "producer", "bytes", "payload"]
-        output.emit_table((_row(e) for e in read.events(it)), headers, fmt)
+        output.emit_table((_row(e) for e in read.events(it)), HEADERS, fmt)
     if read.interrupted:
         output.warn(f"interrupted: the {read.count} event(s) read before Ctrl-C are printed")
         return EXIT_INTERRUPTED
     if output.stdout_closed():
         return 0  # the reader stopped reading: it has what it wanted, nothing is judged
+    return _judged(log)
+
+
+HEADERS = ["seq", "timestamp", "kind", "producer", "bytes", "payload"]
+# --follow's columns: fixed widths, so rows printed minutes apart still line up
+_FOLLOW_WIDTHS = (8, 23, 20, 30, 8)
+
+
+def _follow_line(cells: tuple[Any, ...]) -> str:
+    parts = []
+    for i, (cell, width) in enumerate(zip(cells, _FOLLOW_WIDTHS, strict=False)):
+        text = output.printable(str(cell))
+        if len(text) > width and i == 3:  # a long producer: its end (the version) matters most
+            text = "…" + text[-(width - 1) :]
+        parts.append(text.rjust(width) if i in (0, 4) else text.ljust(width))
+    return "  ".join([*parts, output.printable(str(cells[-1]))]).rstrip()
+
+
+def _follow(log: eventlog.EventLog, read: _Reading, as_json: bool) -> int:
+    """``--follow``: each event as one flushed line (or JSON line) as it is committed."""
+
+    def idle() -> None:
+        output.note(
+            f"{log.path}: no process has the session open (its kernel may have died: "
+            f"`agentdb sessions end {log.session_id} --dry-run`); following anyway, Ctrl-C to stop"
+        )
+
+    if not as_json:
+        output.emit_text(_follow_line(tuple(HEADERS)))
+    for e in read.events(log.follow(on_idle=idle)):
+        if as_json:
+            output.emit_json_line(_json(e))
+        else:
+            output.emit_text(_follow_line(_row(e)))
+        if output.stdout_closed():
+            return 0
+    if read.interrupted:
+        output.note(f"stopped following: {read.count} event(s) printed")
+        return EXIT_INTERRUPTED
     return _judged(log)
 
 

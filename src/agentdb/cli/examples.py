@@ -6,6 +6,18 @@ every command must have at least one (``tests/cli/test_common_options.py`` check
 
 from __future__ import annotations
 
+# ``agentdb --help`` and man agentdb(1): a newcomer's first commands, then an operator's day
+TOP: list[tuple[str, str]] = [
+    ("agentdb demo", "build a sample state in a temporary folder and walk through it"),
+    ("agentdb status", "what needs doing, on one screen, with the next commands"),
+    ("agentdb check --changed --problems", "verify what changed; show only what is not ok"),
+    ("agentdb recover --all --dry-run", "what salvaging the damaged sessions would do"),
+    ("agentdb backup --all --to /srv/backup/agent", "copy every session; rerun daily"),
+    ("agentdb prune --older-than 90d --dry-run", "what removing old sessions would do"),
+    ("agentdb events --follow 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "watch a live session's events"),
+    ('eval "$(agentdb completion bash)"', "tab completion in this shell (~/.bashrc)"),
+]
+
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "backup": [
         ("agentdb backup --all --to /srv/backup/agent", "copy every session; rerun to update"),
@@ -17,6 +29,14 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("agentdb check --quick --json", "a faster pass, as one JSON document"),
         ("agentdb check 01HZX3V5P3R6M9T4Q8K2W7Y1BC", "verify one session"),
     ],
+    "completion": [
+        ('eval "$(agentdb completion bash)"', "complete commands and ids in bash (~/.bashrc)"),
+        ('eval "$(agentdb completion zsh)"', "the same for zsh (~/.zshrc)"),
+        (
+            "agentdb completion fish > ~/.config/fish/completions/agentdb.fish",
+            "the same for fish",
+        ),
+    ],
     "demo": [
         ("agentdb demo", "build a sample state in a new temporary folder and walk through it"),
         ("agentdb demo ~/agentdb-demo", "the same, in a folder you keep"),
@@ -26,6 +46,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         (
             "agentdb events 01HZX3V5P3R6M9T4Q8K2W7Y1BC --kind message --after 100 --json",
             "message events after sequence 100, as JSON Lines",
+        ),
+        (
+            "agentdb events --follow 01HZX3V5P3R6M9T4Q8K2W7Y1BC",
+            "new events as the kernel writes them, until the session ends (Ctrl-C stops)",
         ),
     ],
     "migrate": [
@@ -110,8 +134,9 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
 
 
 def epilog(path: str) -> str | None:
-    """The examples of the command at ``path`` as a help epilog (click keeps ``\\b`` blocks)."""
-    examples = EXAMPLES.get(path)
+    """The examples of the command at ``path`` (``""``: the top level) as a help epilog (click
+    keeps ``\\b`` blocks)."""
+    examples = EXAMPLES.get(path) if path else TOP
     if not examples:
         return None
     lines = ["\b", "Examples:"]

@@ -12,7 +12,7 @@ try:  # Ctrl-C while Python is still loading agentdb: nothing has started, so no
     import click
 
     from agentdb import __version__, errors, paths
-    from agentdb.cli import commands, output
+    from agentdb.cli import commands, examples, output
     from agentdb.cli.common import EXIT_INTERRUPTED, App
     from agentdb.cli.params import DIRECTORY
 except KeyboardInterrupt:
@@ -23,6 +23,7 @@ except KeyboardInterrupt:
 @click.group(
     cls=commands.LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=examples.epilog(""),
 )
 @click.option(
     "--sessions-dir",

@@ -59,7 +59,7 @@ def render(path: list[str], cmd: click.Command, ctx: click.Context) -> str:
             sc = cmd.get_command(ctx, sub)
             if sc is None:
                 continue
-            lines += [".TP", f".B {_esc(sub)}", _esc(sc.get_short_help_str(80))]
+            lines += [".TP", f".B {_esc(sub)}", _esc(sc.get_short_help_str(1000))]
     opts = [p for p in cmd.get_params(ctx) if isinstance(p, click.Option)]
     if opts:
         lines.append(".SH OPTIONS")

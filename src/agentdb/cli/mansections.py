@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-# The top page's examples (each command's come from agentdb.cli.examples, as in its --help).
-TOP_EXAMPLES: list[tuple[str, str]] = [
-    ("agentdb demo", "build a sample state in a temporary folder and walk through it"),
-    ("agentdb status", "what needs doing, on one screen"),
-    ("agentdb check --problems", "verify every session; show only what is not ok"),
-]
+from agentdb.cli import examples
+
+# The top page's examples: the same as `agentdb --help`'s.
+TOP_EXAMPLES: list[tuple[str, str]] = examples.TOP
 
 ENVIRONMENT = [
     ("AGENTDB_SESSIONS_DIR", "the sessions directory, as --sessions-dir gives it"),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import click
 
-from agentdb import errors, prune
+from agentdb import errors, leftovers, prune
 from agentdb.cli import output
 from agentdb.cli.common import (
     SESSION_ID,
@@ -85,6 +85,14 @@ def _statuses(
     "confirmation lists the versions, --yes alone never implies this.",
 )
 @click.option(
+    "--leftovers",
+    "leftover_copies",
+    is_flag=True,
+    help="Remove the copies recover and restore kept (<id>.sqlite.corrupt[.N], "
+    ".pre-restore[.N], with their -wal/-journal), of IDS or of every session, instead of "
+    "sessions; never a session file. Dry-run it first.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what would be removed and what is refused; change nothing.",
@@ -112,6 +120,7 @@ def prune_cmd(
     with_descendants: bool,
     include_damaged: bool,
     include_pinned: bool,
+    leftover_copies: bool,
     dry_run: bool,
     yes: bool,
     wait: float | None,
@@ -137,7 +146,35 @@ def prune_cmd(
     quick_check, and re-reads the parent link of every session new or changed since the plan.
     Exit 0: did all asked; 1: refused some; 2: usage error; 130: Ctrl-C (what was removed
     before it is reported; run prune again to finish).
+
+    With --leftovers, prune removes no session: it lists the copies recover and restore kept
+    beside sessions (a damaged original, the file a restore replaced) and, after confirmation
+    (or --yes), removes them with their sidecars. Remove them only once you have decided you
+    need nothing in them: recover keeps each original because it may hold rows the
+    recovery could not read. A copy that changed since it was listed, whose session a job
+    holds, or whose session has an interrupted job's files, is skipped (exit 1).
     """
+    if leftover_copies:
+        given = [
+            name
+            for name, value in (
+                ("--until/--older-than", older_than),
+                ("--since", newer_than),
+                ("--keep-last", keep_last),
+                ("--status", statuses),
+                ("--profile", profile),
+                ("--with-descendants", with_descendants),
+                ("--include-damaged", include_damaged),
+                ("--include-pinned", include_pinned),
+                ("--wait", wait),
+            )
+            if value
+        ]
+        if given:
+            raise click.UsageError(f"--leftovers selects by IDS only; drop {', '.join(given)}")
+        return _leftovers(
+            app, tuple(dict.fromkeys(ids)), dry_run=dry_run, yes=yes, as_json=as_json, fmt=fmt
+        )
     selectors = prune.Selectors(
         ids=tuple(dict.fromkeys(ids)),
         older_than=older_than,
@@ -292,3 +329,81 @@ def _show(result: prune.PruneResult, fmt: str) -> None:
             "pinned sessions stay while their plugin version is cached; "
             "--include-pinned removes them (the versions stay cached)"
         )
+
+
+def _leftovers(
+    app: App, ids: tuple[str, ...], *, dry_run: bool, yes: bool, as_json: bool, fmt: str
+) -> int:
+    """``prune --leftovers``: list the kept copies, then remove them once confirmed."""
+    sessions_dir = app.require_sessions_dir()
+    found = leftovers.find(sessions_dir, frozenset(ids) if ids else None)
+    size = output.human_bytes(sum(x.bytes for x in found))
+    if dry_run or not found:
+        _show_leftovers(found, dry_run=True, as_json=as_json, fmt=fmt)
+        if found:
+            output.note(
+                f"{len(found)} kept copies would be removed, {size} to free; "
+                "`agentdb prune --leftovers --yes` removes them"
+                + (" (of these sessions)" if ids else "")
+            )
+        else:
+            output.note("no kept copies (.corrupt, .pre-restore) to remove")
+        return errors.EXIT_OK
+    if not yes:
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            _show_leftovers(found, dry_run=True, as_json=as_json, fmt=fmt)
+            output.note("agentdb: nothing removed: no terminal to confirm on; pass --yes to remove")
+            return errors.EXIT_PROBLEMS
+        _show_leftovers(found, dry_run=True, as_json=False, fmt=fmt)
+        if not click.confirm(
+            f"Remove {len(found)} kept copies, {size}? What they hold is gone for good",
+            default=False,
+            err=True,
+        ):
+            output.note("agentdb: nothing removed")
+            return errors.EXIT_PROBLEMS
+    done = leftovers.remove(sessions_dir, found)
+    _show_leftovers(done, dry_run=False, as_json=as_json, fmt=fmt)
+    removed = [x for x in done if x.action == "removed"]
+    skipped = len(done) - len(removed)
+    output.note(
+        f"{len(removed)} kept copies removed, {output.human_bytes(sum(x.bytes for x in removed))}"
+        f" freed; {skipped} skipped"
+    )
+    return errors.EXIT_OK if not skipped else errors.EXIT_PROBLEMS
+
+
+def _show_leftovers(
+    found: list[leftovers.Leftover], *, dry_run: bool, as_json: bool, fmt: str
+) -> None:
+    if as_json:
+        removed = [x for x in found if x.action == "removed"]
+        output.emit_json(
+            {
+                "version": 1,
+                "dry_run": dry_run,
+                "leftovers": [x.to_json() for x in found],
+                "summary": {
+                    "copies": len(found),
+                    "bytes": sum(x.bytes for x in found),
+                    "removed": len(removed),
+                    "skipped": sum(1 for x in found if x.action == "skipped"),
+                    "freed_bytes": sum(x.bytes for x in removed),
+                },
+            }
+        )
+        return
+    output.emit_table(
+        (
+            (
+                x.session_id,
+                x.name.split(".sqlite.", 1)[1],
+                len(x.files),
+                output.human_bytes(x.bytes),
+                x.action.replace("_", " ") + (f": {x.reason}" if x.reason else ""),
+            )
+            for x in found
+        ),
+        ["session", "kept as", "files", "size", "action"],
+        fmt,
+    )

@@ -28,6 +28,7 @@ def document(r: report.Report) -> dict[str, object]:
         "pinned": r.pinned,
         "recoveries": r.recoveries,
         "next": r.next,
+        "leftovers": [x.to_json() for x in r.leftovers],
     }
 
 

@@ -43,7 +43,15 @@ def document(report: status_job.StatusReport) -> dict[str, object]:
 def render(report: status_job.StatusReport, fmt: str) -> None:
     s = report.summary
     rows: list[tuple[str, str]] = [
-        ("sessions", f"{s.sessions} ({output.human_bytes(s.size_bytes)})"),
+        (
+            "sessions",
+            f"{s.sessions} ({output.human_bytes(s.size_bytes)}"
+            + (
+                f"; {output.human_bytes(s.disk_bytes)} on disk with the kept copies)"
+                if s.leftover_copies
+                else ")"
+            ),
+        ),
         ("by status", ", ".join(f"{n} {k}" for k, n in report.by_status.items()) or "-"),
         (
             "verdicts",
@@ -70,6 +78,28 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
             "log unreadable (see next)"
             if report.recoveries.problem
             else ", ".join(f"{n} {k}" for k, n in report.recoveries.outcomes.items()) or "none",
+        ),
+        *(
+            [
+                (
+                    "other jobs logged",
+                    ", ".join(f"{n} {k}" for k, n in report.recoveries.other_jobs.items()),
+                )
+            ]
+            if report.recoveries.other_jobs
+            else []
+        ),
+        *(
+            [
+                (
+                    "kept copies",
+                    f"{s.leftover_copies} .corrupt/.pre-restore "
+                    f"({output.human_bytes(s.leftover_bytes)}); "
+                    "once you need none: agentdb prune --leftovers --dry-run",
+                )
+            ]
+            if s.leftover_copies
+            else []
         ),
         (
             "plugin versions",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, paths, recoverylog, verdicts
+from agentdb import errors, leftovers, paths, recoverylog, verdicts
 from agentdb import status as status_job
 from agentdb.checks import policy
 from agentdb.report.files import write_report
@@ -29,6 +29,8 @@ PROBLEM_LIMIT = 100  # problem sessions listed when there are more
 DAY_LIMIT = 366  # most recent days in the cost chart
 MODEL_LIMIT = 25  # models listed by cost (the rest summed as "other")
 RECOVERY_LIMIT = 200  # newest recovery outcomes listed
+LEFTOVER_LIMIT = 50  # kept copies listed (the counts cover them all)
+HISTORY_JOBS = ("recover", "restore")  # the jobs that replace a session file, in the history
 
 __all__ = ["DayCost", "ModelCost", "RecoveryLine", "Report", "collect", "write_report"]
 
@@ -77,6 +79,7 @@ class RecoveryLine:
     outcome: str  # the recovery's outcome, as logged (another build may have written it)
     events_lost: int
     lost_ranges: list[list[int]]  # [first, last] sequences known lost
+    job: str = "recover"  # the job that logged it: recover or restore
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class ReportSummary(status_job.StatusSummary):
     days_shown: int  # of those, in the table and chart
     models: int  # models with spend
     sessions_shown: int  # sessions listed on the page
+    costs_unknown: int  # sessions whose file cannot be read: their cost is in no total
 
 
 @dataclass
@@ -107,6 +111,7 @@ class Report:
     recoveries: list[RecoveryLine]  # newest first
     next: list[status_job.NextCommand]
     notes: list[str] = field(default_factory=list)  # for stderr: why the index was not used
+    leftovers: list[leftovers.Leftover] = field(default_factory=list)  # first LEFTOVER_LIMIT
 
 
 # ------------------------------------------------------------------------------ reading
@@ -121,6 +126,9 @@ def _recoveries(log: Path) -> list[RecoveryLine]:
     for e in entries:
         if e.get("event") != "outcome" or not isinstance(e.get("outcome"), str):
             continue
+        job = e.get("job", "recover")  # recover's lines name no job
+        if job not in HISTORY_JOBS:
+            continue  # prune and end log there too; they replace nothing
         sid = e.get("session_id")
         raw = e.get("lost")
         lost: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -139,6 +147,7 @@ def _recoveries(log: Path) -> list[RecoveryLine]:
                 str(e["outcome"]),
                 n if isinstance(n, int) else sum(b - a + 1 for a, b in ranges),
                 ranges,
+                str(job),
             )
         )
     out.reverse()
@@ -238,7 +247,12 @@ def collect(
         days_shown=min(len(days), DAY_LIMIT),
         models=len(models),
         sessions_shown=len(lines),
+        costs_unknown=sum(1 for row in st.rows if row.status == UNREADABLE),
     )
+    try:
+        kept = leftovers.find(sessions_dir)[:LEFTOVER_LIMIT]
+    except OSError:
+        kept = []
     return Report(
         st.generated_at,
         sessions_dir,
@@ -253,6 +267,7 @@ def collect(
         _recoveries(log),
         st.next,
         st.notes,
+        kept,
     )
 
 
