@@ -158,8 +158,9 @@ class Corrupt(SessionUnusable):
     code = "corrupt"
 
 
-class MigrationFailed(AgentdbError):
-    """A migration step failed; the transaction was rolled back and the file is unchanged."""
+class MigrationFailed(SessionUnusable):
+    """A migration step failed; the transaction was rolled back and the file is unchanged.
+    This build cannot bring the file to its revision: the kernel skips the session."""
 
     code = "migration_failed"
 
