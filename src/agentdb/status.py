@@ -25,6 +25,7 @@ VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
 DAMAGED = frozenset({"corrupt", "inconsistent", "unreadable"})  # verdicts recover is for
 REFUSED = frozenset({"insecure", "foreign", "too_new", "unsafe_schema"})  # fixed by hand
+HEALTHY = frozenset({"ok", "needs_migration"})  # verdicts under which the file opens
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,11 @@ def status(
             counts["needs_migration"] += 1
             migration.append(sid)
         verdict: Verdict | None = None
-        if entry is not None and entry.matches(ident):
+        # A recorded verdict the file's own read contradicts (it cannot be read now, though
+        # the verdict says it could) is a row that lies, or damage its identity does not
+        # show: not believed — the file counts as it reads now, and wants a check.
+        contradicted = entry is not None and row.status == UNREADABLE and entry.verdict in HEALTHY
+        if entry is not None and entry.matches(ident) and not contradicted:
             verdict = entry.verdict
             by_verdict[verdict] += 1
             counts["checked"] += 1
