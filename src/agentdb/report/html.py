@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from agentdb.errors import visible
 from agentdb.report import DayCost, Report, SessionLine
 
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
@@ -57,7 +58,7 @@ VERDICT_COLORS = {"ok": "#17b26a", "needs_migration": "#f79009"}
 
 def esc(value: Any) -> str:
     """Text for an HTML element or attribute: markup escaped, control characters visible."""
-    return html.escape(str(value).translate(_CONTROLS), quote=True)
+    return html.escape(visible(str(value).translate(_CONTROLS)), quote=True)
 
 
 def num(key: str, value: int | float | None, *, money: bool = False) -> str:
