@@ -14,7 +14,7 @@ import apsw
 
 from agentdb import db, errors, fsutil, locks
 from agentdb.hashing import mismatch_sql
-from agentdb.paths import sidecar
+from agentdb.paths import is_valid_id, sidecar
 from agentdb.schema import chainio
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import apply_steps
@@ -274,7 +274,10 @@ def _require_own_session(conn: apsw.Connection, path: Path, session_id: str) -> 
     page): nothing of this session to repair, so no recovery and no migration is attempted;
     the kernel skips it (:class:`~agentdb.errors.ForeignFile`)."""
     ids = _meta_ids(conn)
-    if len(ids) == 1 and ids[0] != session_id:
+    other = ids[0] if len(ids) == 1 else None
+    # another valid session id, as check and recover read it (anything else is damage, for
+    # the integrity check and _require_shape to find)
+    if isinstance(other, str) and other != session_id and is_valid_id(other):
         raise errors.ForeignFile(
             f"{path}: session_meta names session {ids[0]!r}, not {session_id!r}: this is "
             "another session's file under this name; move it back to its own name (see "
