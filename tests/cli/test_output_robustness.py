@@ -78,19 +78,13 @@ def _leftovers(d: Path, target: Path) -> list[str]:
     return sorted(n for n in os.listdir(d) if n.startswith(f".{target.name}.agentdb-tmp-"))
 
 
-def test_sigterm_while_replacing_the_report_leaves_no_temp_file(
-    sessions_dir: Path, tmp_path: Path
-) -> None:
-    make_session(sessions_dir)
-    out = tmp_path / "out"
-    out.mkdir()
-    target = out / "r.html"
-    target.write_text("the old report")
+def _terminated_at(point: str, argv: list[str], tmp_path: Path) -> int:
+    """Run ``agentdb argv``, SIGTERM it once it pauses at ``point``; its return code."""
     pause = tmp_path / "pause"
     pause.mkdir()
-    env = {**_env(), "AGENTDB_PAUSE": f"report_after_tmp:{pause}"}
+    env = {**_env(), "AGENTDB_PAUSE": f"{point}:{pause}"}
     p = subprocess.Popen(
-        [*CLI, *_report_argv(sessions_dir, target)],
+        [*CLI, *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -101,16 +95,39 @@ def test_sigterm_while_replacing_the_report_leaves_no_temp_file(
         while not (pause / "reached").exists():
             assert p.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
-        assert len(_leftovers(out, target)) == 1  # written beside, about to be renamed
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == -signal.SIGTERM
+    return p.returncode
+
+
+def test_sigterm_while_replacing_the_report_leaves_no_temp_file(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    make_session(sessions_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "r.html"
+    target.write_text("the old report")
+    code = _terminated_at("report_after_tmp", _report_argv(sessions_dir, target), tmp_path)
+    assert code == -signal.SIGTERM
     assert _leftovers(out, target) == []
     assert target.read_text() == "the old report"  # the old page or the new, never half
+
+
+def test_sigterm_while_creating_the_report_leaves_no_half_page(
+    sessions_dir: Path, tmp_path: Path
+) -> None:
+    make_session(sessions_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "r.html"
+    argv = ["--sessions-dir", str(sessions_dir), "report", "--html", str(target)]
+    assert _terminated_at("report_after_open", argv, tmp_path) == -signal.SIGTERM
+    assert os.listdir(out) == []
 
 
 def test_a_killed_runs_temp_file_is_removed_by_the_next_run(

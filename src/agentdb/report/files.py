@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from agentdb import errors, faults, fsutil, paths
 from agentdb.paths import FILE_MODE
@@ -32,11 +33,16 @@ def _inside(path: Path, directory: Path) -> bool:
     return p == d or p.startswith(d.rstrip(os.sep) + os.sep)
 
 
-def _write_new(path: Path, data: bytes) -> None:
+def _write_new(path: Path, data: bytes, created: list[Path] | None = None) -> None:
+    """Create ``path`` (never over anything) holding ``data``, fsynced; ``created`` gets
+    ``path`` once the file is this call's (for a caller that must remove it if interrupted)."""
     fd = os.open(
         path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
     )
+    if created is not None:
+        created.append(path)
     try:
+        faults.point("report_after_open")  # created, nothing written yet
         os.fchmod(fd, FILE_MODE)
         view = memoryview(data)
         while view:
@@ -115,10 +121,16 @@ def write_report(
     if not path.parent.is_dir():
         raise ReportRefused(f"{path}: no directory {path.parent}; create it first", path=path)
     data = text.encode("utf-8")
+    created: list[Path] = []
     try:
-        _write_new(path, data)
+        with _terminated_as_raised():
+            _write_new(path, data, created)
         fsutil.fsync_dir(path.parent)
         return
+    except _Terminated:
+        for p in created:  # a page cut short must not stay under the name asked for
+            p.unlink(missing_ok=True)
+        _die_of_sigterm()
     except FileExistsError:
         if not force:
             raise ReportRefused(
@@ -139,10 +151,15 @@ def write_report(
         raise ReportRefused(f"{path}: cannot replace it ({e.strerror})", path=path) from None
     except _Terminated:
         tmp.unlink(missing_ok=True)  # killed while writing beside: leave nothing behind
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # then end as the signal asked, with its status
-        raise
+        _die_of_sigterm()
     fsutil.fsync_dir(path.parent)
+
+
+def _die_of_sigterm() -> NoReturn:
+    """End the process as the SIGTERM that interrupted the write asked, with its status."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(128 + signal.SIGTERM)  # not reached: the default action ends the process
 
 
 def _tmp_prefix(path: Path) -> str:
