@@ -140,7 +140,12 @@ def _unreadable_now(sessions_dir: Path, cache_dir: Path | None) -> set[str]:
     from agentdb import index  # only here: check's other paths never walk the index
 
     snap = index.snapshot(sessions_dir, cache_dir=cache_dir, extras=False)
-    return {r.entry.session_id for r in snap.records if r.meta_error is not None}
+    stable = index.record.STABLE_CODES  # what the bytes say, not a passing lock or OS error
+    return {
+        r.entry.session_id
+        for r in snap.records
+        if r.meta_error is not None and r.meta_error[1] in stable
+    }
 
 
 def cached_judgement(

@@ -213,7 +213,12 @@ def status(
         # A recorded verdict the file's own read contradicts (it cannot be read now, though
         # the verdict says it could) is a row that lies, or damage its identity does not
         # show: not believed — the file counts as it reads now, and wants a check.
-        contradicted = entry is not None and row.status == UNREADABLE and entry.verdict in HEALTHY
+        contradicted = (
+            entry is not None
+            and row.status == UNREADABLE
+            and row.error_code in index.record.STABLE_CODES  # the bytes', not a busy lock's
+            and entry.verdict in HEALTHY
+        )
         if entry is not None and entry.matches(ident) and not contradicted:
             verdict = entry.verdict
             by_verdict[verdict] += 1
