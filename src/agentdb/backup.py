@@ -21,6 +21,10 @@ Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
 3. **Place** it, holding the session's lock in ``DIR`` (so concurrent runs take turns):
 
    * no ``DIR/<id>.sqlite`` yet: ``link(2)`` it there (never replaces a file) — ``copied``;
+   * ``DIR/<id>.sqlite`` is another name of the session itself (a hard link to the session file
+     or one of its sidecars: every write changes it too, so it is no backup): the snapshot is
+     renamed over that name (the session keeps its own) — ``copied``, saying so. Never
+     ``unchanged``: a backup is a separate inode;
    * the old copy fails verification: it is renamed ``<id>.sqlite.corrupt[.N]`` (never
      deleted) and the snapshot takes its place — ``copied``, with ``corrupt_path``;
    * the old copy holds the same rows, or the old copy holds everything the snapshot does
@@ -276,12 +280,18 @@ def _place_beside(
     recovered: bool,
     fresh: bool,
     reports: prefix.ChainReports,
+    linked: frozenset[tuple[int, int]],
 ) -> None:
     """The session is not a superset of ``final``: keep it; put the snapshot in the newest
     timestamped copy if that is a prefix of it, else in a new timestamped copy (unless the
     session is a proven proper prefix of that copy: a rollback, which writes nothing)."""
     dest = final.parent
     stamped = backupdir.stamped_copies(dest, sid)
+    if stamped and _inode(stamped[-1]) in linked:
+        newest = stamped[-1]
+        out.current_path = newest
+        _replace(tmp, newest, "replace_stamped")
+        raise _Placed("kept", f"{newest.name}: {_LINKED}", newest)
     if stamped and _usable(_judge(stamped[-1], sid, recovered)):
         newest = stamped[-1]
         c = prefix.compare_paths(newest, tmp, reports=reports)
@@ -336,10 +346,12 @@ def _place(
     sync_dir: bool,
     fresh: bool,
     reports: prefix.ChainReports,
+    linked: frozenset[tuple[int, int]],
 ) -> None:
     """Step 3 of the module doc; ``st`` is the locked old copy (None: there is none).
     ``fresh``: the snapshot was taken under the lock; ``reports``: chain walks of the files
-    under the lock. Raises :class:`_Placed` (or :class:`_Retry`, :class:`_Stale`)."""
+    under the lock; ``linked``: the session's and its sidecars' (device, inode).
+    Raises :class:`_Placed` (or :class:`_Retry`, :class:`_Stale`)."""
     if st is None:
         try:
             os.link(tmp, final)  # fails (EEXIST) rather than replace a file another run put there
@@ -349,6 +361,9 @@ def _place(
             fsutil.fsync_dir(final.parent)
         faults.point("backup_after_link")  # final name made; the temp name still there
         raise _Placed("copied", "", final)
+    if (st.st_dev, st.st_ino) in linked:
+        _replace(tmp, final, "replace_linked")
+        raise _Placed("copied", f"{final.name}: {_LINKED}", final)
     old = _judge(final, sid, recovered)
     if policy.is_insecure_or_too_new(old.verdict):
         raise _Placed(
@@ -379,11 +394,35 @@ def _place(
     out.lost = c.describe_loss()
     note = _chain_note(c)
     try:
-        _place_beside(tmp, final, out, sid, recovered, fresh, reports)
+        _place_beside(tmp, final, out, sid, recovered, fresh, reports, linked)
     except _Placed as placed:
         if note:
             placed.message = f"{placed.message}; {note}"
         raise
+
+
+_LINKED = (
+    "was another name of the session itself (a hard link, not a copy: every write to the "
+    "session changed it too); replaced by an independent, verified copy"
+)
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _session_inodes(db_path: Path) -> frozenset[tuple[int, int]]:
+    """The (device, inode) of the session file and of its sidecars: a copy that is one of
+    them is the session itself under another name."""
+    found = (
+        _inode(db_path),
+        *(_inode(paths.sidecar(db_path, s)) for s in ("-wal", "-shm", "-journal")),
+    )
+    return frozenset(i for i in found if i is not None)
 
 
 def _replace_corrupt(
@@ -482,18 +521,19 @@ def backup_session(
     try:
         backupdir.ensure(dest_dir)
         note = _take(db_path, tmp, out, recovered)
+        linked = _session_inodes(db_path)
         for _ in range(_ATTEMPTS):
             with backupdir.locked_copy(final) as st:
                 reports = prefix.ChainReports()  # the copies cannot change while locked
                 try:
-                    _place(tmp, final, st, out, sid, recovered, sync_dir, False, reports)
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, False, reports, linked)
                 except _Retry:
                     continue
                 except _Stale:
                     # under the lock no run can place a newer copy: snapshot the session again
                     reports.forget(tmp)
                     note = _take(db_path, tmp, out, recovered)
-                    _place(tmp, final, st, out, sid, recovered, sync_dir, True, reports)
+                    _place(tmp, final, st, out, sid, recovered, sync_dir, True, reports, linked)
         return done("failed", f"{final}: created and removed again and again meanwhile; retry")
     except _Placed as placed:
         message = "; ".join(m for m in (placed.message, note) if m)

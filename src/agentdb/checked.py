@@ -112,10 +112,13 @@ def changed_ids(
 ) -> tuple[list[str], int]:
     """``check --changed``: the sessions with no recorded ``ok`` (a full check's, unless
     ``quick``), or whose identity changed since it (or is too recent to tell: the racily-clean
-    rule); and how many sessions there are. Bit rot changes no identity: only a full ``check``
-    sees it (README: how often to run one)."""
+    rule), or whose file's own read (the session index: a fresh open of every file new or
+    changed since it was indexed) says it cannot be read — a recorded ``ok`` that lies; and
+    how many sessions there are. Bit rot changes no identity: only a full ``check`` sees it
+    (README: how often to run one)."""
     out: list[str] = []
     total = 0
+    unreadable = _unreadable_now(sessions_dir, cache_dir)
     with verdicts.Lookup(sessions_dir, cache_dir=cache_dir) as recorded:  # in name order
         for e in paths.iter_session_entries(sessions_dir):
             total += 1
@@ -125,9 +128,24 @@ def changed_ids(
                 or not policy.is_ok(r.verdict)
                 or (r.quick and not quick)
                 or not r.matches(verdicts.identity_of(e.path))
+                or e.session_id in unreadable
             ):
                 out.append(e.session_id)
     return out, total
+
+
+def _unreadable_now(sessions_dir: Path, cache_dir: Path | None) -> set[str]:
+    """The sessions whose file's open fails, as the session index reads them (only files new
+    or changed since they were indexed are opened)."""
+    from agentdb import index  # only here: check's other paths never walk the index
+
+    snap = index.snapshot(sessions_dir, cache_dir=cache_dir, extras=False)
+    stable = index.record.STABLE_CODES  # what the bytes say, not a passing lock or OS error
+    return {
+        r.entry.session_id
+        for r in snap.records
+        if r.meta_error is not None and r.meta_error[1] in stable
+    }
 
 
 def cached_judgement(

@@ -13,6 +13,28 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+# Unicode's invisible characters that act on the text around them: format characters (bidi
+# embeddings, overrides and isolates such as U+202E, zero-width spaces and joiners, the BOM,
+# tag characters) and the line and paragraph separators.
+_INVISIBLE = frozenset({"Cf", "Zl", "Zp"})
+
+
+def visible(text: str) -> str:
+    """``text`` with every invisible character that can reorder or hide what a reader sees
+    (U+202E RIGHT-TO-LEFT OVERRIDE, U+200B, U+2066, ...) shown as an escape (``\\u202e``); ASCII
+    text is returned as it is (its control characters are the callers' to escape)."""
+    if text.isascii():
+        return text
+    import unicodedata
+
+    return "".join(
+        (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        if c > "\x7f" and unicodedata.category(c) in _INVISIBLE
+        else c
+        for c in text
+    )
+
+
 # Exit codes from CONTRACT.md.
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -158,8 +180,9 @@ class Corrupt(SessionUnusable):
     code = "corrupt"
 
 
-class MigrationFailed(AgentdbError):
-    """A migration step failed; the transaction was rolled back and the file is unchanged."""
+class MigrationFailed(SessionUnusable):
+    """A migration step failed; the transaction was rolled back and the file is unchanged.
+    This build cannot bring the file to its revision: the kernel skips the session."""
 
     code = "migration_failed"
 

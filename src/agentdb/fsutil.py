@@ -413,37 +413,73 @@ def private_workdir(prefix: str) -> Iterator[Path]:
     """A fresh 0700 directory for a job's private scratch files, removed on exit.
 
     It lives under agentdb's own data, ``$XDG_CACHE_HOME/agentdb/tmp/`` (CONTRACT.md: derived,
-    deletable at any time), not in a shared ``$TMPDIR``. Its name carries the pid; directories
-    a killed job left (their pid no longer runs) are swept on the next call. Only when the
-    cache cannot be created (a read-only home) does it fall back to the system's temp dir.
+    deletable at any time), not in a shared ``$TMPDIR``. Its name carries the host
+    (:func:`host_tag`) and the pid; directories a killed job of this host left (their pid no
+    longer runs here) are swept on the next call — never another host's (a home shared by two
+    hosts: a pid alive there is not alive here), never a name without a host. ``agentdb/`` and
+    ``agentdb/tmp`` must be real directories this user owns: a symlink there is never followed
+    (nothing is swept, nothing is made in its target). Only then, or when the cache cannot be
+    created (a read-only home), does it fall back to the system's temp dir (nothing swept).
     """
     import tempfile  # here: its import (random, shutil) costs every command's start-up
 
-    base = paths.agentdb_cache_dir() / "tmp"
+    cache = paths.agentdb_cache_dir()
+    base = cache / "tmp"
+    fd = -1
     try:
         ensure_dir(base)
+        fd = _own_dir_fd(cache, base)
     except OSError:
         base = Path(tempfile.gettempdir())
     else:
-        _sweep_dead(base)
-    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=base) as d:
+        try:
+            _sweep_dead(fd)
+        finally:
+            os.close(fd)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{host_tag()}-{os.getpid()}-", dir=base) as d:
         os.chmod(d, DIR_MODE)
         yield Path(d)
 
 
-_WORKDIR_RE = re.compile(r"agentdb-[a-z]+-(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
+def host_tag() -> str:
+    """This host as scratch names carry it: 8 hex digits of its name (``uname -n``), so that
+    two hosts sharing one home never take each other's scratch for a dead job's."""
+    import zlib
+
+    return f"{zlib.crc32(os.uname().nodename.encode('utf-8', 'surrogateescape')):08x}"
 
 
-def _sweep_dead(base: Path) -> None:
-    """Remove scratch directories of agentdb jobs that no longer run (killed -9)."""
+def _own_dir_fd(cache: Path, base: Path) -> int:
+    """A descriptor of ``base`` (``cache``/tmp), opened without following a symlink at either
+    level; raises OSError when either is a symlink, not a directory, or not this user's."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(cache, flags)
     try:
-        names = os.listdir(base)
+        fd = os.open(base.name, flags, dir_fd=top)
+    finally:
+        os.close(top)
+    if os.fstat(fd).st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(errno.EPERM, "not this user's", str(base))
+    return fd
+
+
+_WORKDIR_RE = re.compile(r"agentdb-[a-z]+-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
+
+
+def _sweep_dead(dir_fd: int) -> None:
+    """Remove scratch directories of this host's agentdb jobs that no longer run (killed -9),
+    inside the directory ``dir_fd`` only: entries are looked up and removed relative to it, a
+    symlink among them is never followed."""
+    try:
+        names = os.listdir(dir_fd)
     except OSError:
         return
+    me = host_tag()
     for name in names:
         m = _WORKDIR_RE.fullmatch(name)
-        if m is None:
-            continue
+        if m is None or m["host"] != me:
+            continue  # not a job's scratch, or another host's: its pid means nothing here
         try:
             os.kill(int(m["pid"]), 0)
             continue  # still running (or a pid we may not signal): leave it
@@ -451,6 +487,28 @@ def _sweep_dead(base: Path) -> None:
             pass
         except (OSError, OverflowError):
             continue
-        import shutil
+        try:
+            st = os.lstat(name, dir_fd=dir_fd)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue  # a symlink, a file, another user's: never ours to remove
+        with contextlib.suppress(OSError):
+            _remove_tree_at(dir_fd, name)
 
-        shutil.rmtree(base / name, ignore_errors=True)
+
+def _remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` in ``dir_fd`` and everything in it, each entry relative
+    to its own directory's descriptor: a symlink is removed, never followed."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for child, is_dir in entries:
+            if is_dir:
+                _remove_tree_at(fd, child)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)

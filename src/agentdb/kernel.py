@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 
 from agentdb import checks, errors, fsutil, locks, paths
+from agentdb.checks import policy
 from agentdb.salvage import recover_session
 from agentdb.store import SessionWriter
 
@@ -40,9 +41,16 @@ def open_session(sessions_dir: Path, session_id: str) -> SessionWriter:
 
 def judge_hook(path: Path, session_id: str) -> str | None:
     """None unless ``check`` calls the file ``corrupt`` or ``unreadable``; then one line why.
-    Other verdicts are the writer's to refuse (foreign, too new, insecure) or to open
-    (inconsistent, needs_migration)."""
+    A file ``check`` calls ``foreign`` is refused here (:class:`~agentdb.errors.ForeignFile`),
+    before the writer opens it: it is never recovered nor migrated, whatever else is wrong with
+    it (at revision 3 another session's ``session_meta`` also breaks the chain, which the
+    writer's open would take for damage). Other verdicts are the writer's to refuse (too new,
+    insecure) or to open (inconsistent, needs_migration)."""
     j = checks.judgement_of(checks.judge(path, session_id), "full")
+    if policy.is_foreign(j.verdict):
+        raise errors.ForeignFile(
+            f"{path}: {j.describe()} (nothing recovered or changed)", path=path
+        )
     return j.describe() if j.damaged else None
 
 

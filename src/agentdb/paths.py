@@ -111,8 +111,41 @@ def session_id_of(name: str) -> str | None:
     return None
 
 
+# SQLite's unix VFS opens no database whose full path — absolute, symlinks resolved (SQLite
+# resolves them itself, so a short symlink to a long directory does not help) — is over 504
+# bytes: its mxPathname is 512 and it keeps room for the "-journal" suffix (8 bytes).
+# Measured with apsw/SQLite 3.54.1 on Linux: a 504-byte path opens and writes (WAL and
+# rollback journal); at 505 bytes every open is SQLITE_CANTOPEN "unable to open database file".
+SQLITE_MAX_PATH = 504
+# The longest name agentdb opens with SQLite inside the sessions directory:
+# "<ULID>.sqlite.agentdb-migrate-backup" (56 bytes; recover's and restore's "-tmp" are shorter).
+LONGEST_NAME = 26 + len(".sqlite.agentdb-migrate-backup")
+# The longest sessions directory (bytes, resolved) in which every file agentdb opens fits: 447.
+MAX_SESSIONS_DIR = SQLITE_MAX_PATH - 1 - LONGEST_NAME
+
+
+def require_short_path(sessions_dir: str | os.PathLike[str]) -> None:
+    """Raise :class:`UsageError` when the sessions directory's resolved path is too long for
+    SQLite to open the files in it (:data:`MAX_SESSIONS_DIR`): one clear error up front, not a
+    healthy session called unreadable and a 0-byte file left by a failed create."""
+    real = os.path.realpath(os.fspath(sessions_dir))
+    size = len(os.fsencode(real))
+    if size <= MAX_SESSIONS_DIR:
+        return
+    shown = os.fspath(sessions_dir)
+    resolved = "" if real == os.path.abspath(shown) else f" (resolved: {real})"
+    raise UsageError(
+        f"{shown}: the sessions directory's path is {size} bytes{resolved}, longer than the "
+        f"{MAX_SESSIONS_DIR} bytes agentdb can use (SQLite opens no file whose full path is "
+        f"over {SQLITE_MAX_PATH} bytes); use a shorter directory (--sessions-dir or "
+        "XDG_STATE_HOME, or a bind mount at a short path — a symlink does not help: SQLite "
+        "resolves it); nothing was changed"
+    )
+
+
 def require_sessions_dir(path: Path) -> Path:
-    """The sessions directory must exist for every command but the writer and demo."""
+    """The sessions directory must exist for every command but the writer and demo, and its
+    path must be short enough for SQLite (:func:`require_short_path`)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -130,6 +163,7 @@ def require_sessions_dir(path: Path) -> Path:
         ) from None
     if not os.path.isdir(path):
         raise UsageError(f"{path}: not a directory (mode {oct(st.st_mode)}); pass --sessions-dir")
+    require_short_path(path)
     return path
 
 

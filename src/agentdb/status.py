@@ -26,6 +26,7 @@ VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
 DAMAGED = policy.DAMAGED | policy.INCONSISTENT  # damaged: recover, end or a final decision
 REFUSED = policy.REFUSED  # fixed by hand
+HEALTHY = policy.SOUND  # verdicts under which the file opens
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,16 @@ def status(
             counts["needs_migration"] += 1
             migration.append(sid)
         verdict: Verdict | None = None
-        if entry is not None and entry.matches(ident):
+        # A recorded verdict the file's own read contradicts (it cannot be read now, though
+        # the verdict says it could) is a row that lies, or damage its identity does not
+        # show: not believed — the file counts as it reads now, and wants a check.
+        contradicted = (
+            entry is not None
+            and row.status == UNREADABLE
+            and row.error_code in index.record.STABLE_CODES  # the bytes', not a busy lock's
+            and entry.verdict in HEALTHY
+        )
+        if entry is not None and entry.matches(ident) and not contradicted:
             verdict = entry.verdict
             by_verdict[verdict] += 1
             counts["checked"] += 1

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentdb import demo
+from agentdb import demo, fsutil
 from tests.runner import run_cli, state_options
 
 
@@ -73,10 +73,11 @@ def test_scratch_left_by_a_killed_job_is_swept(tmp_path: Path) -> None:
     base.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = base / f"agentdb-recover-{dead.pid}-abc123"
+    host = fsutil.host_tag()  # scratch names carry the host: another host's are never swept
+    stale = base / f"agentdb-recover-{host}-{dead.pid}-abc123"
     stale.mkdir()
     (stale / "copy.sqlite").write_bytes(b"private bytes")
-    alive = base / f"agentdb-recover-{os.getpid()}-def456"
+    alive = base / f"agentdb-recover-{host}-{os.getpid()}-def456"
     alive.mkdir()
     sid = state.by_role("damaged").session_id
     r = run_cli(*state_options(state), "recover", sid, env={"XDG_CACHE_HOME": str(cache)})

@@ -136,13 +136,19 @@ class _Run:
             self.add("not_opened", "not opened until its permissions are fixed")
             return False
         self.warn_readable(stats)
-        if st.st_nlink > 1:
-            fix = f"cp -p {self.path} {self.path}.new && mv {self.path}.new {self.path}"
+        for suffix, linked in (("", st), ("-wal", stats.wal)):
+            if linked is None or not stat.S_ISREG(linked.st_mode) or linked.st_nlink <= 1:
+                continue
+            p = sidecar(self.path, suffix) if suffix else self.path
+            fix = f"cp -p {p} {p}.new && mv {p}.new {p}"
             self.add(
                 "hard_linked",
-                f"has {st.st_nlink} names (hard links, e.g. from `cp -al` or `rsync "
-                "--link-dest`): a job that rewrites it in place would change the other names "
-                f"too; while no kernel has it open, break the link: `{fix}`",
+                f"{p.name}: has {linked.st_nlink} names (hard links, e.g. from `cp -al` or "
+                "`rsync --link-dest`); the other names are not a backup: every write to the "
+                "session changes them too (and a writer opened through one writes this "
+                "session), a job that rewrites it in place would change them all; while no "
+                f"kernel has it open, break the link: `{fix}`, and make copies with "
+                "`agentdb backup`",
                 fix,
             )
         return True

@@ -111,6 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         output.error(message, code=code, exit_code=exit_code, path=path, as_json=as_json)
         return exit_code
 
+    if sys.stdout is None:  # started with stdout closed (`agentdb check >&-`)
+        return fail(
+            "stdout: closed; nothing was done — give the command an output (`>/dev/null` to "
+            "drop it)",
+            "usage",
+            errors.EXIT_USAGE,
+            "stdout",
+        )
     try:
         try:
             rv = _run(args)
@@ -141,7 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:  # an environment failure no job turned into a report
             where = e.filename if e.filename is not None else "agentdb"
             return fail(f"{where}: {e.strerror or e}", "os_error", errors.EXIT_PROBLEMS, where)
-        sys.stdout.flush()  # a closed pipe shows here when the output fit in the buffer
+        try:
+            sys.stdout.flush()  # a closed pipe shows here when the output fit in the buffer
+        except BrokenPipeError:
+            raise
+        except OSError as e:  # /dev/full: the write that failed was stdout's
+            output.discard_stdout()
+            e = output.stdout_error(e)
+            return fail(f"stdout: {e.strerror}", "os_error", errors.EXIT_PROBLEMS, "stdout")
     except BrokenPipeError:
         return _stdout_gone()
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported

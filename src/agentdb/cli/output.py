@@ -22,6 +22,8 @@ from typing import Any
 
 import click
 
+from agentdb.errors import visible
+
 _PLAIN = (str, int, float, bool, type(None))
 _SIMPLE = frozenset((str, int, bool, type(None)))  # as they are (a float may not be finite)
 _closed = False  # the reader of stdout went away: nothing more is written there
@@ -41,6 +43,15 @@ def _out(text: str, nl: bool = True) -> None:
     except BrokenPipeError:
         _closed = True
         discard_stdout()
+    except OSError as e:  # /dev/full, a full disk, EIO: name stdout, not agentdb
+        _closed = True
+        discard_stdout()  # what is still buffered must not fail again at exit
+        raise stdout_error(e) from None
+
+
+def stdout_error(e: OSError) -> OSError:
+    """``e`` (a failed write to stdout, which names no file) naming ``stdout``."""
+    return OSError(e.errno, e.strerror or str(e), "stdout")
 
 
 def discard_stdout() -> None:
@@ -166,8 +177,10 @@ _ESCAPES.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character shown as an escape; safe to print on a terminal."""
-    return text.translate(_ESCAPES)
+    """``text`` with every control character, and every invisible character that reorders or
+    hides text (U+202E and the other bidi overrides, zero-width characters), shown as an
+    escape; safe to print on a terminal."""
+    return visible(text.translate(_ESCAPES))
 
 
 def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:

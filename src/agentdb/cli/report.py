@@ -40,7 +40,7 @@ def document(r: report.Report) -> dict[str, object]:
     default=None,
     metavar="FILE",
     help="Write the page to FILE (created 0600; never over an existing file without --force; "
-    "refused inside the sessions directory).",
+    "refused inside the sessions directory); `-` writes it to stdout.",
 )
 @click.option(
     "--force",
@@ -73,6 +73,11 @@ def report_cmd(
     """
     if html_file is None and not as_json:
         raise click.UsageError("give --html FILE, --json, or both")
+    to_stdout = html_file is not None and str(html_file) == "-"
+    if to_stdout and as_json:
+        raise click.UsageError(
+            "--html - and --json both write to stdout; give --html a file name, or drop one"
+        )
     sessions_dir = app.require_sessions_dir()
     r = report.collect(
         sessions_dir,
@@ -83,7 +88,11 @@ def report_cmd(
     )
     for n in r.notes:
         output.note(n)
-    if html_file is not None:
+    if to_stdout:
+        from agentdb.report import html
+
+        output.emit_text(html.render(r))
+    elif html_file is not None:
         from agentdb.report import html
 
         report.write_report(

@@ -2,8 +2,9 @@
 
 Per session, under ``locks.hold`` (no SQLite connection can open the file meanwhile):
 
-0. before any removal, walk the directory again (the session index, validated by stat): a
-   session new or changed since the plan that names a removal as its parent keeps it
+0. before any removal, walk the directory again and read every staying file's parent link from
+   the file (never from the session index: a row may lie though the file's identity is the
+   one it was read at): a session that names a removal as its parent keeps it
    (``has_children``);
 1. re-take the stamp from a fresh ``fstat``/``lstat``: the main file and its WAL must be the
    very files the plan judged (inode, size, mtime), and nobody may have it open; otherwise it
@@ -45,6 +46,7 @@ from agentdb.prune.scan import (
     INTENT,
     Stamp,
     intent_bytes,
+    parent_in_file,
     quick_problem,
     read_intent,
     stat_key,
@@ -185,10 +187,10 @@ def execute(plan: PrunePlan) -> PruneResult:
 
 
 def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
-    """Removals that a session staying now names as its parent: a stat walk, and the parent
-    link read again from every file new or changed since the plan began (a session's parent
-    is written when it is created; only a new file, or one replaced — recover, restore,
-    migrate — can name another)."""
+    """Removals that a session staying now names as its parent: the parent link read again
+    from every file there now, never taken from the plan's index rows (a row may lie though
+    the file's identity is the one it was read at: nothing is removed on an index row's
+    word), and the plan's own answer too (a file that cannot be read now)."""
     removing = set(plan.removal_ids)
     if not removing:
         return {}
@@ -197,13 +199,9 @@ def _named_as_parent(plan: PrunePlan) -> dict[str, list[str]]:
         sid = s.entry.session_id
         if sid in removing:
             continue
-        listed, key = plan.planned_identity(sid)
-        known, planned = plan.planned_parent(sid)
-        if s.key is not None and listed and key == s.key and known:
-            parent = planned
-        else:
-            rec = index.record.read(s.entry)
-            parent = rec.info.parent_session_id if rec.info is not None else None
+        parent = parent_in_file(s.entry.path)
+        if parent is None:
+            _, parent = plan.planned_parent(sid)
         if parent in removing:
             named.setdefault(str(parent), []).append(sid)
     return named

@@ -507,6 +507,28 @@ def status_held(main: Path) -> str | None:
         conn.close()
 
 
+def parent_in_file(main: Path) -> str | None:
+    """The parent session_meta names, read from the file itself (never from the index: a row
+    may lie though the file's identity is the one it was read at); None when it names none or
+    cannot be read (a file that cannot be read names no parent here, as in a plain scan)."""
+    from agentdb import db
+
+    try:
+        conn = _open_checked(main, False)
+    except errors.AgentdbError:
+        return None
+    try:
+        with db.translated(main):
+            parent = read_info(
+                conn, main, main.name.removesuffix(paths.SESSION_SUFFIX)
+            ).parent_session_id
+    except errors.AgentdbError:
+        return None
+    finally:
+        conn.close()
+    return parent if isinstance(parent, str) else None
+
+
 def _open_checked(main: Path, held: bool) -> Any:
     from agentdb import db
 

@@ -3,11 +3,18 @@ never inside the sessions directory; with ``--force``, written beside and rename
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
-from agentdb import errors, fsutil, paths
+from agentdb import errors, faults, fsutil, paths
 from agentdb.paths import FILE_MODE
 
 
@@ -26,11 +33,16 @@ def _inside(path: Path, directory: Path) -> bool:
     return p == d or p.startswith(d.rstrip(os.sep) + os.sep)
 
 
-def _write_new(path: Path, data: bytes) -> None:
+def _write_new(path: Path, data: bytes, created: list[Path] | None = None) -> None:
+    """Create ``path`` (never over anything) holding ``data``, fsynced; ``created`` gets
+    ``path`` once the file is this call's (for a caller that must remove it if interrupted)."""
     fd = os.open(
         path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
     )
+    if created is not None:
+        created.append(path)
     try:
+        faults.point("report_after_open")  # created, nothing written yet
         os.fchmod(fd, FILE_MODE)
         view = memoryview(data)
         while view:
@@ -109,10 +121,16 @@ def write_report(
     if not path.parent.is_dir():
         raise ReportRefused(f"{path}: no directory {path.parent}; create it first", path=path)
     data = text.encode("utf-8")
+    created: list[Path] = []
     try:
-        _write_new(path, data)
+        with _terminated_as_raised():
+            _write_new(path, data, created)
         fsutil.fsync_dir(path.parent)
         return
+    except _Terminated:
+        for p in created:  # a page cut short must not stay under the name asked for
+            p.unlink(missing_ok=True)
+        _die_of_sigterm()
     except FileExistsError:
         if not force:
             raise ReportRefused(
@@ -121,11 +139,82 @@ def write_report(
     except OSError as e:
         raise ReportRefused(f"{path}: cannot create it ({e.strerror})", path=path) from None
     _refuse_replacing(path, recovery_log or paths.recovery_log_path(sessions_dir))
-    tmp = path.with_name(f".{path.name}.agentdb-tmp-{os.getpid()}")
+    _sweep_dead_tmps(path)
+    tmp = path.with_name(f"{_tmp_prefix(path)}{fsutil.host_tag()}-{os.getpid()}")
     try:
-        _write_new(tmp, data)
-        os.replace(tmp, path)
+        with _terminated_as_raised():
+            _write_new(tmp, data)
+            faults.point("report_after_tmp")  # written beside, not renamed yet
+            os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise ReportRefused(f"{path}: cannot replace it ({e.strerror})", path=path) from None
+    except _Terminated:
+        tmp.unlink(missing_ok=True)  # killed while writing beside: leave nothing behind
+        _die_of_sigterm()
     fsutil.fsync_dir(path.parent)
+
+
+def _die_of_sigterm() -> NoReturn:
+    """End the process as the SIGTERM that interrupted the write asked, with its status."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(128 + signal.SIGTERM)  # not reached: the default action ends the process
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.agentdb-tmp-"
+
+
+_TMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)")
+
+
+def _sweep_dead_tmps(path: Path) -> None:
+    """Remove what a run on this host killed while replacing ``path`` left beside it (``kill
+    -9``: no handler runs): ``.<name>.agentdb-tmp-<host>-<pid>`` whose pid no longer runs here;
+    only regular files of this user, never another host's."""
+    prefix, me = _tmp_prefix(path), fsutil.host_tag()
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        m = _TMP_TAIL.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
+        if m is None or m["host"] != me:
+            continue
+        try:
+            os.kill(int(m["pid"]), 0)
+            continue  # running (or not ours to signal): its file
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError):
+            continue
+        p = path.parent / name
+        try:
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(p)
+        except OSError:
+            pass
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while the report was written beside its name."""
+
+
+@contextlib.contextmanager
+def _terminated_as_raised() -> Iterator[None]:
+    """SIGTERM raises :class:`_Terminated` inside the block (so the temp file is removed),
+    from the main thread; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)

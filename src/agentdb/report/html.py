@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from agentdb.errors import visible
 from agentdb.report import DayCost, Report, SessionLine
 from agentdb.sessions import UNREADABLE
 
@@ -100,7 +101,7 @@ VERDICT_COLORS = {"ok": "#17b26a", "needs_migration": "#f79009"}
 
 def esc(value: Any) -> str:
     """Text for an HTML element or attribute: markup escaped, control characters visible."""
-    return html.escape(str(value).translate(_CONTROLS), quote=True)
+    return html.escape(visible(str(value).translate(_CONTROLS)), quote=True)
 
 
 def num(key: str, value: int | float | None, *, money: bool = False) -> str:

@@ -14,7 +14,7 @@ import apsw
 
 from agentdb import db, errors, fsutil, locks
 from agentdb.hashing import mismatch_sql
-from agentdb.paths import sidecar
+from agentdb.paths import is_valid_id, sidecar
 from agentdb.schema import chainio
 from agentdb.schema.identity import identify, schema_differences
 from agentdb.schema.migrations import apply_steps
@@ -127,6 +127,9 @@ def _open_sound(
         with _damage_as_raised(path):
             ident = identify(conn)
             require_session(ident, path)
+            # Before migrating: a migration of another session's file is never wanted, and
+            # its integrity check would fail on the index that still names this session.
+            _require_own_session(conn, path, session_id)
             if check_integrity:
                 _require_intact(conn, ident.revision)
             _settle(conn, path, inode)
@@ -260,6 +263,29 @@ def read_status(conn: apsw.Connection, path: Path, session_id: str) -> str:
     return str(status)
 
 
+def _meta_ids(conn: apsw.Connection) -> list[object]:
+    """session_meta's ids as its table holds them (``NOT INDEXED``: never the index alone,
+    which may still name this session over another session's rows, as ``check`` reads them)."""
+    return [r[0] for r in conn.execute("SELECT session_id FROM session_meta NOT INDEXED LIMIT 2")]
+
+
+def _require_own_session(conn: apsw.Connection, path: Path, session_id: str) -> None:
+    """Refuse another session's file under this name (copied or renamed, or its session_meta
+    page): nothing of this session to repair, so no recovery and no migration is attempted;
+    the kernel skips it (:class:`~agentdb.errors.ForeignFile`)."""
+    ids = _meta_ids(conn)
+    other = ids[0] if len(ids) == 1 else None
+    # another valid session id, as check and recover read it (anything else is damage, for
+    # the integrity check and _require_shape to find)
+    if isinstance(other, str) and other != session_id and is_valid_id(other):
+        raise errors.ForeignFile(
+            f"{path}: session_meta names session {ids[0]!r}, not {session_id!r}: this is "
+            "another session's file under this name; move it back to its own name (see "
+            "`agentdb check` on it)",
+            path=path,
+        )
+
+
 def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id: str) -> None:
     diffs = schema_differences(conn, revision)
     if diffs:
@@ -268,16 +294,7 @@ def _require_shape(conn: apsw.Connection, path: Path, revision: int, session_id:
             "run `agentdb check` on it",
             path=path,
         )
-    ids = [r[0] for r in conn.execute("SELECT session_id FROM session_meta LIMIT 2")]
-    if len(ids) == 1 and ids[0] != session_id:
-        # Another session's file under this name (copied or renamed): nothing is damaged, so
-        # no recovery is attempted (recover calls it healthy); the kernel skips it.
-        raise errors.ForeignFile(
-            f"{path}: session_meta names session {ids[0]!r}, not {session_id!r}: this is "
-            "another session's file under this name; move it back to its own name (see "
-            "`agentdb check` on it)",
-            path=path,
-        )
+    ids = _meta_ids(conn)
     if ids != [session_id]:
         raise errors.Corrupt(
             f"{path}: session_meta holds {ids!r}, expected exactly [{session_id!r}]; "

@@ -19,7 +19,7 @@ import ulid
 
 from agentdb import db, errors, locks
 from agentdb.hashing import event_hash
-from agentdb.paths import session_path, validate_id
+from agentdb.paths import require_short_path, session_path, validate_id
 from agentdb.schema import enums
 from agentdb.schema.migrations import create_schema
 from agentdb.schema.revisions import CURRENT_REVISION, KNOWN_DDL
@@ -135,6 +135,7 @@ class SessionWriter:
         """
         sid = validate_id(session_id) if session_id else new_session_id()
         sessions_dir = Path(os.fspath(sessions_dir))
+        require_short_path(sessions_dir)  # else SQLite would fail after creating the file
         if parent_session_id is not None:
             validate_id(parent_session_id)
             if parent_session_id == sid:
@@ -201,6 +202,7 @@ class SessionWriter:
         Another writer's lease is refused at once (:class:`~agentdb.errors.SessionBusy`, naming
         its pid); this writer takes the lease last, once the file it will write is settled.
         """
+        require_short_path(sessions_dir)
         path = session_path(Path(os.fspath(sessions_dir)), session_id)
         lease = locks.Lease(path)
         try:
