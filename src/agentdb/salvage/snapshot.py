@@ -114,13 +114,13 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     except (OSError, errors.AgentdbError):
         had_journal = False  # no journal a rollback would read
     _copy_fd(fd, st.st_size, copy)
-    journal_note, torn, restored = None, None, None
+    journal_note, torn, restored, other = None, None, None, False
     if had_journal:
         playback = sidecars.journal_playback(journal)
         if playback is not None:
             restored = playback[0]
             torn = restored if playback[1] else None
-        journal_note = sidecars.roll_back(copy, journal, work)
+        journal_note, other = sidecars.roll_back(copy, journal, work)
     journal.unlink(missing_ok=True)
     with open(copy, "rb") as f:
         header = f.read(100)
@@ -134,8 +134,10 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         had_journal=had_journal,
         journal_note=journal_note,
         # a hot journal left unapplied: the dead writer may have changed any page, and none
-        # was restored, so every row no hash vouches for is in doubt
-        journal_torn=torn if journal_note is None else frozenset(),
+        # was restored, so every row no hash vouches for is in doubt — unless its rollback
+        # gives another session's rows: then another session's writer wrote it, not this
+        # file's (rows of this file it changed would be this session's, judged as any damage)
+        journal_torn=torn if journal_note is None else None if other else frozenset(),
         journal_restored=restored if journal_note is None else None,
         header=header,
     )
