@@ -786,14 +786,7 @@ def _journal_view(path: Path) -> _JournalView:
             )
         except READ_ERRORS:
             ids = None
-        try:
-            events: dict[int, bytes] | None = {
-                r[0]: r[1]
-                for r in conn.execute("SELECT sequence, CAST(id AS BLOB) FROM events NOT INDEXED")
-                if type(r[0]) is int
-            }
-        except READ_ERRORS:
-            events = None
+        events = event_ids(conn)
         try:
             dangling: int | None = sum(
                 scalar(
@@ -857,6 +850,39 @@ def journal_rollback_foreign(
             "not hold, where the file alone has none"
         )
     return None
+
+
+def event_ids(conn: apsw.Connection) -> dict[int, bytes] | None:
+    """The events' ids by sequence, read from the table itself (an index may disagree with
+    it); None when the table does not read."""
+    try:
+        return {
+            r[0]: r[1]
+            for r in conn.execute("SELECT sequence, CAST(id AS BLOB) FROM events NOT INDEXED")
+            if type(r[0]) is int
+        }
+    except READ_ERRORS:
+        return None
+
+
+def wal_behind(through_wal: dict[int, bytes] | None, alone: dict[int, bytes] | None) -> str | None:
+    """Why a ``-wal`` is not this file's current WAL, from the events read through it and from
+    the file alone (None when either does not read, or nothing says so). Events are only ever
+    appended, and a checkpoint only copies a WAL's commits into the file, so the state read
+    through this file's WAL holds every event the file alone holds: a WAL that drops one
+    would move the file behind commits it already holds (an earlier generation's WAL, or
+    another session's) — SQLite would read that older state, and the next open checkpoint it
+    over the newer pages. (An id that changes is :func:`agentdb.checks.walevidence`'s.)"""
+    if through_wal is None or alone is None:
+        return None
+    dropped = [s for s in alone if s not in through_wal]
+    if not dropped:
+        return None
+    return (
+        f"read through it, the file loses {len(dropped)} of its {len(alone)} events (first "
+        f"sequence {min(dropped)}): the file alone holds newer commits — an earlier "
+        "generation's WAL"
+    )
 
 
 def roll_back_checked(path: Path) -> str | None:

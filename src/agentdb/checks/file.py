@@ -207,9 +207,34 @@ class _Run:
                 foreign = events_rewritten(scan, self.path)
             except OSError:
                 foreign = None  # the file went away or is unreadable: judged by its open
+        if foreign is None and scan.valid_frames:
+            foreign = self.wal_behind(stats)
         if foreign is not None:
             self.foreign_wal(foreign)
         return key
+
+    def wal_behind(self, stats: db.FileStats) -> str | None:
+        """Recover's evidence too (:func:`agentdb.db.wal_behind`): read through the WAL, the
+        file loses events it holds alone — an earlier generation's WAL, which the next open
+        would checkpoint over the newer pages. Nobody has the file open (judged by the caller)."""
+        try:
+            alone = db.open_readonly_alone(self.path)
+        except errors.AgentdbError:
+            return None
+        try:
+            mine = db.event_ids(alone)
+        finally:
+            alone.close()
+        if not mine:
+            return None
+        try:
+            through = db.open_readonly(self.path, check_schema=False, stats=stats, judged=True)
+        except errors.AgentdbError:
+            return None
+        try:
+            return db.wal_behind(db.event_ids(through), mine)
+        finally:
+            through.close()
 
     def foreign_wal(self, why: str) -> None:
         self.add(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, fsutil, swap
+from agentdb import db, errors, fsutil, swap
 from agentdb.checks import walevidence
 from agentdb.fileformat import FileBytes, WalScan, foreign_evidence, scan_wal
 from agentdb.paths import sidecar
@@ -199,6 +199,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
             or sidecars.meta_in_frames(scan, session_id)
             or walevidence.events_rewritten(scan, snap.copy)
+            or _wal_behind(conn, snap.copy)
         )
         if foreign is not None:
             # Another database's WAL: salvage this session from its file alone; the WAL goes
@@ -228,6 +229,22 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     # Messages about the private copy name the session file the operator knows.
     diag.reasons = [r.replace(str(snap.copy), str(snap.path)) for r in diag.reasons]
     return conn, diag
+
+
+def _wal_behind(conn: Any, copy: Path) -> str | None:
+    """check's evidence (:func:`agentdb.db.wal_behind`): read through the WAL (``conn``), the
+    private ``copy`` loses events it holds alone."""
+    if conn is None:
+        return None
+    try:
+        alone = db.open_readonly_alone(copy)
+    except errors.AgentdbError:
+        return None
+    try:
+        mine = db.event_ids(alone)
+    finally:
+        alone.close()
+    return db.wal_behind(db.event_ids(conn), mine) if mine else None
 
 
 def _damaged(diag: rows.Diagnosis, reason: str) -> None:
