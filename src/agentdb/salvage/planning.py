@@ -464,6 +464,7 @@ def _describe(out: RecoveryOutcome, got: Salvage) -> None:
         if any(used[s] for s in sources) and not (got.rebuild and name == "rows"):
             out.engines.append(name)
     out.lost = merged.lost
+    out.foreign_ignored = dict(merged.foreign_ignored)
     rejected = Counter(page.rejected)
     if found is not None:
         rejected.update(found.rejected)
