@@ -14,6 +14,9 @@ from .wal import WalFrame, WalScan, scan_wal
 
 # Pages sampled to judge a header's reserved-bytes field (see PageSource._plausible_reserved).
 _RESERVED_SAMPLE = 256
+# Bytes at the start of a file on which a declared page size is weighed against the others.
+_SIZE_WINDOW = 1 << 20
+_SIZE_MIN_BYTES = 8192  # a shorter file keeps its declared size
 
 
 class PageSource:
@@ -50,12 +53,10 @@ class PageSource:
         except FormatError as e:
             self.header_problem = str(e)
         wal_size = wal.page_size if wal is not None else None
-        size = (
-            page_size
-            or (self.header.page_size if self.header else None)
-            or wal_size
-            or infer_page_size(self.db[: 16 << 20])
-        )
+        declared = self.header.page_size if self.header else None
+        if page_size is None and declared is not None:
+            declared = plausible_page_size(self.db[:_SIZE_WINDOW], declared)
+        size = page_size or declared or wal_size or infer_page_size(self.db[: 16 << 20])
         if size is None:
             raise FormatError("cannot determine the page size (no header, WAL or b-tree pages)")
         self.page_size: int = size
@@ -151,6 +152,34 @@ class PageSource:
         """The database as one file image (missing pages zero-filled), e.g. to re-open it."""
         blank = bytes(self.page_size)
         return b"".join(self.get_page(n) or blank for n in range(1, self.page_count + 1))
+
+
+def _btree_starts(view: memoryview, size: int) -> int:
+    """How many page starts at multiples of ``size`` in ``view`` look like b-tree pages."""
+    score = 0
+    for start in range(0, len(view) - size + 1, size):
+        if looks_like_btree_page(view[start : start + size], 100 if start == 0 else 0, size):
+            score += 1
+    return score
+
+
+def plausible_page_size(data: Buffer, declared: int) -> int:
+    """The header's page size, or the one the file's own pages bear out when the field is
+    damage (SQLite's recovery tolerates a garbled page size): every legal size is scored on
+    the same first bytes of the file as :func:`infer_page_size` does, and another size wins
+    only with strictly more b-tree page starts than the declared one. A size too large sees a
+    subset of the real page starts, one too small cuts real pages short."""
+    view = memoryview(bytes(data))
+    if len(view) < _SIZE_MIN_BYTES:
+        return declared  # too few pages to outvote the header
+    own = _btree_starts(view, declared)
+    best, best_score = declared, own
+    for size in PAGE_SIZES:
+        if size != declared:
+            score = _btree_starts(view, size)
+            if score > best_score:
+                best, best_score = size, score
+    return best
 
 
 def infer_page_size(data: Buffer, *, max_bytes: int = 16 << 20) -> int | None:
