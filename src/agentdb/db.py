@@ -873,16 +873,44 @@ def wal_behind(through_wal: dict[int, bytes] | None, alone: dict[int, bytes] | N
     would move the file behind commits it already holds (an earlier generation's WAL, or
     another session's) — SQLite would read that older state, and the next open checkpoint it
     over the newer pages. (An id that changes is :func:`agentdb.checks.walevidence`'s.)"""
-    if through_wal is None or alone is None:
+    if through_wal is None or alone is None or not through_wal:
         return None
     dropped = [s for s in alone if s not in through_wal]
     if not dropped:
+        return None
+    # An earlier generation's state is the file's own history cut short: the events both hold
+    # carry the same ids, and what it lacks is the file's tail, right after its own last
+    # event. Anything else (another session's page in the file, damage) is no such evidence.
+    top = max(through_wal)
+    if min(dropped) != top + 1 or any(s < top for s in dropped):
+        return None
+    if any(through_wal[s] != alone[s] for s in alone.keys() & through_wal.keys()):
         return None
     return (
         f"read through it, the file loses {len(dropped)} of its {len(alone)} events (first "
         f"sequence {min(dropped)}): the file alone holds newer commits — an earlier "
         "generation's WAL"
     )
+
+
+def chain_whole(conn: apsw.Connection, session_id: str) -> bool:
+    """The events read through ``conn`` (revision 3) form one unbroken chain of this session:
+    consecutive sequences, the first linked from ``session_id``'s genesis, each ``prev_hash``
+    the chain hash before it, and ``session_chain``'s head naming the last. Such a state is
+    this session's whole (a WAL that gives it is not another session's, whatever pages of the
+    file alone say). False when anything does not read or link (revision 1 or 2 included)."""
+    try:
+        expected, last = hashing.genesis(session_id), None
+        for seq, prev, link in conn.execute(
+            "SELECT sequence, prev_hash, chain_hash FROM events NOT INDEXED ORDER BY sequence"
+        ):
+            if prev != expected or (last is not None and seq != last + 1):
+                return False
+            expected, last = link, seq
+        head = conn.execute("SELECT head_sequence, head_hash FROM session_chain").fetchall()
+    except READ_ERRORS:
+        return False
+    return last is not None and head == [(last, expected)]
 
 
 def roll_back_checked(path: Path) -> str | None:

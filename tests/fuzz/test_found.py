@@ -137,6 +137,15 @@ PRODUCER_MISMATCH = (
 
 
 CAMPAIGN = [
+    # issue 29's kinds, the revision-3 foreign campaign of 2026-12-04 (seeds 2900000..2900080),
+    # failing at 2ebcf8a: another session's leaf in the file alone made its own WAL look like
+    # another session's (events_rewritten), so every WAL commit was dropped (243 events of
+    # 485 kept); a one-event leaf of another session whose neighbour was lost was kept
+    # (recover_row_differs); and (at e100869) a garbled page size made the WAL foreign.
+    "rev=3 wal=1 size=long layout=plain damages=invalid_utf8/384525051+foreign_leaf/1042104739",
+    "rev=3 wal=1 size=short layout=plain damages=foreign_leaf/1055462261+byte_flip/55188951",
+    "rev=3 wal=0 size=short layout=plain damages=foreign_leaf/399399890",
+    "rev=1 wal=1 size=short layout=plain damages=header_page_size/1",
     *COLD_JOURNAL,
     # a hot journal cut to its 28-byte header after the killed INSERT overwrote pages (the
     # red-team's torn journal): its rollback restores nothing, and recover kept the dead

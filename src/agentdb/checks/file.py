@@ -207,11 +207,25 @@ class _Run:
                 foreign = events_rewritten(scan, self.path)
             except OSError:
                 foreign = None  # the file went away or is unreadable: judged by its open
+            if foreign is not None and self.through_wal(stats, db.chain_whole):
+                foreign = None  # the file alone holds another session's page, not the WAL
         if foreign is None and scan.valid_frames:
             foreign = self.wal_behind(stats)
         if foreign is not None:
             self.foreign_wal(foreign)
         return key
+
+    def through_wal(self, stats: db.FileStats, judge: Any) -> Any:
+        """``judge(connection, session_id)`` on the state read through the WAL (None when it
+        does not open)."""
+        try:
+            through = db.open_readonly(self.path, check_schema=False, stats=stats, judged=True)
+        except errors.AgentdbError:
+            return None
+        try:
+            return judge(through, self.session_id)
+        finally:
+            through.close()
 
     def wal_behind(self, stats: db.FileStats) -> str | None:
         """Recover's evidence too (:func:`agentdb.db.wal_behind`): read through the WAL, the

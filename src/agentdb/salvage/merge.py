@@ -546,8 +546,9 @@ class _Merger:
         linked back from its head; a run of events linked among themselves that neither
         reaches is another session's when an anchored neighbour refutes it on each side it
         has one — the event before names another chain hash than its first's prev_hash, the
-        event after (or the head) another prev_hash than its last's chain hash — and it is
-        either refuted on both sides or longer than one event. Such events are dropped and
+        event after (or the head) another prev_hash than its last's chain hash, and the run's
+        own content and rows do not give the missing link either (that would be its own
+        damaged chain field). Such events are dropped and
         counted (``foreign_ignored``); this session's events at those sequences are lost.
         Then the derived rows of another session (:func:`_foreign_derived`)."""
         chain = self.chain
@@ -560,7 +561,11 @@ class _Merger:
             if type(seq) is int and h is not None:
                 pairs[seq] = chain.links(seq, h)
         head = chain.head()
+        bound = _bound_rows(result, pairs, None, self.store.resolve, {})
         anchors = _Anchors(pairs, genesis(self.session_id), head, chain.gap_rows())
+        anchors.attest(
+            lambda seq: result.hashes.get(seq), lambda seq: _hashes(bound.get(seq, [[], [], []]))
+        )
         if anchors.fwd:
             self.drop_foreign_meta(result)
         foreign = anchors.foreign_runs()
@@ -613,11 +618,47 @@ class _Anchors:
             self.bwd[at] = want = back[0]
             at -= 1
         # a break an earlier recovery recorded (a carried chain_gaps row) refutes nothing
+        self._content: Any = None
+        self._derived: Any = None
         self.recorded = [
             (g.gap.from_seq - 1, g.gap.to_seq + 1)
             for g in map(GapRecord.from_row, gaps)
             if g.gap is not None
         ]
+
+    def attest(self, content: Any, derived: Any) -> None:
+        """How to recompute an event's chain hash from a stored prev_hash (its content hash
+        and bound rows, by sequence): a neighbour's link that the event's own content and
+        rows give is its damaged chain field, not another session's event."""
+        self._content, self._derived = content, derived
+
+    def _gives(self, seq: int, prev: bytes, link: bytes) -> bool:
+        content = self._content(seq) if self._content is not None else None
+        if content is None:
+            return False
+        return chain_hash(prev, content, self._derived(seq)) == link
+
+    def refuted_left(self, a: int) -> bool:
+        """The event before ``a`` is linked from the genesis and ``a`` does not link from it,
+        nor would with its own content and rows."""
+        if a - 1 not in self.fwd or self.explained(a):
+            return False
+        link = self.fwd[a - 1]
+        return not any(self._gives(a, link, c) for _, c in self.pairs[a])
+
+    def refuted_right(self, b: int) -> bool:
+        """The event after ``b`` is linked back from the head (or ``b`` is the head's) and
+        names another prev_hash than ``b``'s chain hash, nor would ``b``'s own content and
+        rows give that hash."""
+        if self.explained(b):
+            return False
+        if b + 1 in self.bwd:
+            want = self.bwd[b + 1]
+        elif b == self.head_seq and self.head_hash is not None:
+            want = self.head_hash
+        else:
+            return False
+        return not any(self._gives(b, p, want) for p, _ in self.pairs[b])
 
     def explained(self, seq: int) -> bool:
         return any(lo <= seq <= hi for lo, hi in self.recorded)
@@ -650,14 +691,14 @@ class _Anchors:
         head_seq = self.head_seq
         for run in self.runs():
             a, b = run[0], run[-1]
-            left = a - 1 in self.fwd and not self.explained(a)
-            right = (b + 1 in self.bwd or b == head_seq) and not self.explained(b)
+            has_left, has_right = a - 1 in self.fwd, b + 1 in self.bwd or b == head_seq
+            left, right = self.refuted_left(a), self.refuted_right(b)
             if head_seq is not None and a > head_seq and not self.explained(a):
                 # past the head, which the writer moves in each append's own transaction:
                 # this session's next event would link from the head's hash
                 linked = any(p == self.head_hash for p, _ in self.pairs[a])
-                left = right = a > head_seq + 1 or not linked
-            if (left and right) or ((left or right) and len(run) > 1):
+                has_left = has_right = left = right = a > head_seq + 1 or not linked
+            if (has_left or has_right) and left == has_left and right == has_right:
                 foreign.extend(run)
         return foreign
 

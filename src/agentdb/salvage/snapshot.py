@@ -198,7 +198,7 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             foreign_evidence(snap.header, scan, (APPLICATION_ID,))
             or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
             or sidecars.meta_in_frames(scan, session_id)
-            or walevidence.events_rewritten(scan, snap.copy)
+            or _rewritten(scan, snap.copy, conn, session_id)
             or _wal_behind(conn, snap.copy)
         )
         if foreign is not None:
@@ -229,6 +229,16 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     # Messages about the private copy name the session file the operator knows.
     diag.reasons = [r.replace(str(snap.copy), str(snap.path)) for r in diag.reasons]
     return conn, diag
+
+
+def _rewritten(scan: WalScan, copy: Path, conn: Any, session_id: str) -> str | None:
+    """check's evidence from the events (:func:`walevidence.events_rewritten`), unless the
+    state read through the WAL is this session's whole chain (:func:`agentdb.db.chain_whole`):
+    then the file alone holds another session's page, not the WAL."""
+    why = walevidence.events_rewritten(scan, copy)
+    if why is not None and conn is not None and db.chain_whole(conn, session_id):
+        return None
+    return why
 
 
 def _wal_behind(conn: Any, copy: Path) -> str | None:
