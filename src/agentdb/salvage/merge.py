@@ -601,6 +601,7 @@ class _Anchors:
         self.head_hash = head.hash if head is not None else None
         if type(self.head_seq) is not int or type(self.head_hash) is not bytes:
             self.head_seq = self.head_hash = None
+        self.genesis = genesis_hash
         self.fwd: dict[int, bytes] = {}  # seq -> its chain hash, linked from the genesis
         expected, last = genesis_hash, None
         for seq in self.seqs:
@@ -693,6 +694,10 @@ class _Anchors:
             a, b = run[0], run[-1]
             has_left, has_right = a - 1 in self.fwd, b + 1 in self.bwd or b == head_seq
             left, right = self.refuted_left(a), self.refuted_right(b)
+            if a == 1 and not self.explained(a):
+                # the first event links from the genesis: the session's id is its neighbour
+                has_left = True
+                left = not any(self._gives(a, self.genesis, c) for _, c in self.pairs[a])
             if head_seq is not None and a > head_seq and not self.explained(a):
                 # past the head, which the writer moves in each append's own transaction:
                 # this session's next event would link from the head's hash
