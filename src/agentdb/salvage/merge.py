@@ -639,27 +639,35 @@ class _Anchors:
             return False
         return chain_hash(prev, content, self._derived(seq)) == link
 
-    def refuted_left(self, a: int) -> bool:
-        """The event before ``a`` is linked from the genesis and ``a`` does not link from it,
-        nor would with its own content and rows."""
-        if a - 1 not in self.fwd or self.explained(a):
-            return False
-        link = self.fwd[a - 1]
-        return not any(self._gives(a, link, c) for _, c in self.pairs[a])
+    def left_links(self, a: int, long: set[int]) -> set[bytes]:
+        """The chain hash the event before ``a`` has, when it is anchored: linked from the
+        genesis, or in a run of :data:`_MAJORITY` weight (``long``)."""
+        if a - 1 in self.fwd:
+            return {self.fwd[a - 1]}
+        return {c for _, c in self.pairs[a - 1]} if a - 1 in long else set()
 
-    def refuted_right(self, b: int) -> bool:
-        """The event after ``b`` is linked back from the head (or ``b`` is the head's) and
-        names another prev_hash than ``b``'s chain hash, nor would ``b``'s own content and
-        rows give that hash."""
+    def right_links(self, b: int, long: set[int]) -> set[bytes]:
+        """The prev_hash the event after ``b`` names (or the head's hash, ``b`` being the
+        head's), when it is anchored (see :meth:`left_links`)."""
+        if b + 1 in self.bwd:
+            return {self.bwd[b + 1]}
+        if b == self.head_seq and self.head_hash is not None:
+            return {self.head_hash}
+        return {p for p, _ in self.pairs[b + 1]} if b + 1 in long else set()
+
+    def refuted_left(self, a: int, links: set[bytes]) -> bool:
+        """``a`` does not link from its anchored neighbour's chain hash, nor would with its
+        own content and rows."""
+        if self.explained(a):
+            return False
+        return not any(self._gives(a, link, c) for link in links for _, c in self.pairs[a])
+
+    def refuted_right(self, b: int, links: set[bytes]) -> bool:
+        """``b``'s chain hash is not the prev_hash its anchored neighbour names, nor would
+        ``b``'s own content and rows give it."""
         if self.explained(b):
             return False
-        if b + 1 in self.bwd:
-            want = self.bwd[b + 1]
-        elif b == self.head_seq and self.head_hash is not None:
-            want = self.head_hash
-        else:
-            return False
-        return not any(self._gives(b, p, want) for p, _ in self.pairs[b])
+        return not any(self._gives(b, p, want) for want in links for p, _ in self.pairs[b])
 
     def explained(self, seq: int) -> bool:
         return any(lo <= seq <= hi for lo, hi in self.recorded)
@@ -690,10 +698,17 @@ class _Anchors:
         """The events of the runs their anchored neighbours refute."""
         foreign: list[int] = []
         head_seq = self.head_seq
-        for run in self.runs():
+        runs = self.runs()
+        for run in runs:
             a, b = run[0], run[-1]
-            has_left, has_right = a - 1 in self.fwd, b + 1 in self.bwd or b == head_seq
-            left, right = self.refuted_left(a), self.refuted_right(b)
+            # a run of this session cut off from both anchors (events lost next to the head,
+            # say) still outweighs a short one beside it: the majority of the content
+            weight = max(_MAJORITY, _MAJORITY_FACTOR * len(run))
+            long = {s for r in runs if r is not run and len(r) >= weight for s in (r[0], r[-1])}
+            lefts, rights = self.left_links(a, long), self.right_links(b, long)
+            has_left, has_right = bool(lefts), bool(rights)
+            left = has_left and self.refuted_left(a, lefts)
+            right = has_right and self.refuted_right(b, rights)
             if a == 1 and not self.explained(a):
                 # the first event links from the genesis: the session's id is its neighbour
                 has_left = True
@@ -707,6 +722,10 @@ class _Anchors:
                 foreign.extend(run)
         return foreign
 
+
+# A run of unanchored events at least this long, and this many times longer than a run beside
+# it, refutes that run as an anchored neighbour would (_Anchors.foreign_runs).
+_MAJORITY, _MAJORITY_FACTOR = 8, 4
 
 Bound = list[list[tuple[str, Any, bytes]]]  # per REV3_BOUND table: (table, key, row hash)
 
