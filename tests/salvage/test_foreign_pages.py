@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import checks, salvage
+from agentdb import checks, paths, salvage
 from tests.fuzz import damage
 from tests.rows import page_size, row_sets, write_at
 from tests.support import make_session
@@ -93,6 +93,8 @@ def test_another_sessions_meta_page_is_damage_when_the_chain_names_this_session(
         assert got[table] == mine[table], table
     assert [r[0] for r in got["session_meta"]] == [sid]
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
+    line = json.loads(paths.recovery_log_path(sessions_dir).read_text().splitlines()[-1])
+    assert line["foreign_ignored"] == {"session_meta": 1}
 
 
 def test_a_file_whose_chain_names_the_other_session_stays_foreign(
