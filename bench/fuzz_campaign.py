@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.fuzz import oracle  # noqa: E402
 from tests.fuzz.bases import Bases  # noqa: E402
-from tests.fuzz.generator import REVISIONS, Case, kinds_for  # noqa: E402
+from tests.fuzz.generator import REVISIONS, Case, foreign_kinds_for, kinds_for  # noqa: E402
 from tests.fuzz.invariants import old_recover, run_case  # noqa: E402
 
 
@@ -193,12 +193,15 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-def _cells(revision: int | None, wal: bool | None, kind: str | None) -> list[tuple[int, str, bool]]:
-    """The (revision, damage kind, WAL) cells the campaign fills, least-covered first."""
+def _cells(
+    revision: int | None, wal: bool | None, kind: str | None, foreign: bool = False
+) -> list[tuple[int, str, bool]]:
+    """The (revision, damage kind, WAL) cells the campaign fills, least-covered first
+    (``foreign``: issue 29's kinds alone, :data:`tests.fuzz.generator.FOREIGN`)."""
     out = []
     for rev in (1, 2) if revision is None else (revision,):
         for w in (False, True) if wal is None else (wal,):
-            for k in kinds_for(w, rev):
+            for k in foreign_kinds_for(w) if foreign else kinds_for(w, rev):
                 if kind is None or k == kind:
                     out.append((rev, k, w))
     return out
@@ -247,7 +250,7 @@ def _next_case(args: argparse.Namespace, seed: int, drawn: Counter[tuple[int, st
     """A case that includes the damage kind of the least-covered cell (cases drawn so far,
     a combination counting under each of its kinds), so every cell fills at the same pace."""
     wal = None if args.wal is None else args.wal == "1"
-    cells = _cells(args.revision, wal, args.kind)
+    cells = _cells(args.revision, wal, args.kind, args.foreign)
     rev, kind, w = min(cells, key=lambda c: (drawn[c], cells.index(c)))
     if args.kind is not None:
         case = Case.from_seed(seed, revision=rev, wal=w, kind=kind)
@@ -278,6 +281,12 @@ def main() -> int:
         "30 times that)",
     )
     ap.add_argument("--kind", default=None, help="only cases of this one damage kind")
+    ap.add_argument(
+        "--foreign",
+        action="store_true",
+        help="cells of issue 29's kinds only (another session's leaf, session_meta page or hot "
+        "journal, an earlier generation's -wal, header fields); writes fuzz-foreign-rev<R>.md",
+    )
     ap.add_argument("--wal", choices=("0", "1"), default=None, help="only without/with a WAL")
     ap.add_argument("--jobs", type=int, default=None, help="cases at once (default: usable cores)")
     ap.add_argument(
@@ -294,6 +303,8 @@ def main() -> int:
 
     jobs = args.jobs or usable_cores()
     name = f"fuzz-rev{args.revision}.md" if args.revision else "fuzz-both.md"
+    if args.foreign:
+        name = f"fuzz-foreign-rev{args.revision}.md" if args.revision else "fuzz-foreign.md"
     out = args.out or REPO / "bench" / "results" / name
     shell = oracle.capable_shell()
     if shell is None:

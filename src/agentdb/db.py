@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 import apsw
 
-from agentdb import errors, fsutil, hashing
+from agentdb import errors, fsutil, hashing, paths
 from agentdb.hashing import RAW_SQL_FUNCTION, SQL_FUNCTION, event_hash, event_hash_raw
 from agentdb.paths import sidecar
 
@@ -728,10 +728,9 @@ def _rolled_back(copy: Path) -> bool:
         if journal_refused(head, f.read(28), os.fstat(f.fileno()).st_size):
             return False
     try:
-        roll_back_private(copy)
+        return roll_back_checked(copy) is None
     except errors.AgentdbError:
         return False
-    return True
 
 
 def journal_refused(db_head: bytes, journal_head: bytes, journal_size: int) -> bool:
@@ -759,6 +758,172 @@ def journal_refused(db_head: bytes, journal_head: bytes, journal_size: int) -> b
 
 def _power_of_two(n: int, low: int) -> bool:
     return low <= n <= 65536 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class _JournalView:
+    """What a file says of whose it is, read through SQLite (None: that table does not read)."""
+
+    session_ids: tuple[bytes, ...] | None
+    event_ids: dict[int, bytes] | None
+    dangling: int | None = None  # cost_ledger and plan_items rows naming no event it holds
+
+
+def _journal_view(path: Path) -> _JournalView:
+    """The file's session_meta ids and its events' ids by sequence, read ``immutable`` (a hot
+    journal beside it is not rolled back by this read)."""
+    try:
+        conn = open_private(path, readonly=True)
+    except errors.AgentdbError:
+        return _JournalView(None, None)
+    try:
+        try:
+            ids: tuple[bytes, ...] | None = tuple(
+                r[0]
+                for r in conn.execute(
+                    "SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED"
+                )
+            )
+        except READ_ERRORS:
+            ids = None
+        events = event_ids(conn)
+        try:
+            dangling: int | None = sum(
+                scalar(
+                    conn,
+                    f"SELECT count(*) FROM {t} NOT INDEXED WHERE event_sequence NOT IN "
+                    "(SELECT sequence FROM events NOT INDEXED)",
+                )
+                for t in ("cost_ledger", "plan_items")
+            )
+        except READ_ERRORS:
+            dangling = None
+    finally:
+        conn.close()
+    return _JournalView(ids, events, dangling)
+
+
+def journal_rollback_foreign(
+    before: _JournalView, after: _JournalView, session_id: str
+) -> str | None:
+    """Why a hot journal's rollback (done in a private copy) shows it is another session's
+    journal, from the content: None when nothing says so. The rule (docs/recover.md, "A hot
+    journal that is not this file's"):
+
+    * the rolled-back state's ``session_meta`` names a valid session id other than the file's
+      (its name), or names none where the file alone named this one;
+    * an event the file alone holds changes its id under the rollback: events are only ever
+      appended (no transaction of a session rewrites an event's id, a migration keeps them), so
+      a journal that restores another id at the same sequence restores another log's pages;
+    * the rollback leaves ``cost_ledger`` or ``plan_items`` rows naming events it does not hold
+      where the file alone had none: a rollback gives a committed state, whose rows name their
+      events (the killed transaction cannot have removed an event: none is ever deleted).
+
+    Rows that do not read (a damaged file) are no evidence either way."""
+    mine = session_id.encode()
+    if after.session_ids is not None:
+        for raw in after.session_ids:
+            if not isinstance(raw, bytes) or raw == mine:
+                continue
+            try:
+                other = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if paths.is_valid_id(other):
+                return f"rolled back, it gives session_meta {other}; the file is {session_id}"
+        if before.session_ids == (mine,) and mine not in after.session_ids:
+            return f"rolled back, it gives no session_meta row for {session_id}, as the file has"
+    if before.event_ids is not None and after.event_ids is not None:
+        changed = [
+            seq
+            for seq, eid in after.event_ids.items()
+            if seq in before.event_ids and before.event_ids[seq] != eid
+        ]
+        if changed:
+            return (
+                f"rolled back, {len(changed)} event(s) change their id (first at sequence "
+                f"{min(changed)}): events are only appended, so it restores another log's pages"
+            )
+    if before.dangling == 0 and after.dangling:
+        return (
+            f"rolled back, {after.dangling} cost_ledger/plan_items row(s) name events it does "
+            "not hold, where the file alone has none"
+        )
+    return None
+
+
+def event_ids(conn: apsw.Connection) -> dict[int, bytes] | None:
+    """The events' ids by sequence, read from the table itself (an index may disagree with
+    it); None when the table does not read."""
+    try:
+        return {
+            r[0]: r[1]
+            for r in conn.execute("SELECT sequence, CAST(id AS BLOB) FROM events NOT INDEXED")
+            if type(r[0]) is int
+        }
+    except READ_ERRORS:
+        return None
+
+
+def wal_behind(through_wal: dict[int, bytes] | None, alone: dict[int, bytes] | None) -> str | None:
+    """Why a ``-wal`` is not this file's current WAL, from the events read through it and from
+    the file alone (None when either does not read, or nothing says so). Events are only ever
+    appended, and a checkpoint only copies a WAL's commits into the file, so the state read
+    through this file's WAL holds every event the file alone holds: a WAL that drops one
+    would move the file behind commits it already holds (an earlier generation's WAL, or
+    another session's) — SQLite would read that older state, and the next open checkpoint it
+    over the newer pages. (An id that changes is :func:`agentdb.checks.walevidence`'s.)"""
+    if through_wal is None or alone is None or not through_wal:
+        return None
+    dropped = [s for s in alone if s not in through_wal]
+    if not dropped:
+        return None
+    # An earlier generation's state is the file's own history cut short: the events both hold
+    # carry the same ids, and what it lacks is the file's tail, right after its own last
+    # event. Anything else (another session's page in the file, damage) is no such evidence.
+    top = max(through_wal)
+    if min(dropped) != top + 1 or any(s < top for s in dropped):
+        return None
+    if any(through_wal[s] != alone[s] for s in alone.keys() & through_wal.keys()):
+        return None
+    return (
+        f"read through it, the file loses {len(dropped)} of its {len(alone)} events (first "
+        f"sequence {min(dropped)}): the file alone holds newer commits — an earlier "
+        "generation's WAL"
+    )
+
+
+def chain_whole(conn: apsw.Connection, session_id: str) -> bool:
+    """The events read through ``conn`` (revision 3) form one unbroken chain of this session:
+    consecutive sequences, the first linked from ``session_id``'s genesis, each ``prev_hash``
+    the chain hash before it, and ``session_chain``'s head naming the last. Such a state is
+    this session's whole (a WAL that gives it is not another session's, whatever pages of the
+    file alone say). False when anything does not read or link (revision 1 or 2 included)."""
+    try:
+        expected, last = hashing.genesis(session_id), None
+        for seq, prev, link in conn.execute(
+            "SELECT sequence, prev_hash, chain_hash FROM events NOT INDEXED ORDER BY sequence"
+        ):
+            if prev != expected or (last is not None and seq != last + 1):
+                return False
+            expected, last = link, seq
+        head = conn.execute("SELECT head_sequence, head_hash FROM session_chain").fetchall()
+    except READ_ERRORS:
+        return False
+    return last is not None and head == [(last, expected)]
+
+
+def roll_back_checked(path: Path) -> str | None:
+    """Roll back the hot journal beside ``path`` (a private copy agentdb owns, named as the
+    session file) unless its content shows it is another session's: the problem then (``path``
+    is left rolled back; the caller reads the original instead), else None. Raises what
+    :func:`roll_back_private` raises."""
+    session_id = paths.session_id_of(path.name)
+    before = _journal_view(path) if session_id is not None else None
+    roll_back_private(path)
+    if session_id is None or before is None:
+        return None
+    return journal_rollback_foreign(before, _journal_view(path), session_id)
 
 
 def roll_back_private(path: Path) -> None:

@@ -225,6 +225,7 @@ class Bases:
         self.root = root
         self._cache: dict[tuple[int, bool, str, str], Base] = {}
         self._foreign: dict[int, bytes] = {}
+        self._others: dict[tuple[str, int, str, str], tuple[Path, dict[str, list[int]]]] = {}
 
     def get(self, revision: int, wal: bool, size: str, layout: str) -> Base:
         key = (revision, wal, size, layout)
@@ -273,6 +274,25 @@ class Bases:
                 earlier,
             )
         return self._cache[key]
+
+    def other_session(
+        self, revision: int, size: str, layout: str
+    ) -> tuple[Path, dict[str, list[int]]]:
+        """Another session's file built as the bases are (same schema, revision, size and
+        layout: the same tables on pages in the same places, other ids and chain), and its
+        b-tree pages by name; for the damage kinds that put another session's bytes inside a
+        session (a leaf, the session_meta page, a hot journal)."""
+        key = ("other", revision, size, layout)
+        if key not in self._others:
+            d = self.root / f"other-r{revision}-{size}-{layout}"
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+            _, path, _, _ = _build(d, revision, False, size)
+            if layout == "autovacuum":
+                _autovacuum(path)
+            self._others[key] = (path, _layout(path)[1])
+        return self._others[key]
 
     def foreign_wal(self, which: int) -> bytes:
         """0: another session's -wal holding commits; 1: the -wal of a 1024-byte-page db."""

@@ -75,6 +75,7 @@ class Target:
     path: Path  # the session file (a copy)
     base: Base
     foreign_wal: Callable[[int], bytes]  # another database's WAL, same (0) or other (1) page size
+    bases: Bases | None = None  # for another session's file (the FOREIGN kinds)
 
     @property
     def wal(self) -> Path:
@@ -480,6 +481,138 @@ def sql_edit(t: Target, rng: random.Random) -> str:
     return done
 
 
+def _leaf_pages(path: Path, pages: list[int], ps: int) -> list[int]:
+    """The table-leaf pages (type byte 13) among ``pages`` of the file at ``path``."""
+    out = []
+    for pg in pages:
+        b = read_at(path, (pg - 1) * ps + (100 if pg == 1 else 0), 1)
+        if b == b"\x0d":
+            out.append(pg)
+    return out
+
+
+def _other(t: Target) -> tuple[Path, dict[str, list[int]]]:
+    if t.bases is None:
+        raise NotApplicable("no other session's file at hand")
+    # the base's directory names it: r<revision>-<wal|nowal>-<size>-<layout>
+    rev, _wal, size, layout = t.base.path.parent.name.split("-")
+    return t.bases.other_session(int(rev[1:]), size, layout)
+
+
+def _copy_leaf(t: Target, rng: random.Random, table: str) -> str:
+    other, pages = _other(t)
+    mine = _leaf_pages(t.path, [p for p in t.base.pages.get(table, []) if p <= t.npages()], t.ps)
+    theirs = _leaf_pages(other, pages.get(table, []), t.ps)
+    if not mine or not theirs:
+        raise NotApplicable(f"no {table} leaf")
+    i = rng.randrange(len(mine))
+    dst = mine[i]
+    src = theirs[min(i, len(theirs) - 1)] if rng.random() < 0.7 else rng.choice(theirs)
+    data = read_at(other, (src - 1) * t.ps, t.ps)
+    if data == read_at(t.path, (dst - 1) * t.ps, t.ps):
+        # rows without ids or hashes (a revision-1 or -2 ledger) built from the same seeds
+        raise NotApplicable(f"another session's {table} leaf {src} is this file's page {dst}")
+    write_at(t.path, (dst - 1) * t.ps, data)
+    return f"another session's {table} leaf {src} over page {dst}"
+
+
+def foreign_leaf(t: Target, rng: random.Random) -> str:
+    """A table leaf of another session's file (same schema and layout) copied over one of
+    this file's leaves of the same table."""
+    return _copy_leaf(t, rng, rng.choice(("events", "events", "cost_ledger", "plan_items")))
+
+
+def foreign_meta(t: Target, rng: random.Random) -> str:
+    """Another session's session_meta page copied over this file's."""
+    return _copy_leaf(t, rng, "session_meta")
+
+
+def foreign_journal(t: Target, rng: random.Random) -> str:
+    """A hot journal of another session's file (same page size: a writer killed -9 inside a
+    transaction on a copy of it) put beside this file."""
+    other, _ = _other(t)
+    work = t.path.parent.parent / f"{t.path.parent.name}-other-journal"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    copy = work / other.name
+    shutil.copyfile(other, copy)
+    conn = apsw.Connection(str(copy))
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE").fetchall()
+    finally:
+        conn.close()
+    statements = HOT_STATEMENTS_REV3 if t.base.state is not None else HOT_STATEMENTS
+    sql = rng.choice(statements).format(m=rng.randrange(2, 6), n=rng.randrange(1, 60))
+    p = subprocess.run(
+        [sys.executable, "-c", KILL_MID_TRANSACTION, str(copy), sql],
+        capture_output=True,
+        timeout=60,
+    )
+    journal = copy.with_name(copy.name + "-journal")
+    try:
+        if p.returncode != -9 or not journal.exists() or journal.stat().st_size == 0:
+            raise NotApplicable(f"no hot journal ({p.returncode}: {p.stderr[-200:]!r})")
+        mine = t.path.with_name(t.path.name + "-journal")
+        shutil.copyfile(journal, mine)
+        os.chmod(mine, 0o600)
+    finally:
+        shutil.rmtree(work)
+    return f"another session's hot journal ({sql.split(' WHERE')[0][:40]})"
+
+
+def stale_wal(t: Target, rng: random.Random) -> str:
+    """A -wal that would move the file behind what it holds (an earlier generation's): the
+    main file's copy with its last events deleted, committed into a -wal of its own (valid
+    salts and checksums) that replaces the file's."""
+    work = t.path.parent.parent / f"{t.path.parent.name}-stale-wal"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    copy = work / t.path.name
+    shutil.copyfile(t.path, copy)
+    n = rng.randrange(1, 12)
+    conn = apsw.Connection(str(copy))
+    try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        conn.execute("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0").fetchall()
+        top = conn.execute("SELECT max(sequence) FROM events").fetchone()[0]
+        if top is None or top <= n:
+            raise NotApplicable("too few events")
+        conn.execute("DELETE FROM events WHERE sequence > ?", (top - n,)).fetchall()
+    except apsw.Error as e:
+        shutil.rmtree(work)
+        raise NotApplicable(f"the file alone does not read ({e})") from e
+    finally:
+        conn.close()
+    wal = copy.with_name(copy.name + "-wal")
+    try:
+        if not wal.exists() or wal.stat().st_size <= 32:
+            raise NotApplicable("no frames written")
+        shutil.copyfile(wal, t.wal)
+        os.chmod(t.wal, 0o600)
+        shm = t.path.with_name(t.path.name + "-shm")
+        if shm.exists():
+            shm.unlink()
+    finally:
+        shutil.rmtree(work)
+    return f"an earlier generation's -wal ({n} events behind)"
+
+
+def header_reserved(t: Target, rng: random.Random) -> str:
+    """The header's reserved-bytes field (offset 20) set to a wrong value."""
+    v = rng.choice((1, 1, 4, 8, 32, rng.randrange(1, 33)))
+    write_at(t.path, 20, bytes([v]))
+    return f"reserved bytes {v}"
+
+
+def header_page_size(t: Target, rng: random.Random) -> str:
+    """The header's page size (offset 16) garbled to another legal size."""
+    size = rng.choice([s for s in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536) if s != t.ps])
+    write_at(t.path, 16, (1 if size == 65536 else size).to_bytes(2, "big"))
+    return f"page size {size} over {t.ps}"
+
+
 KINDS: dict[str, Kind] = {
     "byte_flip": byte_flip,
     "zero_sector": zero_sector,
@@ -504,9 +637,26 @@ KINDS: dict[str, Kind] = {
     "hot_journal_torn": hot_journal_torn,
     "invalid_utf8": invalid_utf8,
     "sql_edit": sql_edit,
+    "foreign_leaf": foreign_leaf,
+    "foreign_meta": foreign_meta,
+    "foreign_journal": foreign_journal,
+    "stale_wal": stale_wal,
+    "header_reserved": header_reserved,
+    "header_page_size": header_page_size,
+}
+# Another session's bytes inside a session, an earlier generation's -wal, header fields SQLite's
+# recovery tolerates (issue 29): drawn only when asked (``Case.from_seed(foreign=True)``,
+# ``bench/fuzz --foreign``), so every seed drawn without it keeps its case.
+FOREIGN = {
+    "foreign_leaf",
+    "foreign_meta",
+    "foreign_journal",
+    "stale_wal",
+    "header_reserved",
+    "header_page_size",
 }
 WAL_ONLY = {"truncate_wal", "wal_checksum"}
-NO_WAL_ONLY = {"hot_journal", "hot_journal_torn", "ptrmap"}
+NO_WAL_ONLY = {"hot_journal", "hot_journal_torn", "ptrmap", "foreign_journal"}
 # Kinds drawn for revision 3 alone (what only that revision promises to show). Revisions 1 and
 # 2 draw from exactly the kinds they drew before revision 3 was generated, so every seed of
 # theirs still draws the same case.
@@ -523,8 +673,13 @@ FIRST = ("sql_edit", "invalid_utf8", "hot_journal", "hot_journal_torn")
 def kinds_for(wal: bool, revision: int | None = None) -> list[str]:
     """The kinds a case of ``revision`` draws from (None or 1/2: the kinds of revisions 1 and 2,
     in their order; 3 adds REV3_ONLY at the end)."""
-    out = [k for k in KINDS if k not in (NO_WAL_ONLY if wal else WAL_ONLY)]
+    out = [k for k in KINDS if k not in (NO_WAL_ONLY if wal else WAL_ONLY) and k not in FOREIGN]
     return out if revision is not None and revision >= 3 else [k for k in out if k not in REV3_ONLY]
+
+
+def foreign_kinds_for(wal: bool) -> list[str]:
+    """The kinds of :data:`FOREIGN` a case with or without a WAL draws from."""
+    return [k for k in KINDS if k in FOREIGN and k not in (NO_WAL_ONLY if wal else WAL_ONLY)]
 
 
 @dataclass(frozen=True)
@@ -569,6 +724,7 @@ class Case:
         kind: str | None = None,
         include: str | None = None,
         revisions: tuple[int, ...] = (1, 2),
+        foreign: bool = False,
     ) -> Case:
         """The case seed ``seed`` draws; ``kind`` draws a case of that one kind alone,
         ``include`` a case whose damages include that kind (alone or with one or two others).
@@ -581,7 +737,9 @@ class Case:
         case that seed gives with that revision asked for."""
         if revision is None and tuple(revisions) != (1, 2):
             picked = random.Random(f"revision/{seed}").choice(tuple(revisions))
-            return cls.from_seed(seed, revision=picked, wal=wal, kind=kind, include=include)
+            return cls.from_seed(
+                seed, revision=picked, wal=wal, kind=kind, include=include, foreign=foreign
+            )
         rng = random.Random(seed)
         rev = revision if revision is not None else rng.choice((1, 2))
         w = wal if wal is not None else rng.random() < 0.5
@@ -592,6 +750,8 @@ class Case:
         n = rng.choices((1, 2, 3), weights=(6, 3, 1))[0]
         pool = kinds_for(w, rev)
         kinds = [rng.choice(pool) for _ in range(n)]
+        if foreign:  # one of the FOREIGN kinds first, from a stream of its own
+            kinds[0] = random.Random(f"foreign/{seed}").choice(foreign_kinds_for(w))
         if kind is not None:
             kinds = [kind]
         elif include is not None:
@@ -637,7 +797,7 @@ def apply(case: Case, bases: Bases, sessions_dir: Path) -> Applied:
         if src.exists():
             shutil.copyfile(src, path.with_name(path.name + suffix))
             os.chmod(path.with_name(path.name + suffix), 0o600)
-    target = Target(path, base, bases.foreign_wal)
+    target = Target(path, base, bases.foreign_wal, bases)
     done, regions, kinds = [], 0, set()
     for kind, sub in case.damages:
         try:

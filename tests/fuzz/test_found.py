@@ -137,6 +137,22 @@ PRODUCER_MISMATCH = (
 
 
 CAMPAIGN = [
+    # issue 29's kinds, the revision-3 foreign campaign of 2026-12-04 (seeds 2900000..2900080),
+    # failing at 2ebcf8a: another session's leaf in the file alone made its own WAL look like
+    # another session's (events_rewritten), so every WAL commit was dropped (243 events of
+    # 485 kept); a one-event leaf of another session whose neighbour was lost was kept
+    # (recover_row_differs); and (at e100869) a garbled page size made the WAL foreign.
+    "rev=3 wal=1 size=long layout=plain damages=invalid_utf8/384525051+foreign_leaf/1042104739",
+    "rev=3 wal=1 size=short layout=plain damages=foreign_leaf/1055462261+byte_flip/55188951",
+    "rev=3 wal=0 size=short layout=plain damages=foreign_leaf/399399890",
+    # (seed 2910084, at 83edd82) another session's first events (1..5) over this file's: the
+    # genesis is the first event's neighbour
+    "rev=3 wal=0 size=short layout=plain damages=foreign_leaf/899859323+byte_flip/551730297",
+    # (seed 2910109) another session's one-event leaf (event 123) beside a lost event 122,
+    # while a lost event leaves this session's run 124..243 anchored to nothing: the longer
+    # run refutes it (the majority of the content)
+    "rev=3 wal=1 size=long layout=plain damages=foreign_leaf/791589785+overflow_loop/516425427",
+    "rev=1 wal=1 size=short layout=plain damages=header_page_size/1",
     *COLD_JOURNAL,
     # a hot journal cut to its 28-byte header after the killed INSERT overwrote pages (the
     # red-team's torn journal): its rollback restores nothing, and recover kept the dead
@@ -315,6 +331,22 @@ def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
 # says when one is fixed, and it then moves to CAMPAIGN).
 # The revision-1 campaign of 2026-12-02 (seeds 400000..402214), both the same at 059d101:
 KNOWN_OPEN: list[str] = [
+    # issue 29's foreign campaign of 2026-12-04. Revision 2 (seed 2920008): another session's
+    # events leaf over this file's first leaf; below revision 3 no row binds an event to its
+    # session (no chain; ids are ULIDs of any session), so its 6 events are kept (open).
+    "rev=2 wal=0 size=short layout=plain damages=foreign_leaf/228603237+zero_sector/419634222",
+    # (seed 2920064) another session's hot journal beside a file cut short: the file alone does
+    # not read, so its rollback is compared with nothing and the other session's events come
+    # back (the journal's page images are not judged on their own: open).
+    "rev=2 wal=0 size=long layout=plain damages=foreign_journal/285062240+truncate_main/153113295",
+    # Revision 3 (seed 2910016), the same at bcf0498: another session's cost_ledger leaf over
+    # this file's; this session's ledger rows there are lost, and the 59 events whose chain
+    # bound them keep a `rows` gap but are not byte-identical where .recover keeps 486 (open).
+    "rev=3 wal=0 size=long layout=plain damages=foreign_leaf/339156935",
+    # (seed 2910081) another session's session_meta page and three stale event leaves: refused
+    # as foreign at bcf0498 (nothing kept); now recovered with every event, but 5 of them not
+    # byte-identical where .recover keeps 39 of 39 (open).
+    "rev=3 wal=0 size=short layout=plain damages=foreign_meta/909044551+stale_page/378982730",
     # the revision-3 campaign of 2026-12-02 (seed 560090): a killed DELETE FROM events left a hot
     # journal that a random page and a zeroed sector make unappliable ("not this database's"); the
     # salvage reads the file as it is and loses events 17-20 (recorded as an events gap), which

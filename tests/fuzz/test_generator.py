@@ -19,6 +19,7 @@ import pytest
 from tests.fuzz import oracle
 from tests.fuzz.bases import Bases
 from tests.fuzz.generator import (
+    FOREIGN,
     KINDS,
     NO_WAL_ONLY,
     REV3_ONLY,
@@ -81,7 +82,7 @@ def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
         for k, _ in c.damages
         for r, w in [(c.revision, c.wal)]
     }
-    for kind in KINDS:
+    for kind in KINDS.keys() - FOREIGN:
         for rev in (1, 2):
             for wal in (False, True):
                 if kind in (NO_WAL_ONLY if wal else WAL_ONLY):
@@ -96,10 +97,28 @@ def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
         for k, _ in c.damages
         for w in [c.wal]
     }
-    for kind in KINDS:
+    for kind in KINDS.keys() - FOREIGN:
         for wal in (False, True):
             if kind not in (NO_WAL_ONLY if wal else WAL_ONLY):
                 assert (kind, wal) in drawn3, (kind, 3, wal)
+    assert not {k for c in map(Case.from_seed, range(3000)) for k, _ in c.damages} & FOREIGN
+
+
+def test_the_foreign_kinds_are_drawn_only_when_asked() -> None:
+    """Issue 29's kinds (another session's bytes, an earlier generation's -wal, header fields)
+    are drawn with ``foreign=True`` alone, first in the case, with and without a WAL as each
+    allows; without it every seed keeps the case it always drew."""
+    seen = set()
+    for s in range(400):
+        c = Case.from_seed(s, revisions=REVISIONS, foreign=True)
+        assert c.damages[0][0] in FOREIGN or len({k for k, _ in c.damages} & FOREIGN) >= 1
+        seen |= {(k, c.wal) for k, _ in c.damages if k in FOREIGN}
+        plain = Case.from_seed(s, revisions=REVISIONS)
+        assert not {k for k, _ in plain.damages} & FOREIGN
+    for kind in FOREIGN:
+        for wal in (False, True):
+            if kind not in (NO_WAL_ONLY if wal else WAL_ONLY):
+                assert (kind, wal) in seen, (kind, wal)
 
 
 def test_a_torn_journal_is_the_last_write_through_sqlite() -> None:

@@ -20,7 +20,7 @@ from agentdb.checks import policy
 from agentdb.checks.codes import finding, verdict_of
 from agentdb.checks.journal import check_with_journal, read_header
 from agentdb.checks.parent import parent_depth
-from agentdb.hashing import mismatch_sql
+from agentdb.hashing import genesis, mismatch_sql
 from agentdb.paths import SESSION_SUFFIX, is_valid_id, sidecar
 from agentdb.results import Finding, SessionCheck, Verified
 from agentdb.schema import enums
@@ -216,9 +216,48 @@ class _Run:
                 foreign = events_rewritten(scan, self.path)
             except OSError:
                 foreign = None  # the file went away or is unreadable: judged by its open
+            if foreign is not None and self.through_wal(stats, db.chain_whole):
+                foreign = None  # the file alone holds another session's page, not the WAL
+        if foreign is None and scan.valid_frames:
+            foreign = self.wal_behind(stats)
         if foreign is not None:
             self.foreign_wal(foreign)
         return key
+
+    def through_wal(self, stats: db.FileStats, judge: Any) -> Any:
+        """``judge(connection, session_id)`` on the state read through the WAL (None when it
+        does not open)."""
+        try:
+            through = db.open_readonly(self.path, check_schema=False, stats=stats, judged=True)
+        except errors.AgentdbError:
+            return None
+        try:
+            return judge(through, self.session_id)
+        finally:
+            through.close()
+
+    def wal_behind(self, stats: db.FileStats) -> str | None:
+        """Recover's evidence too (:func:`agentdb.db.wal_behind`): read through the WAL, the
+        file loses events it holds alone — an earlier generation's WAL, which the next open
+        would checkpoint over the newer pages. Nobody has the file open (judged by the caller)."""
+        try:
+            alone = db.open_readonly_alone(self.path)
+        except errors.AgentdbError:
+            return None
+        try:
+            mine = db.event_ids(alone)
+        finally:
+            alone.close()
+        if not mine:
+            return None
+        try:
+            through = db.open_readonly(self.path, check_schema=False, stats=stats, judged=True)
+        except errors.AgentdbError:
+            return None
+        try:
+            return db.wal_behind(db.event_ids(through), mine)
+        finally:
+            through.close()
 
     def foreign_wal(self, why: str) -> None:
         self.add(
@@ -385,6 +424,18 @@ class _Run:
             self.add("meta_missing", "no session_meta row", self.fix_recover)
             return
         self.judge_meta(tuple(rows[0]))
+        if self.named is not None and chain_names(conn, self.session_id):
+            # The events' chain starts at this session's genesis (the file name's id): the
+            # row is damage (a page of another session's file), not the file's identity.
+            self.findings = [f for f in self.findings if f.code != "meta_id_mismatch"]
+            self.add(
+                "meta_hash_mismatch",
+                f"session_meta names session {self.named}, but the event chain starts at this "
+                "session's genesis: a page of another session's file over this one's; run "
+                f"`{self.fix_recover}`",
+                self.fix_recover,
+            )
+            self.named = None
 
     def judge_meta(self, row: tuple[Any, ...]) -> None:
         """The findings of the ``session_meta`` row (:data:`META_SQL`'s first columns)."""
@@ -675,3 +726,17 @@ def _check_path(
         run.add("unstable", f"{why}; checked a second time, and this is the second result")
         result = run.result()
     return result
+
+
+def chain_names(conn: apsw.Connection, session_id: str) -> bool:
+    """The events' chain (revision 3) starts at ``session_id``'s genesis: the first event's
+    stored ``prev_hash`` is the hash of that id. The chain binds every event to its session,
+    so this outweighs a ``session_meta`` row naming another (a page of another session's
+    file); a file another session's really is has that session's genesis there."""
+    try:
+        row = conn.execute(
+            "SELECT prev_hash FROM events NOT INDEXED ORDER BY sequence LIMIT 1"
+        ).fetchone()
+    except db.READ_ERRORS:
+        return False  # no chain columns (revision 1 or 2), or the table does not read
+    return row is not None and row[0] == genesis(session_id)

@@ -6,8 +6,10 @@ back. ``check`` judges the state that rollback gives: the file and its journal a
 private directory, the copy is rolled back there (the original is never touched) and checked
 with the file's ``-wal`` beside it, if it has one (SQLite applies it after the rollback),
 with an informational ``hot_journal`` finding. A journal whose header disagrees with the file
-(page size, a restored size of 0 pages) or whose rollback fails is treated like a WAL of another
-database: ``foreign_journal`` (corrupt), and the file is judged as it is.
+(page size, a restored size of 0 pages), whose rollback fails, or whose rollback gives another
+session's content (:func:`agentdb.db.journal_rollback_foreign`: another session_meta id, an
+event whose id changes) is treated like a WAL of another database: ``foreign_journal``
+(corrupt), and the file is judged as it is.
 """
 
 from __future__ import annotations
@@ -85,10 +87,10 @@ def check_with_journal(path: Path, check: Check) -> SessionCheck | None:
             if fsutil.copy_private(path, copy, st):
                 sidecar(copy, "-journal").write_bytes(data)
                 try:
-                    db.roll_back_private(copy)
+                    problem = db.roll_back_checked(copy)
                 except errors.AgentdbError as e:
                     problem = f"rolling it back fails ({e.detail})"
-                else:
+                if problem is None:
                     # SQLite rolls a hot journal back and then opens a -wal beside the file,
                     # whatever the header says: judge exactly that state.
                     if not _copy_wal(path, copy):

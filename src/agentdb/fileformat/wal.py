@@ -412,9 +412,14 @@ def foreign_evidence(db_head: Buffer, scan: WalScan, own_ids: tuple[int, ...] = 
         head = parse_header(bytes(db_head[:100]))
     except FormatError:
         return None  # an unreadable header is the database's damage, not the WAL's
-    if scan.header.page_size != head.page_size:
-        return f"its page size {scan.header.page_size} is not the database's {head.page_size}"
     page1 = [f for f in scan.valid_frames if f.pgno == 1]
+    if scan.header.page_size != head.page_size:
+        if page1 and own_ids and _own_page1(scan, page1[-1], own_ids):
+            # The WAL's own newest page 1 is this database's (one of its ids) at the WAL's
+            # page size: the file header's page size is the damage (SQLite's recovery
+            # tolerates a garbled one), and the WAL's copy restores it.
+            return None
+        return f"its page size {scan.header.page_size} is not the database's {head.page_size}"
     if page1:
         try:
             theirs = parse_header(scan.frame_page(page1[-1])[:100])
@@ -431,3 +436,12 @@ def foreign_evidence(db_head: Buffer, scan: WalScan, own_ids: tuple[int, ...] = 
                 f"database's {head.application_id:#x}"
             )
     return None
+
+
+def _own_page1(scan: WalScan, frame: WalFrame, own_ids: tuple[int, ...]) -> bool:
+    """The WAL's copy of page 1 has the WAL's page size and one of ``own_ids``."""
+    try:
+        theirs = parse_header(scan.frame_page(frame)[:100])
+    except FormatError:
+        return False
+    return theirs.page_size == scan.page_size and theirs.application_id in own_ids

@@ -24,12 +24,14 @@ history (money was spent).
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from agentdb.hashing import event_hash
+from agentdb.hashing import chain_hash, event_hash, genesis, row_hash
+from agentdb.paths import is_valid_id
 from agentdb.salvage import freespace, tables
 from agentdb.salvage.chainrows import HASHED, ChainEvidence
 from agentdb.salvage.diskrows import DiskMap, HashSets, ordered
@@ -46,10 +48,13 @@ from agentdb.salvage.merged import (
     rebuilt_meta,
     shell_rows,
 )
+from agentdb.salvage.merged import keys as merged_keys
 from agentdb.salvage.pages import LIVE, STALE, STRAY, PageSalvage
 from agentdb.salvage.rows import RowSalvage
 from agentdb.salvage.scratch import Scratch
 from agentdb.salvage.tables import Row
+from agentdb.schema.chain import GapRecord
+from agentdb.schema.revisions import REV3_BOUND
 
 __all__ = [  # the merged result is defined in .merged; re-exported here, where it is made
     "REBUILT_PROFILE",
@@ -499,18 +504,303 @@ class _Merger:
                 if chain is None or not chain.vouched(table, self.store.resolve(row)):
                     dropped.setdefault(table, []).append(key)
         for table, keys in dropped.items():
-            got = result.rows[table]
-            for key in keys:
-                del got[key]
-                if table == "events":
-                    result.hashes.pop(key, None)
-            result.unverified.get(table, set()).difference_update(keys)
-            _uncount(result.sources[table], len(keys))
+            self._remove(result, table, keys)
             self.notes.append(
                 f"{table}: {len(keys)} rows dropped: no stored hash of theirs holds (revision "
                 "3 keeps a salvaged row's own hashes; each is part of a gap the replacement "
                 "records)"
             )
+        self.drop_foreign(result)
+
+    def drop_foreign_meta(self, result: Merged) -> None:
+        """The events link from this session's genesis: a ``session_meta`` row naming another
+        valid session id is a page of another session's file (never this file's identity),
+        dropped; the row is then rebuilt from the file name."""
+        got = result.rows["session_meta"]
+        keys = [
+            k
+            for k, row in got.items()
+            if isinstance(row[0], str) and row[0] != self.session_id and is_valid_id(row[0])
+        ]
+        if keys:
+            self._remove(result, "session_meta", keys)
+            result.foreign_ignored["session_meta"] = len(keys)
+            self.notes.append(
+                "session_meta: the row names another session while the event chain starts at "
+                "this session's genesis: another session's row, not kept"
+            )
+
+    def _remove(self, result: Merged, table: str, keys: list[Any]) -> None:
+        got = result.rows[table]
+        for key in keys:
+            del got[key]
+            if table == "events":
+                result.hashes.pop(key, None)
+        result.unverified.get(table, set()).difference_update(keys)
+        _uncount(result.sources[table], len(keys))
+
+    def drop_foreign(self, result: Merged) -> None:
+        """Events of another session (a page of another session's file copied over one of
+        this file's, docs/recover.md "Another session's rows"), told from the chain: this
+        session's events are the run linked forward from its genesis (its id) and the run
+        linked back from its head; a run of events linked among themselves that neither
+        reaches is another session's when an anchored neighbour refutes it on each side it
+        has one — the event before names another chain hash than its first's prev_hash, the
+        event after (or the head) another prev_hash than its last's chain hash, and the run's
+        own content and rows do not give the missing link either (that would be its own
+        damaged chain field). Such events are dropped and
+        counted (``foreign_ignored``); this session's events at those sequences are lost.
+        Then the derived rows of another session (:func:`_foreign_derived`)."""
+        chain = self.chain
+        events = result.rows["events"]
+        if chain is None or not events:
+            return
+        pairs: dict[int, list[tuple[bytes, bytes]]] = {}
+        for seq in merged_keys(events):
+            h = result.hashes.get(seq)
+            if type(seq) is int and h is not None:
+                pairs[seq] = chain.links(seq, h)
+        head = chain.head()
+        bound = _bound_rows(result, pairs, None, self.store.resolve, {})
+        anchors = _Anchors(pairs, genesis(self.session_id), head, chain.gap_rows())
+        anchors.attest(
+            lambda seq: result.hashes.get(seq), lambda seq: _hashes(bound.get(seq, [[], [], []]))
+        )
+        if anchors.fwd:
+            self.drop_foreign_meta(result)
+        foreign = anchors.foreign_runs()
+        if foreign:
+            self._remove(result, "events", foreign)
+            result.foreign_ignored["events"] = len(foreign)
+            self.notes.append(
+                f"{len(foreign)} events of another session ignored (sequences {foreign[0]}.."
+                f"{foreign[-1]}): their chain links to neither this session's genesis nor its "
+                "head and its neighbours refute them; this session's events there are lost"
+            )
+        derived = _foreign_derived(result, pairs, anchors.limit(), self.store.resolve)
+        for table, keys in derived.items():
+            self._remove(result, table, keys)
+            result.foreign_ignored[table] = len(keys)
+            self.notes.append(
+                f"{len(keys)} {table} rows of another session ignored: the chain of the event "
+                "each names does not bind them (another subset of its rows fits it, the event "
+                "is of another kind than such a row names, or it is past this session's head)"
+            )
+
+
+Pairs = dict[int, list[tuple[bytes, bytes]]]  # event sequence -> its stored (prev, chain) pairs
+
+
+class _Anchors:
+    """Which events link to this session's chain (see :meth:`_Merger.drop_foreign`)."""
+
+    def __init__(self, pairs: Pairs, genesis_hash: bytes, head: Any, gaps: list[Any]) -> None:
+        self.pairs = pairs
+        self.seqs = sorted(pairs)
+        self.head_seq = head.sequence if head is not None else None
+        self.head_hash = head.hash if head is not None else None
+        if type(self.head_seq) is not int or type(self.head_hash) is not bytes:
+            self.head_seq = self.head_hash = None
+        self.genesis = genesis_hash
+        self.fwd: dict[int, bytes] = {}  # seq -> its chain hash, linked from the genesis
+        expected, last = genesis_hash, None
+        for seq in self.seqs:
+            got = [c for p, c in pairs[seq] if p == expected]
+            if (last is not None and seq != last + 1) or not got:
+                break
+            self.fwd[seq] = expected = got[0]
+            last = seq
+        self.bwd: dict[int, bytes] = {}  # seq -> its prev_hash, linked back from the head
+        want, at = self.head_hash, self.head_seq
+        while want is not None and at is not None and at in pairs:
+            back = [p for p, c in pairs[at] if c == want]
+            if not back:
+                break
+            self.bwd[at] = want = back[0]
+            at -= 1
+        # a break an earlier recovery recorded (a carried chain_gaps row) refutes nothing
+        self._content: Any = None
+        self._derived: Any = None
+        self.recorded = [
+            (g.gap.from_seq - 1, g.gap.to_seq + 1)
+            for g in map(GapRecord.from_row, gaps)
+            if g.gap is not None
+        ]
+
+    def attest(self, content: Any, derived: Any) -> None:
+        """How to recompute an event's chain hash from a stored prev_hash (its content hash
+        and bound rows, by sequence): a neighbour's link that the event's own content and
+        rows give is its damaged chain field, not another session's event."""
+        self._content, self._derived = content, derived
+
+    def _gives(self, seq: int, prev: bytes, link: bytes) -> bool:
+        content = self._content(seq) if self._content is not None else None
+        if content is None:
+            return False
+        return chain_hash(prev, content, self._derived(seq)) == link
+
+    def left_links(self, a: int, long: set[int]) -> set[bytes]:
+        """The chain hash the event before ``a`` has, when it is anchored: linked from the
+        genesis, or in a run of :data:`_MAJORITY` weight (``long``)."""
+        if a - 1 in self.fwd:
+            return {self.fwd[a - 1]}
+        return {c for _, c in self.pairs[a - 1]} if a - 1 in long else set()
+
+    def right_links(self, b: int, long: set[int]) -> set[bytes]:
+        """The prev_hash the event after ``b`` names (or the head's hash, ``b`` being the
+        head's), when it is anchored (see :meth:`left_links`)."""
+        if b + 1 in self.bwd:
+            return {self.bwd[b + 1]}
+        if b == self.head_seq and self.head_hash is not None:
+            return {self.head_hash}
+        return {p for p, _ in self.pairs[b + 1]} if b + 1 in long else set()
+
+    def refuted_left(self, a: int, links: set[bytes]) -> bool:
+        """``a`` does not link from its anchored neighbour's chain hash, nor would with its
+        own content and rows."""
+        if self.explained(a):
+            return False
+        return not any(self._gives(a, link, c) for link in links for _, c in self.pairs[a])
+
+    def refuted_right(self, b: int, links: set[bytes]) -> bool:
+        """``b``'s chain hash is not the prev_hash its anchored neighbour names, nor would
+        ``b``'s own content and rows give it."""
+        if self.explained(b):
+            return False
+        return not any(self._gives(b, p, want) for want in links for p, _ in self.pairs[b])
+
+    def explained(self, seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi in self.recorded)
+
+    def limit(self) -> int | None:
+        """The last sequence this session may hold: the head's, or the last event linked from
+        the genesis past it; None without a proven head."""
+        if self.head_seq is None:
+            return None
+        return max(self.head_seq, *self.fwd) if self.fwd else self.head_seq
+
+    def runs(self) -> list[list[int]]:
+        """The unanchored events, in runs of consecutive sequences linked among themselves."""
+        runs: list[list[int]] = []
+        for seq in self.seqs:
+            if seq in self.fwd or seq in self.bwd:
+                continue
+            run = runs[-1] if runs else None
+            linked = run is not None and run[-1] == seq - 1
+            if linked and {c for _, c in self.pairs[seq - 1]} & {p for p, _ in self.pairs[seq]}:
+                assert run is not None
+                run.append(seq)
+            else:
+                runs.append([seq])
+        return runs
+
+    def foreign_runs(self) -> list[int]:
+        """The events of the runs their anchored neighbours refute."""
+        foreign: list[int] = []
+        head_seq = self.head_seq
+        runs = self.runs()
+        for run in runs:
+            a, b = run[0], run[-1]
+            # a run of this session cut off from both anchors (events lost next to the head,
+            # say) still outweighs a short one beside it: the majority of the content
+            weight = max(_MAJORITY, _MAJORITY_FACTOR * len(run))
+            long = {s for r in runs if r is not run and len(r) >= weight for s in (r[0], r[-1])}
+            lefts, rights = self.left_links(a, long), self.right_links(b, long)
+            has_left, has_right = bool(lefts), bool(rights)
+            left = has_left and self.refuted_left(a, lefts)
+            right = has_right and self.refuted_right(b, rights)
+            if a == 1 and not self.explained(a):
+                # the first event links from the genesis: the session's id is its neighbour
+                has_left = True
+                left = not any(self._gives(a, self.genesis, c) for _, c in self.pairs[a])
+            if head_seq is not None and a > head_seq and not self.explained(a):
+                # past the head, which the writer moves in each append's own transaction:
+                # this session's next event would link from the head's hash
+                linked = any(p == self.head_hash for p, _ in self.pairs[a])
+                has_left = has_right = left = right = a > head_seq + 1 or not linked
+            if (has_left or has_right) and left == has_left and right == has_right:
+                foreign.extend(run)
+        return foreign
+
+
+# A run of unanchored events at least this long, and this many times longer than a run beside
+# it, refutes that run as an anchored neighbour would (_Anchors.foreign_runs).
+_MAJORITY, _MAJORITY_FACTOR = 8, 4
+
+Bound = list[list[tuple[str, Any, bytes]]]  # per REV3_BOUND table: (table, key, row hash)
+
+
+def _bound_rows(
+    result: Merged, pairs: Pairs, limit: int | None, resolve: Any, out: dict[str, list[Any]]
+) -> dict[int, Bound]:
+    """The derived rows naming each kept event; rows naming an event past ``limit`` go to
+    ``out`` (another session's: this session's writer appends a row with its event)."""
+    bound: dict[int, Bound] = {}
+    for i, (table, _key) in enumerate(REV3_BOUND):
+        for key, row in ordered(result.rows[table]):
+            full = resolve(row)
+            seq = full[3] if table == "producers" else full[1]
+            if type(seq) is not int:
+                continue
+            past = limit is not None and seq > limit and seq not in result.hashes
+            if table != "producers" and past:
+                out.setdefault(table, []).append(key)
+                continue
+            if seq in pairs and seq in result.hashes:
+                lists = bound.setdefault(seq, [[], [], []])
+                lists[i].append((table, key, row_hash(table, full)))
+    return bound
+
+
+def _fitting(lists: Bound, content: bytes, pairs: list[tuple[bytes, bytes]]) -> list[Any] | None:
+    """The largest subset of an event's ledger and plan rows its stored chain hash binds
+    (with its producers), or None when no subset of at most 6 rows fits."""
+    doubtful = lists[0] + lists[1]
+    if len(doubtful) > 6:
+        return None
+    for n in range(len(doubtful), -1, -1):
+        for keep in itertools.combinations(doubtful, n):
+            trial = [[r for r in lists[0] if r in keep], [r for r in lists[1] if r in keep]]
+            hashes = _hashes([*trial, lists[2]])
+            if any(chain_hash(p, content, hashes) == c for p, c in pairs):
+                return list(keep)
+    return None
+
+
+def _foreign_derived(
+    result: Merged, pairs: Pairs, limit: int | None, resolve: Any
+) -> dict[str, list[Any]]:
+    """``cost_ledger`` and ``plan_items`` rows of another session: each names a kept event
+    whose stored chain hash binds the content hashes of its derived rows. A row is another
+    session's when the event's chain recomputes from a subset of its rows without it, or,
+    when no subset fits (a row of this session's lost beside it), when the event is not of
+    the kind such a row names (a ledger row names a message, a plan item a plan: this
+    session's writer binds no other); and a row naming an event past ``limit`` (the proven
+    head's sequence, or the last event linked from the genesis past it). A row naming a
+    lost event below it proves nothing."""
+    out: dict[str, list[Any]] = {}
+    events = result.rows["events"]
+    for seq, lists in _bound_rows(result, pairs, limit, resolve, out).items():
+        content = result.hashes[seq]
+        fits = _fitting(lists, content, pairs[seq])
+        doubtful = lists[0] + lists[1]
+        if fits is not None:
+            out_of = [r for r in doubtful if r not in fits]
+        else:
+            event = events.get(seq)
+            kind = resolve(event)[3] if event is not None else None
+            out_of = [r for r in doubtful if kind != _NAMED_KIND[r[0]]]
+        for table, key, _h in out_of:
+            out.setdefault(table, []).append(key)
+    return out
+
+
+# The kind of event a derived row names (checks: ledger_not_message, plan_item_not_plan).
+_NAMED_KIND = {"cost_ledger": "message", "plan_items": "plan"}
+
+
+def _hashes(lists: list[list[tuple[str, Any, bytes]]]) -> list[list[bytes]]:
+    return [sorted(h for _, _, h in rows) for rows in lists]
 
 
 def _uncount(sources: Counter[str], n: int) -> None:

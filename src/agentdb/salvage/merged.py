@@ -49,6 +49,8 @@ class Merged:
     # keys kept although no check vouches for their bytes (table -> keys)
     unverified: dict[str, set[Any]] = field(default_factory=dict)
     derived_producers: int = 0  # producers rows derived from events
+    # table -> rows of another session found in the file and not kept (merge.drop_foreign)
+    foreign_ignored: dict[str, int] = field(default_factory=dict)
 
     def count(self) -> int:
         return sum(len(v) for t, v in self.rows.items() if t != "session_meta")
@@ -141,6 +143,11 @@ def _gaps(got: MutableMapping[Any, Row], top: int) -> list[list[int]]:
     if nxt <= top:
         out.append([nxt, top])
     return out
+
+
+def keys(m: MutableMapping[Any, Row]) -> Iterator[Any]:
+    """The keys of a merged table, ascending."""
+    return _keys(m)
 
 
 def _keys(m: MutableMapping[Any, Row]) -> Iterator[Any]:

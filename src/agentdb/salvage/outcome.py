@@ -78,6 +78,8 @@ class RecoveryOutcome:
     # revision 3: the gap rows this recovery recorded in the replacement, as the file holds
     # them: {"kind", "from_seq", "to_seq", "expected_hash" (hex, or None)} (design §6)
     gaps: list[dict[str, Any]] = field(default_factory=list)
+    # table -> rows of another session found in the file and not kept ("foreign rows ignored")
+    foreign_ignored: dict[str, int] = field(default_factory=dict)
 
     def to_log(self, event: LogEvent) -> dict[str, Any]:
         """The recovery-log line for this outcome."""
@@ -111,6 +113,7 @@ class RecoveryOutcome:
             "lost": self.lost,
             "notes": self.notes,
             "gaps": self.gaps,
+            "foreign_ignored": self.foreign_ignored,
         }
 
     @classmethod
@@ -130,6 +133,11 @@ class RecoveryOutcome:
             lost=_dict(entry.get("lost")),
             notes=_strs(entry.get("notes")),
             gaps=_gaps(entry.get("gaps")),
+            foreign_ignored={
+                k: v
+                for k, v in _dict(entry.get("foreign_ignored")).items()
+                if type(v) is int and v >= 0
+            },
         )
 
 

@@ -12,12 +12,13 @@ replacement, already checked once by ``agentdb check``'s own judge. ``--dry-run`
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentdb import checks, fsutil, recoverylog
+from agentdb import checks, fsutil, paths, recoverylog
 from agentdb.checks import policy
 from agentdb.salvage import chainrows, diskrows, replacement, rows, snapshot
 from agentdb.salvage import merge as merge_mod
@@ -29,6 +30,9 @@ from agentdb.salvage.snapshot import Snapshot
 from agentdb.salvage.tables import TABLES
 from agentdb.schema.revisions import CURRENT_REVISION, KNOWN_REVISION, REV3_REVISION
 from agentdb.schema.text import text_encoding
+
+# An engine's refusal of a session_meta row naming another id (tables.problem's words).
+_OTHER_META = re.compile(r"session_meta: session_id '([^']*)' is not the file's id ")
 
 
 @dataclass
@@ -466,6 +470,7 @@ def _describe(out: RecoveryOutcome, got: Salvage) -> None:
         if any(used[s] for s in sources) and not (got.rebuild and name == "rows"):
             out.engines.append(name)
     out.lost = merged.lost
+    out.foreign_ignored = dict(merged.foreign_ignored)
     rejected = Counter(page.rejected)
     if found is not None:
         rejected.update(found.rejected)
@@ -473,6 +478,16 @@ def _describe(out: RecoveryOutcome, got: Salvage) -> None:
         if found.damaged_regions:
             out.notes.append(f"rows engine stepped around {found.damaged_regions} damaged regions")
     out.notes += page.notes + merged.notes + got.shell_notes
+    # session_meta rows naming another valid session id, which the engines refuse (each
+    # engine names the same row: counted once per id)
+    others = {
+        m.group(1)
+        for why in rejected
+        if (m := _OTHER_META.match(why)) is not None and paths.is_valid_id(m.group(1))
+    }
+    if others:
+        n = out.foreign_ignored.get("session_meta", 0)
+        out.foreign_ignored["session_meta"] = max(n, len(others))
     if rejected:
         top = ", ".join(f"{why} ({n})" for why, n in rejected.most_common(6))
         out.notes.append(f"rejected: {top}")

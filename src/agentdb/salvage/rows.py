@@ -19,6 +19,7 @@ from typing import Any
 import apsw
 
 from agentdb import db, errors, paths
+from agentdb.checks.file import chain_names
 from agentdb.hashing import as_bytes_sql, mismatch_sql, text_mask_sql
 from agentdb.salvage import chainrows, tables
 from agentdb.salvage.diskrows import Verified
@@ -100,14 +101,23 @@ def diagnose(
                     "SELECT CAST(session_id AS BLOB) FROM session_meta NOT INDEXED LIMIT 2"
                 )
             ]
+            other = None
             if len(ids) != 1:
                 d.reasons.append(f"session_meta holds {len(ids)} rows, expected 1")
-            elif (other := _another_session(ids[0], session_id)) is not None:
+            elif (other := _another_session(ids[0], session_id)) is not None and not (
+                session_id is not None and chain_names(conn, session_id)
+            ):
                 why = (
                     f"session_meta names another session ({other}): that session's file, "
                     "copied or renamed under this name; move it back by hand"
                 )
                 return Diagnosis(False, [why], refused="foreign", revision=ident.revision)
+            if other is not None:
+                d.reasons.append(
+                    f"session_meta names another session ({other}), but the event chain starts "
+                    "at this session's genesis: a page of another session's file; its row is "
+                    "not kept"
+                )
             if not seen_by_integrity:  # else damaged already: the engines check every row
                 _row_problems(conn, ident.revision, d)
     except db.READ_ERRORS as e:

@@ -129,14 +129,19 @@ def journal_playback(journal: Path) -> tuple[frozenset[int], bool] | None:
     return None if got is None else (got[0], bool(got[1]))
 
 
-def roll_back(copy: Path, journal: Path, work: Path) -> str | None:
-    """Roll the hot journal back into ``copy`` (a private copy of the database): None when done,
-    else why the journal is not this database's (its header disagrees with the file, or the
-    rollback fails; ``copy`` is then unchanged), and it is treated like another database's WAL."""
+def roll_back(copy: Path, journal: Path, work: Path) -> tuple[str | None, bool]:
+    """Roll the hot journal back into ``copy`` (a private copy of the database): (None, False)
+    when done, else (why the journal is not this database's, whether its content names another
+    session): its header disagrees with the file, the rollback fails, or the rolled-back state
+    is another session's (:func:`agentdb.db.journal_rollback_foreign`); ``copy`` is then
+    unchanged, and the journal is treated like another database's WAL. A journal whose rollback
+    gives another session's rows was written by another session's writer: nothing says this
+    file's own writer died mid-transaction."""
     with open(copy, "rb") as f:
         header = f.read(100)
     with open(journal, "rb") as f:
         problem = journal_problem(header, f.read(28), os.fstat(f.fileno()).st_size)
+    other = False
     if problem is None:
         where = work / "rollback"
         fsutil.ensure_dir(where)
@@ -144,13 +149,14 @@ def roll_back(copy: Path, journal: Path, work: Path) -> str | None:
         fsutil.copy_regular(copy, rolled, fsync=False)
         os.link(journal, rolled.with_name(copy.name + "-journal"))  # both private: one file
         try:
-            db.roll_back_private(rolled)
+            problem = db.roll_back_checked(rolled)
+            other = problem is not None
         except errors.AgentdbError as e:
             problem = f"rolling it back fails: {str(e).split(': ', 1)[-1]}"
-        else:
+        if problem is None:
             os.replace(rolled, copy)
-            return None
+            return None, False
     return (
         f"its rollback journal is not this database's ({problem}); salvaged from the file as "
         "it is, the journal is kept with the original"
-    )
+    ), other

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, fsutil, swap
+from agentdb import db, errors, fsutil, swap
 from agentdb.checks import walevidence
 from agentdb.fileformat import FileBytes, WalScan, foreign_evidence, scan_wal
 from agentdb.paths import sidecar
@@ -114,13 +114,13 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
     except (OSError, errors.AgentdbError):
         had_journal = False  # no journal a rollback would read
     _copy_fd(fd, st.st_size, copy)
-    journal_note, torn, restored = None, None, None
+    journal_note, torn, restored, other = None, None, None, False
     if had_journal:
         playback = sidecars.journal_playback(journal)
         if playback is not None:
             restored = playback[0]
             torn = restored if playback[1] else None
-        journal_note = sidecars.roll_back(copy, journal, work)
+        journal_note, other = sidecars.roll_back(copy, journal, work)
     journal.unlink(missing_ok=True)
     with open(copy, "rb") as f:
         header = f.read(100)
@@ -134,8 +134,10 @@ def take(path: Path, fd: int, work: Path) -> Snapshot | None:
         had_journal=had_journal,
         journal_note=journal_note,
         # a hot journal left unapplied: the dead writer may have changed any page, and none
-        # was restored, so every row no hash vouches for is in doubt
-        journal_torn=torn if journal_note is None else frozenset(),
+        # was restored, so every row no hash vouches for is in doubt — unless its rollback
+        # gives another session's rows: then another session's writer wrote it, not this
+        # file's (rows of this file it changed would be this session's, judged as any damage)
+        journal_torn=torn if journal_note is None else None if other else frozenset(),
         journal_restored=restored if journal_note is None else None,
         header=header,
     )
@@ -196,7 +198,8 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
             foreign_evidence(snap.header, scan, (APPLICATION_ID,))
             or sidecars.meta_elsewhere(conn, snap.copy, session_id, work)
             or sidecars.meta_in_frames(scan, session_id)
-            or walevidence.events_rewritten(scan, snap.copy)
+            or _rewritten(scan, snap.copy, conn, session_id)
+            or _wal_behind(conn, snap.copy)
         )
         if foreign is not None:
             # Another database's WAL: salvage this session from its file alone; the WAL goes
@@ -226,6 +229,32 @@ def judge(snap: Snapshot, session_id: str, work: Path) -> tuple[Any, rows.Diagno
     # Messages about the private copy name the session file the operator knows.
     diag.reasons = [r.replace(str(snap.copy), str(snap.path)) for r in diag.reasons]
     return conn, diag
+
+
+def _rewritten(scan: WalScan, copy: Path, conn: Any, session_id: str) -> str | None:
+    """check's evidence from the events (:func:`walevidence.events_rewritten`), unless the
+    state read through the WAL is this session's whole chain (:func:`agentdb.db.chain_whole`):
+    then the file alone holds another session's page, not the WAL."""
+    why = walevidence.events_rewritten(scan, copy)
+    if why is not None and conn is not None and db.chain_whole(conn, session_id):
+        return None
+    return why
+
+
+def _wal_behind(conn: Any, copy: Path) -> str | None:
+    """check's evidence (:func:`agentdb.db.wal_behind`): read through the WAL (``conn``), the
+    private ``copy`` loses events it holds alone."""
+    if conn is None:
+        return None
+    try:
+        alone = db.open_readonly_alone(copy)
+    except errors.AgentdbError:
+        return None
+    try:
+        mine = db.event_ids(alone)
+    finally:
+        alone.close()
+    return db.wal_behind(db.event_ids(conn), mine) if mine else None
 
 
 def _damaged(diag: rows.Diagnosis, reason: str) -> None:
