@@ -141,6 +141,8 @@ class Terminal:
     """``agentdb`` as a real process with some of its streams on a pseudo-terminal: what a
     person at a terminal sees (progress bars, prompts, wrapped tables), and Ctrl-C.
 
+    ``size`` (columns, lines) sets the terminal's window size (``TIOCSWINSZ``).
+
     Streams not on the terminal: stdin closed, stdout a pipe, stderr discarded. Use it as a
     context manager (the process is killed and the terminal closed on the way out)::
 
@@ -157,10 +159,20 @@ class Terminal:
         stdout: bool = False,
         stderr: bool = True,
         env: dict[str, str] | None = None,
+        size: tuple[int, int] | None = None,
     ) -> None:
         full = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}
         full.update(env or {})
         self.master, slave = os.openpty()
+        if size is not None:  # (columns, lines), as a terminal emulator's window sets them
+            import fcntl
+            import struct
+            import termios
+
+            cols, rows = size
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            for name in ("COLUMNS", "LINES"):  # the window's size, not the environment's
+                full.pop(name, None)
         self.seen = b""  # everything read from the terminal so far
         try:
             self.proc = subprocess.Popen(

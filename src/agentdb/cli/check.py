@@ -50,6 +50,7 @@ def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
         ),
         ["session", "status", "rev", "size", "verdict", "first finding"],
         fmt,
+        optional=("rev", "size"),
     )
     stream = run.stream
     if stream.directory:

@@ -106,8 +106,8 @@ def _format_commands(self: click.Group, ctx: click.Context, formatter: click.Hel
 
 def common_options(cmd: click.Command, path: str = "") -> click.Command:
     """Give a command the options every command shares, unless it defines them itself:
-    ``-q/--quiet``, ``-v/--verbose``, ``--no-progress``; ``--csv`` and ``--nl`` where the
-    command draws tables (it has ``--fmt``). They set the click context's shared ``meta``,
+    ``-q/--quiet``, ``-v/--verbose``, ``--no-progress``; ``--csv``, ``--nl`` and ``--wide``
+    where the command draws tables (it has ``--fmt``). They set the click context's shared ``meta``,
     which :mod:`agentdb.cli.output` reads, so no command needs a parameter for them. A
     command's ``--json`` also marks errors to be printed as JSON."""
     path = path or (cmd.name or "")
@@ -140,6 +140,11 @@ def common_options(cmd: click.Command, path: str = "") -> click.Command:
     if any(p.name == "fmt" for p in cmd.params):
         add("--csv", key="", callback=_table_style("csv"), help="Tables as CSV.")
         add("--nl", key="", callback=_table_style("nl"), help="Tables as one JSON object per row.")
+        add(
+            "--wide",
+            key=output.WIDE,
+            help="On a terminal too, every column and whole ids, cells not wrapped (as -v does).",
+        )
     for p in cmd.params:
         if p.name == "as_json" and p.callback is None:
             p.callback = _json_errors

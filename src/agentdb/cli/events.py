@@ -127,7 +127,9 @@ def events_cmd(
                 break  # the reader has what it wanted (`| head -1`)
     else:
         headers = ["seq", "timestamp", "kind", "producer", "bytes", "payload"]
-        output.emit_table((_row(e) for e in read.events(it)), headers, fmt)
+        output.emit_table(
+            (_row(e) for e in read.events(it)), headers, fmt, optional=("bytes", "producer")
+        )
     if read.interrupted:
         output.warn(f"interrupted: the {read.count} event(s) read before Ctrl-C are printed")
         return EXIT_INTERRUPTED

@@ -156,6 +156,7 @@ def list_cmd(
         rows(),
         ["session", "status", "profile", "parent", "depth", "started", "ended", "cost", "events"],
         fmt,
+        optional=("depth", "parent", "events", "ended", "profile"),
     )
     for n in listed.notes:
         output.note(n)

@@ -80,8 +80,8 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
     if report.next:
         output.emit_text("\nnext:")
         for n in report.next:
-            output.emit_text(f"  {n.command}")
-            output.emit_text(f"      {output.printable(n.why)}")
+            output.emit_wrapped(n.command, "  ", command=True)
+            output.emit_wrapped(n.why, "      ")
     else:
         output.emit_text("\nnothing needs doing")
 
