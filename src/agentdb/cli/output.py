@@ -388,6 +388,13 @@ def _draw_fitted(
         firstchunk = False
 
 
+def _stderr_fd() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
 def wide() -> bool:
     """``-v`` or ``--wide``: tables as they are, every column, whole ids, nothing wrapped."""
     return verbose() or bool(setting(WIDE))
@@ -501,12 +508,14 @@ def note(text: str) -> None:
     """A human note on stderr (summary lines, hints); one line, control characters escaped.
     Silent with ``-q``."""
     if not setting(QUIET):
+        _erase_progress()
         click.echo(printable(text), err=True)
 
 
 def detail(text: str) -> None:
     """A note shown only with ``-v``."""
     if verbose() and not setting(QUIET):
+        _erase_progress()
         click.echo(printable(text), err=True)
 
 
@@ -534,7 +543,14 @@ def error(
         click.echo(f"agentdb: {printable(message)}", err=True)
 
 
+def _erase_progress() -> None:
+    """A line for stderr while a progress line is drawn: the progress line goes first."""
+    if _drawn is not None:
+        _drawn.close()
+
+
 def warn(text: str) -> None:
+    _erase_progress()
     click.echo(f"agentdb: warning: {printable(text)}", err=True)
 
 
@@ -601,22 +617,34 @@ class ProgressLine:
     def _draw(self, done: int, total: int, what: str, now: float) -> None:
         self._pending = None
         self._last = now
-        click.echo(f"\r{self.line(done, total, now)} {what}\x1b[K", err=True, nl=False)
+        cols = tables.terminal_width(_stderr_fd())
+        click.echo(f"\r{self.line(done, total, now, what, cols)}\x1b[K", err=True, nl=False)
         self.drawn = True
         global _drawn
         _drawn = self
 
-    def line(self, done: int, total: int, now: float) -> str:
-        """``label [####----] done/total  rate/s  ETA m:ss`` (rate and ETA once measurable)."""
-        filled = self.width * min(done, total) // total
-        bar = "#" * filled + "-" * (self.width - filled)
-        text = f"{self.label} [{bar}] {done}/{total}"
+    def line(self, done: int, total: int, now: float, what: str = "", cols: int = 0) -> str:
+        """``label [####----] done/total  rate/s  ETA m:ss  what`` (rate and ETA once
+        measurable), at most ``cols - 1`` columns wide when ``cols`` is given (the last column
+        is left free: a line that fills it wraps on some terminals, and ``\r`` would then
+        redraw only its second half): the bar narrows, then goes, then ``what`` is clipped."""
+        count = f"{done}/{total}"
         elapsed = now - self._start
         if done > 0 and elapsed > 0:
             rate = done / elapsed
             eta = int((total - done) / rate) if rate > 0 else 0
-            text += f"  {rate:.1f}/s  ETA {eta // 60}:{eta % 60:02d}"
-        return text
+            count += f"  {rate:.1f}/s  ETA {eta // 60}:{eta % 60:02d}"
+        room = cols - 1 if cols > 0 else 10**6
+        what = printable(what)
+        fixed = len(self.label) + 1 + len(count) + (1 + len(what) if what else 0)
+        width = min(self.width, room - fixed - 3)
+        if width >= 5:
+            filled = width * min(done, total) // total
+            bar = "[" + "#" * filled + "-" * (width - filled) + "] "
+        else:
+            bar = ""
+        text = f"{self.label} {bar}{count}" + (f" {what}" if what else "")
+        return text[:room]  # what is clipped last: a progress line is never a record
 
     def __call__(self, done: int, total: int) -> None:
         self.update(done, total)

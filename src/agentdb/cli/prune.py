@@ -197,7 +197,12 @@ def _run(plan: prune.PrunePlan, *, dry_run: bool, yes: bool, as_json: bool, fmt:
         ):
             output.note("agentdb: nothing removed")
             return errors.EXIT_PROBLEMS
-    return _report(prune.execute(plan), as_json, fmt)
+    bar = output.ProgressLine("prune")
+    try:
+        result = prune.execute(plan, progress=bar.update)
+    finally:
+        bar.close()
+    return _report(result, as_json, fmt)
 
 
 def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:

@@ -50,13 +50,18 @@ def recover_cmd(
     """
     sel = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
-    report = salvage.recover_sessions(
-        sessions_dir,
-        None if sel.all else sel.ids,
-        dry_run=dry_run,
-        recovery_log=app.recovery_log,
-        wait=wait,
-    )
+    bar = output.ProgressLine("recover")
+    try:
+        report = salvage.recover_sessions(
+            sessions_dir,
+            None if sel.all else sel.ids,
+            dry_run=dry_run,
+            recovery_log=app.recovery_log,
+            wait=wait,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
     for s in report.sessions:
         if s.outcome == "recovered":
             where = "would keep the original" if dry_run else f"original kept as {s.corrupt_path}"
