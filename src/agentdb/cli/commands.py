@@ -145,6 +145,12 @@ def common_options(cmd: click.Command, path: str = "") -> click.Command:
             key=output.WIDE,
             help="On a terminal too, every column and whole ids, cells not wrapped (as -v does).",
         )
+        add(
+            "--local",
+            key=output.LOCAL,
+            help="Times in tables as local time with its UTC offset (also when $TZ is set); "
+            "default RFC 3339 UTC with Z.",
+        )
     for p in cmd.params:
         if p.name == "as_json" and p.callback is None:
             p.callback = _json_errors

@@ -190,7 +190,7 @@ class _Reading:
 def _row(e: EventRow) -> tuple[Any, ...]:
     return (
         e.sequence,
-        e.timestamp[:23],
+        output.when(e.timestamp, ms=True),
         e.kind,
         f"{e.producer_category}/{e.producer_name}@{e.producer_version}",
         e.payload_length,

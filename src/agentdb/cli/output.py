@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from agentdb import times
 from agentdb.cli import tables
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -64,12 +65,13 @@ def stdout_closed() -> bool:
 
 # Settings every command shares (-q, -v, --no-progress, --csv, --nl), kept in the click context's
 # meta dictionary, which every nested context shares; see commands.COMMON_OPTIONS.
-QUIET, VERBOSE, NO_PROGRESS, TABLE_STYLE, WIDE = (
+QUIET, VERBOSE, NO_PROGRESS, TABLE_STYLE, WIDE, LOCAL = (
     "agentdb.quiet",
     "agentdb.verbose",
     "agentdb.no_progress",
     "agentdb.table",
     "agentdb.wide",
+    "agentdb.local",
 )
 CHUNK_ROWS = 1000  # a table is drawn this many rows at a time: memory stays flat in its length
 
@@ -393,6 +395,13 @@ def _stderr_fd() -> int:
         return sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
         return 2
+
+
+def when(value: str | None, *, ms: bool = False) -> str:
+    """A stored time as tables show it: RFC 3339 UTC with ``Z``; local time with its offset
+    with ``--local`` or when ``$TZ`` is set (:mod:`agentdb.times`)."""
+    local = bool(setting(LOCAL)) or bool(os.environ.get("TZ"))
+    return times.show(value, local=local, ms=ms)
 
 
 def wide() -> bool:

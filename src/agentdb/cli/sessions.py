@@ -32,7 +32,7 @@ def _cost(v: float | None) -> str:
 
 
 def _ts(v: str | None) -> str:
-    return "" if v is None else v[:19].replace("T", " ")
+    return output.when(v)
 
 
 @click.group("sessions")
@@ -199,8 +199,8 @@ def _show_table(d: sessions.SessionDetail, fmt: str) -> None:
             ("profile", r.profile),
             ("parent", r.parent_session_id or "-"),
             ("depth", r.depth),
-            ("started", r.started_at),
-            ("ended", r.ended_at or "-"),
+            ("started", output.when(r.started_at)),
+            ("ended", output.when(r.ended_at) or "-"),
             ("cost", _cost(r.cost_usd)),
             ("events", r.events),
             ("revision", r.revision),
