@@ -135,8 +135,11 @@ def prune_cmd(
     --no-index reads every file); every selected one is read and judged from its file, and
     just before removing it, under its lock, prune takes its identity again, runs
     quick_check, and re-reads the parent link of every session new or changed since the plan.
-    Exit 0: did all asked; 1: refused some; 2: usage error; 130: Ctrl-C (what was removed
-    before it is reported; run prune again to finish).
+    Exit 0: did all asked (sessions left by prune's own rules -- pinned, parents of sessions
+    that stay, running, keeping .corrupt originals -- are reported, not failures); 1: a session
+    refused for a problem (live, damaged, foreign, not found, changed, failed), or nothing
+    removed for want of a confirmation; 2: usage error; 130: Ctrl-C (what was removed before it
+    is reported; run prune again to finish).
     """
     selectors = prune.Selectors(
         ids=tuple(dict.fromkeys(ids)),
@@ -211,7 +214,18 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
     else:
         _show(result, fmt)
     done = len(result.removed) + len(result.refused)
-    return finish(not result.refused, result.interrupted, done, "removed or refused")
+    return finish(not problems(result), result.interrupted, done, "removed or refused")
+
+
+# Refusals by prune's own rules, each with the option that lifts it: prune did what it was asked
+# (exit 0) when these are all that kept a session. Any other reason (live, damaged, foreign,
+# not found, changed, failed) is a problem found or a part not done: exit 1.
+POLICY = frozenset({"pinned", "has_children", "running", "has_corrupt_copies"})
+
+
+def problems(result: prune.PruneResult) -> list[str]:
+    """The refused sessions kept for a reason that is not one of prune's rules."""
+    return [d.session_id for d in result.refused if any(r.code not in POLICY for r in d.reasons)]
 
 
 REFUSED_ROWS = 10  # refused sessions listed in the text report without -v
