@@ -136,8 +136,8 @@ def prune_cmd(
     just before removing it, under its lock, prune takes its identity again, runs
     quick_check, and re-reads the parent link of every session new or changed since the plan.
     Exit 0: did all asked (sessions left by prune's own rules -- pinned, parents of sessions
-    that stay, running, keeping .corrupt originals -- are reported, not failures); 1: a session
-    refused for a problem (live, damaged, foreign, not found, changed, failed), or nothing
+    that stay, keeping .corrupt originals -- are reported, not failures); 1: a session refused
+    for a problem (running, live, damaged, foreign, not found, changed, failed), or nothing
     removed for want of a confirmation; 2: usage error; 130: Ctrl-C (what was removed before it
     is reported; run prune again to finish).
     """
@@ -217,10 +217,11 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
     return finish(not problems(result), result.interrupted, done, "removed or refused")
 
 
-# Refusals by prune's own rules, each with the option that lifts it: prune did what it was asked
-# (exit 0) when these are all that kept a session. Any other reason (live, damaged, foreign,
-# not found, changed, failed) is a problem found or a part not done: exit 1.
-POLICY = frozenset({"pinned", "has_children", "running", "has_corrupt_copies"})
+# Refusals by prune's own rules, each with the option that lifts it (--include-pinned,
+# --with-descendants, --include-damaged): prune did what it was asked (exit 0) when these are all
+# that kept a session. Any other reason (running: an interrupted session to end first; live,
+# damaged, foreign, not found, changed, failed) is a problem found or a part not done: exit 1.
+POLICY = frozenset({"pinned", "has_children", "has_corrupt_copies"})
 
 
 def problems(result: prune.PruneResult) -> list[str]:
