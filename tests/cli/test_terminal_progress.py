@@ -43,6 +43,7 @@ def test_progress_on_recover_restore_and_prune(tmp_path: Path) -> None:
     assert invoke([*g, "backup", "--all", "--to", str(backup), "-q"]).code in (0, 1)
     assert_behaves([*g, "recover", "--all", "--dry-run"], "recover")
     assert_behaves([*g, "restore", "--all", "--from", str(backup), "--dry-run"], "restore")
+    assert_behaves([*g, "prune", "--older-than", "0s", "--dry-run", "--no-index"], "prune: judging")
     victims = ids[:40]
     assert_behaves([*g, "prune", *victims, "--yes", "--include-pinned"], "prune")
 

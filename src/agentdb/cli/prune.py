@@ -156,14 +156,19 @@ def prune_cmd(
         selectors.validate()
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    plan = prune.plan(
-        app.require_sessions_dir(),
-        app.use_plugin_cache(),
-        selectors,
-        wait=wait,
-        use_index=not no_index,
-        jobs=jobs or default_jobs(),
-    )
+    bar = output.ProgressLine("prune: judging")
+    try:
+        plan = prune.plan(
+            app.require_sessions_dir(),
+            app.use_plugin_cache(),
+            selectors,
+            wait=wait,
+            use_index=not no_index,
+            jobs=jobs or default_jobs(),
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
     with plan:  # its scratch database goes when the command ends, however it ends
         return _run(plan, dry_run=dry_run, yes=yes, as_json=as_json, fmt=fmt)
 
