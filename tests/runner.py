@@ -213,6 +213,20 @@ class Terminal:
         """Wait for the exit; returns (exit code, stdout, everything the terminal showed)."""
         if self.proc.stdout is None:  # stdout is the terminal: read it to the end as it comes
             self._drain(timeout)
+        else:  # both at once: a full terminal (a long job's progress) would block the job
+            import threading
+
+            got: list[bytes] = []
+            reader = threading.Thread(target=lambda: got.append(self.proc.stdout.read()))  # type: ignore[union-attr]
+            reader.start()
+            self._drain(timeout)  # until the terminal's other end closes (the job exited)
+            reader.join(timeout)
+            self.proc.wait(timeout)
+            self.proc.stdout.close()
+            self._drain(0.2)
+            self.close()
+            text = b"".join(got).decode("utf-8", "replace")
+            return self.proc.returncode, text, self.seen.decode("utf-8", "replace")
         out, _ = self.proc.communicate(timeout=timeout)
         self._drain(0.2)
         self.close()
