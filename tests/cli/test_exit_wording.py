@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+from agentdb import verdicts
 from tests.runner import Agentdb
 from tests.salvage.corpus import pages_of, zero_page
 from tests.support import make_session
@@ -60,6 +61,7 @@ def test_status_before_any_check_says_not_yet_checked(
     code, out, _ = agentdb(*g, "status", env=env)
     damaged = next(line for line in out.splitlines() if line.startswith("damaged"))
     assert "not yet checked" in damaged, damaged
+    time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)  # settled: the verdict is believed
     agentdb(*g, "check", env=env)
     code, out, _ = agentdb(*g, "status", env=env)
     damaged = next(line for line in out.splitlines() if line.startswith("damaged"))
