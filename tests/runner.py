@@ -141,6 +141,8 @@ class Terminal:
     """``agentdb`` as a real process with some of its streams on a pseudo-terminal: what a
     person at a terminal sees (progress bars, prompts, wrapped tables), and Ctrl-C.
 
+    ``size`` (columns, lines) sets the terminal's window size (``TIOCSWINSZ``).
+
     Streams not on the terminal: stdin closed, stdout a pipe, stderr discarded. Use it as a
     context manager (the process is killed and the terminal closed on the way out)::
 
@@ -157,10 +159,20 @@ class Terminal:
         stdout: bool = False,
         stderr: bool = True,
         env: dict[str, str] | None = None,
+        size: tuple[int, int] | None = None,
     ) -> None:
         full = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}
         full.update(env or {})
         self.master, slave = os.openpty()
+        if size is not None:  # (columns, lines), as a terminal emulator's window sets them
+            import fcntl
+            import struct
+            import termios
+
+            cols, rows = size
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            for name in ("COLUMNS", "LINES"):  # the window's size, not the environment's
+                full.pop(name, None)
         self.seen = b""  # everything read from the terminal so far
         try:
             self.proc = subprocess.Popen(
@@ -201,6 +213,20 @@ class Terminal:
         """Wait for the exit; returns (exit code, stdout, everything the terminal showed)."""
         if self.proc.stdout is None:  # stdout is the terminal: read it to the end as it comes
             self._drain(timeout)
+        else:  # both at once: a full terminal (a long job's progress) would block the job
+            import threading
+
+            got: list[bytes] = []
+            reader = threading.Thread(target=lambda: got.append(self.proc.stdout.read()))  # type: ignore[union-attr]
+            reader.start()
+            self._drain(timeout)  # until the terminal's other end closes (the job exited)
+            reader.join(timeout)
+            self.proc.wait(timeout)
+            self.proc.stdout.close()
+            self._drain(0.2)
+            self.close()
+            text = b"".join(got).decode("utf-8", "replace")
+            return self.proc.returncode, text, self.seen.decode("utf-8", "replace")
         out, _ = self.proc.communicate(timeout=timeout)
         self._drain(0.2)
         self.close()

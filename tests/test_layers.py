@@ -19,6 +19,7 @@ UTIL = {
     "locks",
     "recoverylog",
     "durations",
+    "times",
     "faults",
     "hashing",
     "workers",

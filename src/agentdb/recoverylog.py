@@ -16,7 +16,6 @@ are the ones that decide anything).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import stat
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentdb import fsutil
+from agentdb import fsutil, times
 from agentdb.paths import FILE_MODE
 
 MAX_LINE = 1 << 20  # a line longer than this is skipped when reading (hostile or damaged log)
@@ -32,9 +31,7 @@ MAX_READ = 64 << 20  # of a larger log only the newest MAX_READ bytes are read
 
 
 def now() -> str:
-    return (
-        dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+    return times.now(ms=True)
 
 
 def append(log_path: Path, entry: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, leftovers, locks, paths, plugins, recoverylog, verdicts
+from agentdb import errors, index, leftovers, locks, paths, plugins, recoverylog, times, verdicts
 from agentdb.checks import policy
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
@@ -151,7 +151,7 @@ def read_recoveries(log: Path) -> Recoveries:
 
 
 def _iso(t: dt.datetime) -> str:
-    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return times.rfc3339(t)
 
 
 def _ids_hint(ids: list[str], total: int) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import apsw
 
-from agentdb import db, errors, fsutil, paths
+from agentdb import db, errors, fsutil, paths, times
 from agentdb.results import Verdict, is_verdict
 
 CACHE_NAME = "index.sqlite"  # one derived file: verdicts and the session index (agentdb.index)
@@ -476,9 +476,7 @@ def record(
     cannot stay useless forever."""
     if _inside(cache_path(cache_dir), sessions_dir):
         return False
-    at = checked_at or (
-        dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    )
+    at = checked_at or times.now()
     directory = directory_key(sessions_dir)
     rows = [
         (

@@ -87,7 +87,7 @@ def normal(doc: Any, *roots: Path) -> Any:
 
 def _drop_times(v: Any) -> Any:
     if isinstance(v, dict):
-        return {k: _drop_times(x) for k, x in v.items() if k != "seconds"}
+        return {k: _drop_times(x) for k, x in v.items() if k not in ("seconds", "wall_seconds")}
     if isinstance(v, list):
         return [_drop_times(x) for x in v]
     return v

@@ -117,7 +117,8 @@ def test_an_operators_day(tmp_path: Path) -> None:
     # 6. Prune a pinned session: --yes alone refuses it, --include-pinned removes it and names
     #    the version it leaves unreferenced.
     code, doc, err = agentdb(tmp_path, "prune", pinned, "--yes", "--json")
-    assert code == 1 and pinned not in doc["removed"]
+    assert code == 0 and pinned not in doc["removed"]  # a refusal asked for: reported, exit 0
+    assert doc["refused"][0]["reasons"][0]["code"] == "pinned"
     code, doc, err = agentdb(tmp_path, "prune", pinned, "--include-pinned", "--yes", "--json")
     assert code == 0, err
     assert doc["removed"] == [pinned]

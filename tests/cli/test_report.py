@@ -90,7 +90,7 @@ def test_report_names_every_session_and_matches_the_json(tmp_path: Path) -> None
     run_cli(*g, "check", env=env)
     out = tmp_path / "r.html"
     p = run_cli(*g, "report", "--html", str(out), "--json", env=env)
-    assert p.returncode == 1, p.stderr  # the demo has an interrupted session: something to do
+    assert p.returncode == 0, p.stderr  # written: 0, though the page lists something to do
     doc = json.loads(p.stdout)
     assert doc["version"] == 1 and doc["sessions_complete"]
     page = parse(out)

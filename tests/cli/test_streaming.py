@@ -192,8 +192,10 @@ def test_fast_table_drawing_is_what_tabulate_draws(fmt: str) -> None:
             for _ in range(rng.randint(1, 6))
         ]
         cells = [output._cells(r) for r in rows]
-        widths, wrap = output._widths(cells, headers)
-        assert not wrap
+        widths = [
+            max([len(h) + 2, *(len("" if r[i] is None else str(r[i])) for r in cells)])
+            for i, h in enumerate(headers)
+        ]
         fast = output._simple(cells, headers, widths, fmt)
         want = tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
         assert fast == want, (rows, headers)

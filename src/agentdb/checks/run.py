@@ -73,13 +73,66 @@ def was_recovered(entries: Iterable[dict[str, Any]]) -> bool:
     return any(e.get("event") == "outcome" and e.get("outcome") == "recovered" for e in entries)
 
 
-def _recovery_date(entries: list[dict[str, Any]], corrupt_name: str) -> str | None:
-    for e in reversed(entries):
-        cp = e.get("corrupt_path")
+def _recovery_entry(entries: list[dict[str, Any]], corrupt_name: str) -> int | None:
+    """The index in ``entries`` of the recovery that kept the original as ``corrupt_name``."""
+    for i in range(len(entries) - 1, -1, -1):
+        cp = entries[i].get("corrupt_path")
         if isinstance(cp, str) and os.path.basename(cp) == corrupt_name:
-            t = e.get("time")
-            return str(t) if t is not None else None
+            return i
     return None
+
+
+def lost_nothing(entry: dict[str, Any]) -> bool:
+    """A recovery outcome line that says nothing was lost: every ``*_missing`` count of its
+    ``lost`` is zero, session_meta was not rebuilt, and it recorded no gap in the history."""
+    lost = entry.get("lost")
+    gaps = entry.get("gaps")
+    if entry.get("outcome") != "recovered" or not isinstance(lost, dict) or gaps:
+        return False
+    if "session_meta" in lost:
+        return False
+    return not any(
+        k.endswith("_missing") and (type(v) is not int or v != 0) for k, v in lost.items()
+    )
+
+
+def _restored_after(entries: list[dict[str, Any]], since: int) -> dict[str, Any] | None:
+    """The newest restore (from a backup copy) logged after entry ``since`` that lost none of
+    the events the file then held."""
+    for e in reversed(entries[since + 1 :]):
+        if (
+            e.get("event") == "outcome"
+            and e.get("job") == "restore"
+            and e.get("outcome") == "restored"
+            and not e.get("lost_events")
+        ):
+            return e
+    return None
+
+
+def _recovered_earlier(name: str, entries: list[dict[str, Any]]) -> str:
+    """The message of a ``.corrupt`` sibling: when it was recovered and, from the recovery log,
+    whether history may be missing — not when the recovery lost nothing, or when a restore
+    from a backup since put a whole copy back."""
+    i = _recovery_entry(entries, name)
+    head = f"{name}: the damaged original of an earlier recovery"
+    if i is None:
+        return f"{head} (no entry in the recovery log); this session's history may be incomplete"
+    when = entries[i].get("time")
+    dated = f"recovered on {when}" if when is not None else "recovered"
+    restored = _restored_after(entries, i)
+    if restored is not None:
+        on = f" on {restored.get('time')}" if restored.get("time") is not None else ""
+        return (
+            f"{head} ({dated}); restored since{on} from a backup copy that holds every event "
+            "the recovered file held: the original can be deleted once you no longer want it"
+        )
+    if lost_nothing(entries[i]):
+        return (
+            f"{head} ({dated}); the recovery lost nothing: the original can be deleted once "
+            "you no longer want it"
+        )
+    return f"{head} ({dated}); this session's history may be incomplete"
 
 
 def list_directory(sessions_dir: Path, ids: set[str] | None = None) -> list[str]:
@@ -157,16 +210,10 @@ def check_directory_extras(
         elif m := paths.CORRUPT_RE.fullmatch(name):
             sid = m.group("id")
             if wanted is None or sid in wanted:
-                when = _recovery_date(recovery.get(sid, []), name)
-                dated = f"recovered on {when}" if when else "no entry in the recovery log"
                 put(
                     sid,
                     name,
-                    finding(
-                        "recovered_earlier",
-                        f"{name}: the damaged original of an earlier recovery ({dated}); "
-                        "this session's history may be incomplete",
-                    ),
+                    finding("recovered_earlier", _recovered_earlier(name, recovery.get(sid, []))),
                 )
     for sid in sorted(recovery):  # only sessions the recovery log names can have this finding
         if (wanted is not None and sid not in wanted) or not present(sid):

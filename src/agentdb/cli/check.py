@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import click
 
 from agentdb.checked import RecordedStream, changed_ids
@@ -16,16 +18,32 @@ from agentdb.cli.common import (
     make_selection,
     session_selection,
 )
-from agentdb.results import SessionCheck
+from agentdb.results import Finding, SessionCheck
+
+_RANK = ("error", "warning", "info")
+# Informational findings shown without -v: they tell of history lost, not of normal states.
+_SHOWN_INFO = frozenset({"chain_gap_recorded", "recovered_earlier"})
 
 
-def _first(s: SessionCheck) -> str:
-    ranked = sorted(s.findings, key=lambda f: ("error", "warning", "info").index(f.severity))
-    if not ranked:
-        return ""
-    text = ranked[0].message
+def is_note(f: Finding) -> bool:
+    """A finding shown only with -v: informational, and about nothing lost or to be done (a
+    torn WAL tail, rows an earlier recovery lost: expected, a session open right now)."""
+    return f.severity == "info" and f.code not in _SHOWN_INFO
+
+
+def findings(s: SessionCheck, *, notes: bool) -> tuple[list[str], int]:
+    """Every finding of ``s`` as the table shows it, most serious first, each with its fix
+    (the file name left out: the row names the session); and how many notes were left out."""
+    ranked = sorted(s.findings, key=lambda f: _RANK.index(f.severity) if f.severity in _RANK else 3)
+    shown = [f for f in ranked if notes or not is_note(f)]
     prefix = s.path.name + ": "
-    return text[len(prefix) :] if text.startswith(prefix) else text
+    out = []
+    for f in shown:
+        text = f.message.removeprefix(prefix)
+        if f.fix and f.fix not in text:
+            text += f"; fix: {f.fix}"
+        out.append(text)
+    return out, len(ranked) - len(shown)
 
 
 def _size(n: int | None) -> str:
@@ -35,21 +53,32 @@ def _size(n: int | None) -> str:
 def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
     """The sessions table, drawn while the results stream in, then the directory findings and
     the summary line."""
-    output.emit_table(
-        (
-            (
+    notes = output.verbose()
+    hidden = 0
+
+    def rows() -> Iterator[tuple[object, ...]]:
+        nonlocal hidden
+        for s in run:
+            if problems and s.ok:
+                continue
+            texts, left_out = findings(s, notes=notes)
+            hidden += left_out
+            yield (
                 s.session_id,
                 s.status or "",
                 "" if s.revision is None else s.revision,
                 _size(s.size),
                 s.verdict + (" (live)" if s.live is not None else ""),
-                _first(s),
+                texts[0] if texts else "",
             )
-            for s in run
-            if not (problems and s.ok)
-        ),
-        ["session", "status", "rev", "size", "verdict", "first finding"],
+            for text in texts[1:]:  # one row per finding, the session named once
+                yield ("", "", "", "", "", text)
+
+    output.emit_table(
+        rows(),
+        ["session", "status", "rev", "size", "verdict", "finding"],
         fmt,
+        optional=("rev", "size"),
     )
     stream = run.stream
     if stream.directory:
@@ -67,6 +96,7 @@ def render(run: RecordedStream, fmt: str, *, problems: bool = False) -> None:
         + (f"; {s['live']} open right now" if s["live"] else "")
         + (f"; {len(stream.directory)} directory findings" if stream.directory else "")
         + ("; INTERRUPTED, partial report" if stream.interrupted else "")
+        + (f"; {hidden} notes not shown (-v shows them)" if hidden else "")
     )
 
 

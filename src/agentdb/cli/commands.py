@@ -138,8 +138,8 @@ def did_you_mean(name: str, names: list[str]) -> str:
 
 def common_options(cmd: click.Command, path: str = "") -> click.Command:
     """Give a command the options every command shares, unless it defines them itself:
-    ``-q/--quiet``, ``-v/--verbose``, ``--no-progress``; ``--csv`` and ``--nl`` where the
-    command draws tables (it has ``--fmt``). They set the click context's shared ``meta``,
+    ``-q/--quiet``, ``-v/--verbose``, ``--no-progress``; ``--csv``, ``--nl`` and ``--wide``
+    where the command draws tables (it has ``--fmt``). They set the click context's shared ``meta``,
     which :mod:`agentdb.cli.output` reads, so no command needs a parameter for them. A
     command's ``--json`` also marks errors to be printed as JSON."""
     path = path or (cmd.name or "")
@@ -173,6 +173,17 @@ def common_options(cmd: click.Command, path: str = "") -> click.Command:
     if any(p.name == "fmt" for p in cmd.params):
         add("--csv", key="", callback=_table_style("csv"), help="Tables as CSV.")
         add("--nl", key="", callback=_table_style("nl"), help="Tables as one JSON object per row.")
+        add(
+            "--wide",
+            key=output.WIDE,
+            help="On a terminal too, every column and whole ids, cells not wrapped (as -v does).",
+        )
+        add(
+            "--local",
+            key=output.LOCAL,
+            help="Times in tables as local time with its UTC offset (also when $TZ is set); "
+            "default RFC 3339 UTC with Z.",
+        )
     for p in cmd.params:
         if p.name == "as_json" and p.callback is None:
             p.callback = _json_errors

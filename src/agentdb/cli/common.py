@@ -62,6 +62,18 @@ def finish(ok: bool, interrupted: bool, done: int, what: str) -> int:
     return errors.EXIT_OK if ok else errors.EXIT_PROBLEMS
 
 
+def unreadable_files(app: App, ids: list[str], what: str) -> None:
+    """The one warning for sessions a query could not read (exit 1 follows: a problem was
+    found): each file named, and the command that says what is wrong with them."""
+    shown = ", ".join(str(paths.session_path(app.sessions_dir, s)) for s in ids[:3])
+    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+    which = " ".join(ids[:3]) if len(ids) <= 3 else "--problems"
+    output.warn(
+        f"{len(ids)} session file(s) could not be read: {shown}{more}; {what} — run "
+        f"`agentdb check {which}`"
+    )
+
+
 class SessionIdType(click.ParamType):
     """A ULID session id; anything else is a usage error before any file is touched."""
 

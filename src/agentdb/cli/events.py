@@ -144,7 +144,9 @@ def events_cmd(
             if output.stdout_closed():
                 break  # the reader has what it wanted (`| head -1`)
     else:
-        output.emit_table((_row(e) for e in read.events(it)), HEADERS, fmt)
+        output.emit_table(
+            (_row(e) for e in read.events(it)), HEADERS, fmt, optional=("bytes", "producer")
+        )
     if read.interrupted:
         output.warn(f"interrupted: the {read.count} event(s) read before Ctrl-C are printed")
         return EXIT_INTERRUPTED
@@ -242,7 +244,7 @@ class _Reading:
 def _row(e: EventRow) -> tuple[Any, ...]:
     return (
         e.sequence,
-        e.timestamp[:23],
+        output.when(e.timestamp, ms=True),
         e.kind,
         f"{e.producer_category}/{e.producer_name}@{e.producer_version}",
         e.payload_length,

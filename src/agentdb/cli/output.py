@@ -22,6 +22,8 @@ from typing import Any
 
 import click
 
+from agentdb import times
+from agentdb.cli import tables
 from agentdb.errors import visible
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -73,14 +75,15 @@ def stdout_closed() -> bool:
 
 # Settings every command shares (-q, -v, --no-progress, --csv, --nl), kept in the click context's
 # meta dictionary, which every nested context shares; see commands.COMMON_OPTIONS.
-QUIET, VERBOSE, NO_PROGRESS, TABLE_STYLE = (
+QUIET, VERBOSE, NO_PROGRESS, TABLE_STYLE, WIDE, LOCAL = (
     "agentdb.quiet",
     "agentdb.verbose",
     "agentdb.no_progress",
     "agentdb.table",
+    "agentdb.wide",
+    "agentdb.local",
 )
 CHUNK_ROWS = 1000  # a table is drawn this many rows at a time: memory stays flat in its length
-MAX_CELL = 60  # a text cell wider than this wraps (never cut) when stdout is a terminal
 
 
 def setting(key: str) -> Any:
@@ -183,14 +186,24 @@ def printable(text: str) -> str:
     return visible(text.translate(_ESCAPES))
 
 
-def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str = "simple") -> None:
+def emit_table(
+    rows: Iterable[Sequence[Any]],
+    headers: Sequence[str],
+    fmt: str = "simple",
+    *,
+    optional: Sequence[str] = (),
+) -> None:
     """A table of ``rows``; every text cell goes through :func:`printable`.
 
-    ``--csv`` writes CSV and ``--nl`` one JSON object per row instead. Rows are drawn
-    :data:`CHUNK_ROWS` at a time, so a table of any length takes flat memory; for the plain
-    formats every chunk is padded to the first chunk's column widths, so the columns line up.
-    On a terminal, long text cells wrap at :data:`MAX_CELL` characters or less when the terminal
-    is narrow (``-v`` never wraps); they are never cut.
+    ``--csv`` writes CSV and ``--nl`` one JSON object per row instead. Column widths are those
+    of the whole table: rows past the first :data:`CHUNK_ROWS` are measured while they are
+    spooled to a temporary file, then every chunk is drawn to the same widths, so a table of
+    any length takes flat memory and its columns line up.
+
+    On a terminal (stdout a tty, no ``-v``/``--wide``) the table fits the terminal's width
+    (:mod:`agentdb.cli.tables`): ids shortened to an unambiguous prefix, long cells wrapped
+    (never cut), and, if that is not enough, the ``optional`` columns left out (in the order
+    given; a note on stderr names them). Elsewhere the rows are drawn as they are.
     """
     style = setting(TABLE_STYLE)
     it = iter(rows)
@@ -201,25 +214,218 @@ def emit_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], fmt: str =
         for row in it:
             emit_json_line(dict(zip(headers, row, strict=False)))
         return
-    widths: list[int] | None = None
-    wrap = False
-    first = True
-    while chunk := [_cells(row) for row in itertools.islice(it, CHUNK_ROWS)]:
-        if widths is None:
-            widths, wrap = _widths(chunk, headers)
+    terminal = sys.stdout.isatty() and not wide()
+    sheet = _Sheet(headers, terminal)
+    first = [_cells(row) for row in itertools.islice(it, CHUNK_ROWS)]
+    sheet.measure(first)
+    with _Spool(it, sheet) as spool:
+        if terminal:
+            _draw_fitted(sheet, spool.chunks(first), headers, fmt, optional)
+        else:
+            _draw_natural(sheet, spool.chunks(first), headers, fmt)
+
+
+class _Sheet:
+    """What a table's layout needs to know of all its rows: the widest cell of each column and,
+    for a terminal, the ids its id columns show."""
+
+    def __init__(self, headers: Sequence[str], terminal: bool) -> None:
+        self.natural = [0] * len(headers)
+        self.idcols = (
+            [i for i, h in enumerate(headers) if h in tables.ID_HEADERS] if terminal else []
+        )
+        self.ids: set[str] = set()
+        self.spaced: set[int] = set()  # the columns with a space in some cell
+
+    def measure(self, chunk: list[list[Any]]) -> None:
+        natural = self.natural
+        idcols = self.idcols
+        for row in chunk:
+            if len(row) > len(natural):
+                natural.extend([0] * (len(row) - len(natural)))
+            for i, c in enumerate(row):
+                if idcols and i in idcols and tables.is_ulid(c):
+                    self.ids.add(c)
+                    continue
+                if type(c) is str:
+                    w = tables.cell_width(c)
+                    if " " in c:
+                        self.spaced.add(i)
+                else:
+                    w = 0 if c is None else tables.cell_width(str(c))
+                if w > natural[i]:
+                    natural[i] = w
+
+
+class _Spool:
+    """The rows after the first chunk, measured and kept in a temporary file until the widths
+    of the whole table are known."""
+
+    def __init__(self, rest: Iterator[Sequence[Any]], sheet: _Sheet) -> None:
+        self.rest = rest
+        self.sheet = sheet
+        self.file: Any = None
+
+    def __enter__(self) -> _Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def chunks(self, first: list[list[Any]]) -> Iterator[list[list[Any]]]:
+        import pickle
+
+        if len(first) == CHUNK_ROWS:
+            import tempfile
+
+            self.file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by __exit__)
+            count = 0
+            while chunk := [_cells(row) for row in itertools.islice(self.rest, CHUNK_ROWS)]:
+                self.sheet.measure(chunk)
+                pickle.dump(chunk, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+                count += 1
+            self.file.seek(0)
+        else:
+            count = 0
+        if first:
+            yield first
+        for _ in range(count):
+            yield pickle.load(self.file)
+
+
+def _draw_natural(
+    sheet: _Sheet, chunks: Iterator[list[list[Any]]], headers: Sequence[str], fmt: str
+) -> None:
+    """Every chunk drawn at the natural widths of the whole table (the header at least two
+    wider than its text, as tabulate draws it)."""
+    natural = sheet.natural
+    first = next(chunks, None)  # measures the spooled rows
+    widths = [
+        max(natural[i], len(headers[i]) + 2 if i < len(headers) else 0) for i in range(len(natural))
+    ]
+    firstchunk = True
+    for chunk in itertools.chain([first] if first is not None else [], chunks):
         if fmt in _PADDABLE:
-            fast = None if wrap else _simple(chunk, headers if first else None, widths, fmt)
+            fast = _simple(chunk, headers if firstchunk else None, widths, fmt)
             if fast is not None:
                 _out(fast)
             else:
-                padded = [
-                    [_pad(c, w, wrap) for c, w in zip(r, widths, strict=False)] for r in chunk
-                ]
+                padded = [[_pad(c, w) for c, w in zip(r, widths, strict=False)] for r in chunk]
                 # Later chunks: the same padded columns, without the header or rule lines.
-                _draw(padded, headers if first else None, fmt if first else "plain", None)
+                _draw(padded, headers if firstchunk else None, fmt if firstchunk else "plain")
         else:
-            _draw(chunk, headers, fmt, widths if wrap else None)
-        first = False
+            _draw(chunk, headers, fmt)
+        firstchunk = False
+
+
+def _draw_fitted(
+    sheet: _Sheet,
+    chunks: Iterator[list[list[Any]]],
+    headers: Sequence[str],
+    fmt: str,
+    optional: Sequence[str],
+) -> None:
+    """Every chunk drawn to fit the terminal: ids shortened, cells wrapped, optional columns
+    left out when they must be."""
+    first = next(chunks, None)  # measures the spooled rows
+    if first is None:
+        return  # no rows: no table, as before
+    natural = list(sheet.natural)
+    id_len = tables.id_length(sheet.ids) if sheet.ids else None
+    for i in sheet.idcols:
+        if id_len is not None and i < len(natural):
+            natural[i] = max(natural[i], id_len)
+    cols = tables.terminal_width(_stdout_fd())
+    heads = [headers[i] if i < len(headers) else "" for i in range(len(natural))]
+    unbroken = [i for i in range(len(natural)) if i not in sheet.spaced]
+    if fmt in _PADDABLE:
+        layout = tables.fit(
+            natural,
+            heads,
+            cols,
+            optional=optional,
+            overhead=tables.GAP,
+            whole=sheet.idcols,
+            unbroken=unbroken,
+        )
+    else:
+        from tabulate import MIN_PADDING, tabulate
+
+        n = len(natural)
+        probe = tabulate([["x"] * n], headers=["h"] * n if any(heads) else (), tablefmt=fmt)
+        extra = max(len(line) for line in probe.splitlines()) - n * (1 + MIN_PADDING * any(heads))
+        layout = tables.fit(
+            natural,
+            heads,
+            cols - extra,
+            optional=optional,
+            header_pad=MIN_PADDING * any(heads),
+            whole=sheet.idcols,
+            unbroken=unbroken,
+        )
+    if layout.dropped:
+        note(f"hidden to fit {cols} columns: {', '.join(layout.dropped)} (--wide shows them)")
+    keep, widths = layout.keep, layout.widths
+    idcols = set(sheet.idcols)
+
+    def cells(row: Sequence[Any]) -> list[str]:
+        out = []
+        for i in keep:
+            c = row[i] if i < len(row) else None
+            if id_len is not None and i in idcols and isinstance(c, str) and tables.is_ulid(c):
+                c = c[:id_len]
+            out.append(tables.text(c))
+        return out
+
+    shown = [heads[i] for i in keep]
+    firstchunk = True
+    for chunk in itertools.chain([first], chunks):
+        rows = [cells(r) for r in chunk]
+        if fmt in _PADDABLE:
+            lines = tables.draw_simple(
+                rows, shown if firstchunk else None, widths, rule=fmt == "simple"
+            )
+            if lines:
+                _out("\n".join(lines))
+        else:
+            pad = MIN_PADDING * any(heads)
+            wrapped = [
+                [
+                    "\n".join(tables.ljust(x, w) for x in tables.wrap(c, w))
+                    for c, w in zip(r, widths, strict=True)
+                ]
+                for r in rows
+            ]
+            hs = ["\n".join(tables.wrap(h, w - pad)) for h, w in zip(shown, widths, strict=True)]
+            _draw(wrapped, hs if any(heads) else None, fmt)
+        firstchunk = False
+
+
+def _stderr_fd() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
+def when(value: str | None, *, ms: bool = False) -> str:
+    """A stored time as tables show it: RFC 3339 UTC with ``Z``; local time with its offset
+    with ``--local`` or when ``$TZ`` is set (:mod:`agentdb.times`)."""
+    local = bool(setting(LOCAL)) or bool(os.environ.get("TZ"))
+    return times.show(value, local=local, ms=ms)
+
+
+def wide() -> bool:
+    """``-v`` or ``--wide``: tables as they are, every column, whole ids, nothing wrapped."""
+    return verbose() or bool(setting(WIDE))
+
+
+def _stdout_fd() -> int:
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 1
 
 
 def _simple(
@@ -264,64 +470,18 @@ def _cells(row: Sequence[Any]) -> list[Any]:
     return [printable(c).strip() if isinstance(c, str) else c for c in row]
 
 
-def _widths(chunk: list[list[Any]], headers: Sequence[str]) -> tuple[list[int], bool]:
-    """Column widths from the first chunk, and whether to wrap to them.
-
-    Elsewhere than on a terminal (and with -v) they are the first chunk's natural widths. On a
-    terminal, columns of short values (ids, statuses, sizes: up to :data:`_KEEP` wide) keep
-    their width, and the long ones (messages, paths) are capped at :data:`MAX_CELL` and then
-    narrowed, widest first, down to 12 characters, until the table fits the terminal.
-    """
-    ncols = max(len(headers), *(len(r) for r in chunk))
-    # tabulate gives a column at least its header's width plus two
-    natural = [len(headers[i]) + 2 if i < len(headers) else 0 for i in range(ncols)]
-    for row in chunk:
-        for i, c in enumerate(row):
-            natural[i] = max(natural[i], 0 if c is None else len(str(c)))
-    if not sys.stdout.isatty() or verbose():
-        return natural, False
-    import shutil  # only a terminal's table needs it (with bz2 and lzma)
-
-    budget = shutil.get_terminal_size((100, 24)).columns - 2 * (ncols - 1)
-    widths = [w if w <= _KEEP else min(w, MAX_CELL) for w in natural]
-    while sum(widths) > budget:
-        widest = max(range(ncols), key=lambda i: widths[i] if natural[i] > _KEEP else -1)
-        if natural[widest] <= _KEEP or widths[widest] <= 12:
-            break  # nothing left to narrow: the table is wider than the terminal
-        widths[widest] -= 1
-    return widths, True
-
-
-_KEEP = 28
-
-
-def _pad(cell: Any, width: int, wrap: bool) -> Any:
+def _pad(cell: Any, width: int) -> Any:
     if type(cell) is int:
         cell = str(cell)  # as tabulate shows it; padded, so every chunk keeps the column's width
     if not isinstance(cell, str):
         return cell
-    if len(cell) <= width or not wrap:
-        return cell.ljust(width)
-    import textwrap
-
-    return "\n".join(
-        line.ljust(width) for line in textwrap.wrap(cell, width, break_on_hyphens=False)
-    )
+    return cell.ljust(width)
 
 
-def _draw(
-    chunk: list[list[Any]], headers: Sequence[str] | None, fmt: str, widths: list[int] | None
-) -> None:
+def _draw(chunk: list[list[Any]], headers: Sequence[str] | None, fmt: str) -> None:
     from tabulate import tabulate  # imported when a table is drawn: --json never needs it
 
-    kwargs: dict[str, Any] = {"tablefmt": fmt, "disable_numparse": True}
-    if widths is not None and fmt not in _PADDABLE:
-        kwargs["maxcolwidths"] = widths
-    if headers is None:
-        # A continuation chunk: same widths, no header line.
-        text = tabulate(chunk, headers=(), **kwargs)
-    else:
-        text = tabulate(chunk, headers=list(headers), **kwargs)
+    text = tabulate(chunk, headers=list(headers or ()), tablefmt=fmt, disable_numparse=True)
     _out(text)
 
 
@@ -347,16 +507,36 @@ def emit_text(text: str) -> None:
     _out(text)
 
 
+def emit_wrapped(text: str, indent: str = "", *, command: bool = False) -> None:
+    """``indent`` + ``text`` (made printable), wrapped to the terminal's width when stdout is a
+    terminal (not with ``-v``/``--wide``), continuation lines indented as the first; a
+    ``command`` continues its lines with `` \\`` so it can be pasted into a shell as it is."""
+    text = printable(text)
+    if not sys.stdout.isatty() or wide():
+        _out(indent + text)
+        return
+    room = tables.terminal_width(_stdout_fd()) - tables.cell_width(indent) - (2 if command else 0)
+    lines = tables.wrap(text, max(room, 20))
+    tail = " \\" if command else ""
+    _out(
+        "\n".join(
+            indent + line + (tail if k < len(lines) - 1 else "") for k, line in enumerate(lines)
+        )
+    )
+
+
 def note(text: str) -> None:
     """A human note on stderr (summary lines, hints); one line, control characters escaped.
     Silent with ``-q``."""
     if not setting(QUIET):
+        _erase_progress()
         click.echo(printable(text), err=True)
 
 
 def detail(text: str) -> None:
     """A note shown only with ``-v``."""
     if verbose() and not setting(QUIET):
+        _erase_progress()
         click.echo(printable(text), err=True)
 
 
@@ -384,7 +564,14 @@ def error(
         click.echo(f"agentdb: {printable(message)}", err=True)
 
 
+def _erase_progress() -> None:
+    """A line for stderr while a progress line is drawn: the progress line goes first."""
+    if _drawn is not None:
+        _drawn.close()
+
+
 def warn(text: str) -> None:
+    _erase_progress()
     click.echo(f"agentdb: warning: {printable(text)}", err=True)
 
 
@@ -451,22 +638,34 @@ class ProgressLine:
     def _draw(self, done: int, total: int, what: str, now: float) -> None:
         self._pending = None
         self._last = now
-        click.echo(f"\r{self.line(done, total, now)} {what}\x1b[K", err=True, nl=False)
+        cols = tables.terminal_width(_stderr_fd())
+        click.echo(f"\r{self.line(done, total, now, what, cols)}\x1b[K", err=True, nl=False)
         self.drawn = True
         global _drawn
         _drawn = self
 
-    def line(self, done: int, total: int, now: float) -> str:
-        """``label [####----] done/total  rate/s  ETA m:ss`` (rate and ETA once measurable)."""
-        filled = self.width * min(done, total) // total
-        bar = "#" * filled + "-" * (self.width - filled)
-        text = f"{self.label} [{bar}] {done}/{total}"
+    def line(self, done: int, total: int, now: float, what: str = "", cols: int = 0) -> str:
+        """``label [####----] done/total  rate/s  ETA m:ss  what`` (rate and ETA once
+        measurable), at most ``cols - 1`` columns wide when ``cols`` is given (the last column
+        is left free: a line that fills it wraps on some terminals, and ``\r`` would then
+        redraw only its second half): the bar narrows, then goes, then ``what`` is clipped."""
+        count = f"{done}/{total}"
         elapsed = now - self._start
         if done > 0 and elapsed > 0:
             rate = done / elapsed
             eta = int((total - done) / rate) if rate > 0 else 0
-            text += f"  {rate:.1f}/s  ETA {eta // 60}:{eta % 60:02d}"
-        return text
+            count += f"  {rate:.1f}/s  ETA {eta // 60}:{eta % 60:02d}"
+        room = cols - 1 if cols > 0 else 10**6
+        what = printable(what)
+        fixed = len(self.label) + 1 + len(count) + (1 + len(what) if what else 0)
+        width = min(self.width, room - fixed - 3)
+        if width >= 5:
+            filled = width * min(done, total) // total
+            bar = "[" + "#" * filled + "-" * (width - filled) + "] "
+        else:
+            bar = ""
+        text = f"{self.label} {bar}{count}" + (f" {what}" if what else "")
+        return text[:room]  # what is clipped last: a progress line is never a record
 
     def __call__(self, done: int, total: int) -> None:
         self.update(done, total)

@@ -14,6 +14,7 @@ from agentdb.cli.common import (
     jobs_option,
     json_option,
     no_index_option,
+    unreadable_files,
 )
 from agentdb.index import queries
 
@@ -76,11 +77,7 @@ def refs_cmd(app: App, no_index: bool, jobs: int | None, as_json: bool, fmt: str
     if refs.interrupted:
         return finish(False, True, refs.sessions_read, "read")
     if refs.unreadable:
-        shown = ", ".join(refs.unreadable[:3])
-        output.warn(
-            f"{len(refs.unreadable)} session(s) could not be read ({shown}); "
-            "their references are unknown — run `agentdb check` on them"
-        )
+        unreadable_files(app, list(refs.unreadable), "their references are unknown")
         return errors.EXIT_PROBLEMS
     return errors.EXIT_OK
 
@@ -131,9 +128,6 @@ def users_cmd(
             f"{len(found.sessions)} session(s) used {plugin}" + (f" {version}" if version else "")
         )
     if found.unknown:
-        output.warn(
-            f"{len(found.unknown)} session(s) could not be read ({', '.join(found.unknown[:3])}); "
-            "whether they used it is unknown — run `agentdb check` on them"
-        )
+        unreadable_files(app, list(found.unknown), "whether they used it is unknown")
         return errors.EXIT_PROBLEMS
     return errors.EXIT_OK

@@ -144,8 +144,11 @@ def prune_cmd(
     --no-index reads every file); every selected one is read and judged from its file, and
     just before removing it, under its lock, prune takes its identity again, runs
     quick_check, and re-reads the parent link of every session new or changed since the plan.
-    Exit 0: did all asked; 1: refused some; 2: usage error; 130: Ctrl-C (what was removed
-    before it is reported; run prune again to finish).
+    Exit 0: did all asked (sessions left by prune's own rules -- pinned, parents of sessions
+    that stay, keeping .corrupt originals -- are reported, not failures); 1: a session refused
+    for a problem (running, live, damaged, foreign, not found, changed, failed), or nothing
+    removed for want of a confirmation; 2: usage error; 130: Ctrl-C (what was removed before it
+    is reported; run prune again to finish).
 
     With --leftovers, prune removes no session: it lists the copies recover and restore kept
     beside sessions (a damaged original, the file a restore replaced) and, after confirmation
@@ -190,14 +193,19 @@ def prune_cmd(
         selectors.validate()
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    plan = prune.plan(
-        app.require_sessions_dir(),
-        app.use_plugin_cache(),
-        selectors,
-        wait=wait,
-        use_index=not no_index,
-        jobs=jobs or default_jobs(),
-    )
+    bar = output.ProgressLine("prune: judging")
+    try:
+        plan = prune.plan(
+            app.require_sessions_dir(),
+            app.use_plugin_cache(),
+            selectors,
+            wait=wait,
+            use_index=not no_index,
+            jobs=jobs or default_jobs(),
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
     with plan:  # its scratch database goes when the command ends, however it ends
         return _run(plan, dry_run=dry_run, yes=yes, as_json=as_json, fmt=fmt)
 
@@ -234,7 +242,12 @@ def _run(plan: prune.PrunePlan, *, dry_run: bool, yes: bool, as_json: bool, fmt:
         ):
             output.note("agentdb: nothing removed")
             return errors.EXIT_PROBLEMS
-    return _report(prune.execute(plan), as_json, fmt)
+    bar = output.ProgressLine("prune")
+    try:
+        result = prune.execute(plan, progress=bar.update)
+    finally:
+        bar.close()
+    return _report(result, as_json, fmt)
 
 
 def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
@@ -243,7 +256,19 @@ def _report(result: prune.PruneResult, as_json: bool, fmt: str) -> int:
     else:
         _show(result, fmt)
     done = len(result.removed) + len(result.refused)
-    return finish(not result.refused, result.interrupted, done, "removed or refused")
+    return finish(not problems(result), result.interrupted, done, "removed or refused")
+
+
+# Refusals by prune's own rules, each with the option that lifts it (--include-pinned,
+# --with-descendants, --include-damaged): prune did what it was asked (exit 0) when these are all
+# that kept a session. Any other reason (running: an interrupted session to end first; live,
+# damaged, foreign, not found, changed, failed) is a problem found or a part not done: exit 1.
+POLICY = frozenset({"pinned", "has_children", "has_corrupt_copies"})
+
+
+def problems(result: prune.PruneResult) -> list[str]:
+    """The refused sessions kept for a reason that is not one of prune's rules."""
+    return [d.session_id for d in result.refused if any(r.code not in POLICY for r in d.reasons)]
 
 
 REFUSED_ROWS = 10  # refused sessions listed in the text report without -v

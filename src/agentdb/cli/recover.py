@@ -50,21 +50,26 @@ def recover_cmd(
     """
     sel = make_selection(ids, all_)
     sessions_dir = app.require_sessions_dir()
-    report = salvage.recover_sessions(
-        sessions_dir,
-        None if sel.all else sel.ids,
-        dry_run=dry_run,
-        recovery_log=app.recovery_log,
-        wait=wait,
-    )
-    for s in report.sessions:
-        if s.outcome == "recovered":
+    bar = output.ProgressLine("recover")
+    try:
+        report = salvage.recover_sessions(
+            sessions_dir,
+            None if sel.all else sel.ids,
+            dry_run=dry_run,
+            recovery_log=app.recovery_log,
+            wait=wait,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    for s in report.sessions if not output.setting(output.QUIET) else ():
+        if s.outcome == "recovered":  # -q: the table (or JSON) and the recovery log say it
             where = "would keep the original" if dry_run else f"original kept as {s.corrupt_path}"
             lost = s.lost.get("events_missing", 0)
+            salvaged = s.tables.get("events", {}).get("salvaged", 0)
             output.warn(
-                f"{s.path}: damaged; {'dry run: ' if dry_run else ''}recovered "
-                f"{s.tables.get('events', {}).get('salvaged', 0)} events ({lost} known lost); "
-                f"{where}"
+                f"{s.path}: damaged; {'would recover' if dry_run else 'recovered'} "
+                f"{salvaged} events ({lost} known lost); {where}"
             )
         elif s.outcome in ("unreadable", "refused", "skipped_live", "failed"):
             note = s.notes[-1] if s.notes else ""
@@ -85,7 +90,7 @@ def recover_cmd(
             [
                 (
                     s.session_id,
-                    s.outcome,
+                    _WOULD.get(s.outcome, s.outcome) if dry_run else s.outcome,
                     " ".join(
                         f"{t}={v['salvaged']}" for t, v in s.tables.items() if v.get("salvaged")
                     ),
@@ -100,6 +105,8 @@ def recover_cmd(
         )
     return finish(report.ok, report.interrupted, len(report.sessions), "done")
 
+
+_WOULD = {"recovered": "would recover"}  # a dry run's table says what it would do
 
 # What each salvage engine is, in words an operator knows.
 ENGINE_WORDS = {

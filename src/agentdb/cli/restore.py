@@ -72,6 +72,7 @@ def restore_cmd(
     recovery log. Exit 0: all restored or unchanged; 1: some refused or failed; 2: usage error.
     """
     sel = make_selection(ids, all_)
+    bar = output.ProgressLine("restore: judging copies")
     try:
         plan = restore.plan(
             app.require_sessions_dir(),
@@ -81,10 +82,20 @@ def restore_cmd(
             include_pruned=include_pruned,
             force=force,
             recovery_log=app.recovery_log,
+            progress=bar.update,
         )
     except errors.UsageError as e:
         raise click.UsageError(str(e)) from None
-    result = restore.dry_run(plan) if dry_run else restore.execute(plan)
+    finally:
+        bar.close()
+    if dry_run:
+        result = restore.dry_run(plan)
+    else:
+        bar = output.ProgressLine("restore")
+        try:
+            result = restore.execute(plan, progress=bar.update)
+        finally:
+            bar.close()
     for s in result.sessions:
         if s.outcome == "restored" and s.lost_events:
             ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in s.lost_events[:5])

@@ -32,7 +32,7 @@ def _cost(v: float | None) -> str:
 
 
 def _ts(v: str | None) -> str:
-    return "" if v is None else v[:19].replace("T", " ")
+    return output.when(v)
 
 
 @click.group("sessions")
@@ -156,6 +156,7 @@ def list_cmd(
         rows(),
         ["session", "status", "profile", "parent", "depth", "started", "ended", "cost", "events"],
         fmt,
+        optional=("depth", "parent", "events", "ended", "profile"),
     )
     for n in listed.notes:
         output.note(n)
@@ -198,8 +199,8 @@ def _show_table(d: sessions.SessionDetail, fmt: str) -> None:
             ("profile", r.profile),
             ("parent", r.parent_session_id or "-"),
             ("depth", r.depth),
-            ("started", r.started_at),
-            ("ended", r.ended_at or "-"),
+            ("started", output.when(r.started_at)),
+            ("ended", output.when(r.ended_at) or "-"),
             ("cost", _cost(r.cost_usd)),
             ("events", r.events),
             ("revision", r.revision),

@@ -8,7 +8,14 @@ import click
 
 from agentdb import errors
 from agentdb.cli import output
-from agentdb.cli.common import App, default_jobs, fmt_option, json_option, no_index_option
+from agentdb.cli.common import (
+    App,
+    default_jobs,
+    fmt_option,
+    json_option,
+    no_index_option,
+    unreadable_files,
+)
 from agentdb.cli.params import AGE
 from agentdb.index import queries
 
@@ -116,9 +123,6 @@ def costs_cmd(
     if not as_json:
         output.note(f"total ${t.total_usd:.4f}")
     if t.unknown:
-        output.warn(
-            f"{len(t.unknown)} session(s) could not be read ({', '.join(t.unknown[:3])}); "
-            "their costs are left out — run `agentdb check` on them"
-        )
+        unreadable_files(app, list(t.unknown), "their costs are left out")
         return errors.EXIT_PROBLEMS
     return errors.EXIT_OK

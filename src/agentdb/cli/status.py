@@ -20,6 +20,17 @@ def _age(seconds: int | None) -> str:
     return f"{seconds}s ago"
 
 
+def _known(n: int, s: status_job.StatusSummary) -> str:
+    """A count of what check finds, honest about the sessions no check has judged as they are
+    (only files that cannot be opened at all are counted without one)."""
+    pending = s.changed_since_check + s.never_checked
+    if not pending:
+        return str(n)
+    if not s.checked:
+        return f"not yet checked ({n} found unreadable; run `agentdb check`)"
+    return f"{n} known; {pending} not yet checked"
+
+
 def document(report: status_job.StatusReport) -> dict[str, object]:
     """The JSON document (``"version"`` counts changes of meaning, not added fields)."""
     return {
@@ -71,8 +82,8 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
         ("open right now", str(s.live)),
         ("interrupted", str(s.interrupted)),
         ("needs migration", str(s.needs_migration)),
-        ("damaged", str(s.damaged)),
-        ("refused", str(s.refused)),
+        ("damaged", _known(s.damaged, s)),
+        ("refused", _known(s.refused, s)),
         (
             "recoveries logged",
             "log unreadable (see next)"
@@ -110,8 +121,8 @@ def render(report: status_job.StatusReport, fmt: str) -> None:
     if report.next:
         output.emit_text("\nnext:")
         for n in report.next:
-            output.emit_text(f"  {n.command}")
-            output.emit_text(f"      {output.printable(n.why)}")
+            output.emit_wrapped(n.command, "  ", command=True)
+            output.emit_wrapped(n.why, "      ")
     else:
         output.emit_text("\nnothing needs doing")
 

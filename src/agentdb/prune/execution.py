@@ -35,7 +35,7 @@ import os
 import signal
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,12 +172,15 @@ class _Damaged(Exception):
     pass
 
 
-def execute(plan: PrunePlan) -> PruneResult:
-    """Remove every session the plan decided to remove; re-judge each under its lock."""
+def execute(
+    plan: PrunePlan, progress: Callable[[int, int, str], None] | None = None
+) -> PruneResult:
+    """Remove every session the plan decided to remove; re-judge each under its lock;
+    ``progress(done, total, session_id)`` as each candidate is taken up."""
     faults.point("after_plan")
     result = _Executed(False)
     try:
-        _execute(plan, result)
+        _execute(plan, result, progress)
     except KeyboardInterrupt:  # the session in hand has its intent: the next run finishes it
         result.interrupted = True
     result.versions = plan.version_uses(result.removed)
@@ -216,10 +219,15 @@ class _Executed(PruneResult):
     files: list[str] = field(default_factory=list)
 
 
-def _execute(plan: PrunePlan, result: _Executed) -> None:
+def _execute(
+    plan: PrunePlan, result: _Executed, progress: Callable[[int, int, str], None] | None
+) -> None:
     sessions_dir = plan.sessions_dir
     named = _named_as_parent(plan)
-    for d in plan.candidates:
+    total = len(plan.candidates) if progress is not None else 0
+    for done, d in enumerate(plan.candidates):
+        if progress is not None:
+            progress(done, total, d.session_id)
         if d.remove and d.session_id in named:
             kids = named[d.session_id]
             shown = ", ".join(kids[:3]) + (f" and {len(kids) - 3} more" if len(kids) > 3 else "")

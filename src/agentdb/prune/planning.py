@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from agentdb import index, locks, paths, plugins
@@ -64,6 +64,7 @@ def plan(
     wait: float | None = None,
     use_index: bool = True,
     jobs: int = 1,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> PrunePlan:
     """Decide, changing nothing, what ``execute`` would remove and what stays and why.
 
@@ -71,6 +72,8 @@ def plan(
     of them together at most that long) and judged again once it is closed, instead of being
     refused as ``live`` at once. ``jobs``: worker processes reading and judging the files
     (the plan is the same whatever their number); Ctrl-C raises ``KeyboardInterrupt``.
+    ``progress(done, total, session_id)`` as files are read (total: the files the plan may
+    read) and judged (total: the batch being judged).
 
     With ``use_index``, what the sessions that are not selected contribute (session_meta,
     producers, parent links) comes from the session index (:mod:`agentdb.index`, validated by
@@ -98,7 +101,7 @@ def plan(
                 "planned in memory"
             )
         try:
-            _plan(result, store, pins, selectors, now, wait, use_index, jobs)
+            _plan(result, store, pins, selectors, now, wait, use_index, jobs, progress)
         except FAILURES as e:
             result.close()
             if not store.on_disk:
@@ -120,6 +123,7 @@ def _plan(
     wait: float | None,
     use_index: bool,
     jobs: int,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> None:
     sessions_dir = result.sessions_dir
     began = time.time_ns()  # before any lstat: every identity is at least this recent
@@ -133,18 +137,29 @@ def _plan(
         index, _ = read_recovery_index_or_finding(paths.recovery_log_path(sessions_dir))
         return frozenset(sid for sid, entries in index.items() if was_recovered(entries))
 
+    read = [0, 0]  # files read fresh so far, and the most the plan may read (once known)
+
     def read_fresh(todo: Sequence[tuple[str, Files]], first: bool = False) -> None:
         # a batch at a time: a fresh read replaces what the index said of it as it comes
+        if progress is not None and not read[1]:
+            (count,) = list(store.rows("SELECT COUNT(*) FROM entry WHERE wanted"))
+            read[1] = int(count[0])
         for i in range(0, len(todo), FRESH_CHUNK):
             for f in read_all_facts(sessions_dir, todo[i : i + FRESH_CHUNK], jobs, pins):
                 store.put(f, fresh=True, first=first)
+                if progress is not None:
+                    read[0] += 1
+                    progress(read[0], max(read), f.session_id)
 
     def read_fresh_where(where: str) -> None:
         for page in store.ids(where):
             read_fresh([(s, store.files(s)) for s in page])
 
     def judge_each(ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-        return judge_all(sessions_dir, [(s, s in recovered_ids()) for s in ids], jobs)
+        said = judge_all(sessions_dir, [(s, s in recovered_ids()) for s in ids], jobs)
+        if progress is not None and ids:
+            progress(len(ids), len(ids), ids[-1])
+        return said
 
     explicit = set(selectors.ids)
     if use_index:

@@ -23,6 +23,7 @@ without an outcome and the session either still as judged, half swapped, or alre
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -167,12 +168,17 @@ class _Changed(Exception):
     pass
 
 
-def execute(plan: RestorePlan) -> RestoreResult:
-    """Restore every session the plan decided to restore; re-check each under its lock."""
+def execute(
+    plan: RestorePlan, progress: Callable[[int, int, str], None] | None = None
+) -> RestoreResult:
+    """Restore every session the plan decided to restore; re-check each under its lock;
+    ``progress(done, total, session_id)`` after each."""
     result = RestoreResult(False, plan.from_dir)
     for d in plan.decisions:
         out = _outcome(plan, d)
         result.sessions.append(out)
+        if progress is not None:
+            progress(len(result.sessions) - 1, len(plan.decisions), d.session_id)
         if d.action != "restore":
             continue
         main = paths.session_path(plan.sessions_dir, d.session_id)

@@ -24,7 +24,7 @@ Per session, in this order (every reason that applies is listed; see ``docs/rest
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,8 +163,10 @@ def plan(
     include_pruned: bool = False,
     force: bool = False,
     recovery_log: Path | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> RestorePlan:
-    """Decide, changing nothing, what ``execute`` would restore (``ids`` None: ``--all``)."""
+    """Decide, changing nothing, what ``execute`` would restore (``ids`` None: ``--all``);
+    ``progress(done, total, session_id)`` after each session is decided (its copies judged)."""
     paths.require_sessions_dir(sessions_dir)
     _validate(sessions_dir, from_dir, ids, copy_path, force)
     log = recovery_log or paths.recovery_log_path(sessions_dir)
@@ -191,6 +193,8 @@ def plan(
             include_pruned=include_pruned,
         )
         result.decisions.append(d)
+        if progress is not None:
+            progress(len(result.decisions), len(selected), sid)
     return result
 
 

@@ -28,7 +28,7 @@ Nothing salvageable at all: the original is untouched and the outcome is ``unrea
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +68,10 @@ def recover_sessions(
     dry_run: bool = False,
     recovery_log: Path | None = None,
     wait: float | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> RecoveryReport:
-    """Recover the given sessions (None: every ``<ULID>.sqlite`` entry in the directory)."""
+    """Recover the given sessions (None: every ``<ULID>.sqlite`` entry in the directory);
+    ``progress(done, total, session_id)`` is called after each."""
     if session_ids is None:
         ids = [e.session_id for e in paths.iter_session_entries(sessions_dir)]
     else:
@@ -86,6 +88,8 @@ def recover_sessions(
                     wait=wait,
                 )
             )
+            if progress is not None:
+                progress(len(report.sessions), len(ids), sid)
     except KeyboardInterrupt:  # the session in hand is as a killed recover leaves it
         report.interrupted = True
     return report
