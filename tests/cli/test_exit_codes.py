@@ -14,6 +14,7 @@ import click
 import pytest
 
 from agentdb import demo, paths
+from agentdb.cli import output
 from agentdb.cli.main import cli
 from agentdb.cli.manpages import iter_commands
 from tests.runner import invoke
@@ -94,6 +95,10 @@ S: dict[str, dict[int, Scenario]] = {
         0: lambda w, t: [*w.at(w.good), "check"],
         1: lambda w, t: [*w.at(w.bad), "check"],
         2: lambda w, t: [*w.at(w.good), "check", "not-an-id"],
+    },
+    "completion": {
+        0: lambda w, t: ["completion", "bash"],
+        2: lambda w, t: ["completion", "tcsh"],
     },
     "demo": {
         0: lambda w, t: ["demo", str(t / "demo")],
@@ -248,6 +253,7 @@ def test_interrupted_is_130(
     argv = S[name][0](world, tmp_path)  # before the patch: a scenario may run a command
     monkeypatch.setattr(paths, "require_sessions_dir", interrupted)
     monkeypatch.setattr(demo, "build", interrupted)
+    monkeypatch.setattr(output, "emit_text", interrupted)  # completion's one step
     ran = invoke(argv)
     assert ran.code == 130, (argv, ran.err[-500:])
     assert "interrupted" in ran.err and "Traceback" not in ran.err
