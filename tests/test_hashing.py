@@ -1,14 +1,11 @@
 """Revision 3's hashes (docs/design/damage-evident-revision.md §3-§6): golden vectors pinned as
-literal hex, equal to the measured prototype's (bench/chain_proto.py) on values of every SQLite
-type, and the SQL functions ``db.harden`` registers equal to the Python functions."""
+literal hex, equal to the measured prototype's (tests/hash_reference.py, which bench/chain_proto.py
+imports) on values of every SQLite type, and the SQL functions ``db.harden`` registers equal to
+the Python functions."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import apsw
@@ -28,24 +25,10 @@ from agentdb.hashing import (
     row_hash_framed,
     row_hash_raw,
 )
+from tests import hash_reference as PROTO
 
-ROOT = Path(__file__).resolve().parents[1]
 SID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
-
-def _prototype() -> ModuleType:
-    name = "agentdb_bench_chain_proto"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "chain_proto.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-PROTO = _prototype()
 
 EVENT = event_hash(
     1, "01ARZ3NDEKTSV4RRFFQ69G5FAW", "2026-12-01T00:00:00.000Z", "message", "model", "m", "1", "1",
