@@ -4,7 +4,8 @@ A test is slow when it carries ``@pytest.mark.slow`` or its file sets
 ``pytestmark = pytest.mark.slow`` (campaigns over real processes, crash loops, memory ceilings,
 shell builds, fuzz replays). The full run (README's test command, .ci/run) still runs every test.
 
-What the quick tier must keep: every module of ``src/agentdb`` imported by the tests it runs.
+What the quick tier must keep: every module of ``src/agentdb`` imported by the tests it runs
+(a module that is only a docstring, such as the man pages' package, has nothing to run).
 tests/conftest.py checks it at the end of a quick-tier run of the whole suite (a module no quick
 test imports, directly or through the code it runs in-process, fails that run). It is an import
 check, not line coverage: a module counts once any quick test file or any code a quick test runs
@@ -15,6 +16,7 @@ so their imports do not count.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +47,15 @@ def _is_slow_mark(node: ast.expr) -> bool:
     )
 
 
+@functools.cache
 def slow_file(path: Path) -> bool:
     """Whether ``path`` marks all its tests slow: a module-level ``pytestmark`` that is, or is a
     list or tuple holding, ``pytest.mark.slow``."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if "pytestmark" not in text:
+            return False
+        tree = ast.parse(text)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return False  # let pytest report it
     for stmt in tree.body:
@@ -68,6 +74,18 @@ def slow_file(path: Path) -> bool:
     return False
 
 
+def _has_code(module: str) -> bool:
+    """Whether the module has anything to run besides its docstring (``agentdb.man`` holds only
+    data: the pages, read by path)."""
+    parts = module.split(".")
+    path = SRC.parent.joinpath(*parts)
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return bool(body)
+
+
 def missing(imported: set[str]) -> list[str]:
-    """The src/agentdb modules not in ``imported``."""
-    return [m for m in modules() if m not in imported]
+    """The src/agentdb modules with code that are not in ``imported``."""
+    return [m for m in modules() if m not in imported and _has_code(m)]

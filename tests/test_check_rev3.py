@@ -148,6 +148,7 @@ def test_healthy_files_are_proven(sessions_dir: Path, shape: str) -> None:
     assert fast(path, False) is not None or end is None  # at rest and ended: fast path taken
 
 
+@pytest.mark.slow
 @settings(
     max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -295,6 +296,7 @@ DELETES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", sorted(DELETES))
 def test_deleted_row_is_corrupt_full_and_quick(r3: Path, table: str) -> None:
     sql, want = DELETES[table]
@@ -428,6 +430,7 @@ def test_damaged_gap_record_is_corrupt(recovered: Path, sql: str, quick_too: boo
         assert "chain_break" in codes(full)
 
 
+@pytest.mark.slow
 def test_new_loss_after_recovery_is_not_excused(recovered: Path) -> None:
     full, _ = _damaged(recovered, "DELETE FROM events WHERE sequence = 12", quick_too=True)
     assert "chain_break" in codes(full)
@@ -443,6 +446,7 @@ def _validate(doc: Any) -> None:
     jsonschema.validate(doc, schemas.load("check"), cls=jsonschema.Draft202012Validator)
 
 
+@pytest.mark.slow
 def test_cli_json_carries_verified_and_matches_the_schema(
     sessions_dir: Path, agentdb: Agentdb
 ) -> None:
@@ -479,6 +483,7 @@ def test_cli_json_carries_verified_and_matches_the_schema(
         assert "corrupt" in line and "agentdb recover" in line
 
 
+@pytest.mark.slow
 def test_a_quick_verdict_in_the_cache_never_stands_in_for_the_full_walk(
     r3: Path, tmp_path: Path
 ) -> None:

@@ -262,6 +262,7 @@ def _journal_cases() -> Any:
     return st.tuples(header, db_page, st.integers(0, 40), st.sampled_from([28, 100, 511, 512]))
 
 
+@pytest.mark.slow
 def test_the_sqlite_layer_refuses_exactly_the_journals_check_calls_foreign() -> None:
     """db.journal_refused restates fileformat.journal_problem (db stays below the format
     readers): the two agree on every header, database page size, reserved bytes and length."""

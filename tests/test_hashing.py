@@ -145,6 +145,7 @@ tables = st.sampled_from(["events", "cost_ledger", "plan_items", "producers", "c
 hashes = st.binary(min_size=16, max_size=16)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(values, max_size=12))
 def test_row_hash_equals_the_prototype(table: str, row: list[Any]) -> None:
@@ -155,6 +156,7 @@ def test_row_hash_equals_the_prototype(table: str, row: list[Any]) -> None:
 raw_values = st.tuples(st.booleans(), st.binary()) | st.tuples(st.just(False), values)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(raw_values, max_size=12))
 def test_row_hash_raw_equals_the_prototype(table: str, cells: list[tuple[bool, Any]]) -> None:
@@ -176,6 +178,7 @@ def _utf8(v: bytes) -> bool:
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(values, max_size=12), st.integers(0, 12))
 def test_kept_frames_hash_as_the_row(table: str, row: list[Any], cut: int) -> None:
@@ -187,12 +190,14 @@ def test_kept_frames_hash_as_the_row(table: str, row: list[Any], cut: int) -> No
     assert frames(row) == PROTO._frames(row)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), min_size=3, max_size=3))
 def test_chain_hash_equals_the_prototype(prev: bytes, content: bytes, derived: Any) -> None:
     assert chain_hash(prev, content, derived) == PROTO.chain_hash(prev, content, derived)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), max_size=3))
 def test_chain_hash_of_fewer_tables(prev: bytes, content: bytes, derived: list[Any]) -> None:
@@ -203,6 +208,7 @@ def test_chain_hash_of_fewer_tables(prev: bytes, content: bytes, derived: list[A
     assert chain_hash(prev, content, tuple(tuple(d) for d in derived)) == expect
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs",))) | st.binary(), st.lists(hashes))
 def test_genesis_and_gaps_equal_the_prototype(sid: str | bytes, gaps: list[bytes]) -> None:
@@ -228,6 +234,7 @@ sql_ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 sql_values = st.none() | sql_ints | floats | texts | st.binary()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(tables, st.lists(sql_values, min_size=1, max_size=8), st.binary())
 def test_sql_row_hash_of_stored_values(table: str, row: list[Any], invalid: bytes) -> None:

@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import demo, index, prune
 from agentdb.store import SessionWriter
 from tests.support import make_session
+
+pytestmark = pytest.mark.slow
 
 
 def _settle() -> None:

@@ -304,6 +304,7 @@ def _steps_to_migrate(sessions_dir: Path, n: int) -> int:
     return ticks[0]
 
 
+@pytest.mark.slow
 def test_step_3_is_linear_in_the_events(tmp_path: Path) -> None:
     """The fold finds each next event by the primary key: twice the events, about twice the
     work (a fold that scanned the table per step was quadratic: the kernel's first open of a

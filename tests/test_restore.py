@@ -16,6 +16,8 @@ from tests.runner import run_cli
 from tests.salvage import corpus
 from tests.support import WriterProcess, make_session
 
+pytestmark = pytest.mark.slow
+
 TOOL = Producer("tool", "shell", "2.0.0")
 
 

@@ -16,6 +16,8 @@ from tests.runner import run_cli
 from tests.salvage import corpus
 from tests.support import WriterProcess, make_session
 
+pytestmark = pytest.mark.slow
+
 POINTS = [
     "sessions_end_after_intent",
     "sessions_end_in_update",

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runner import run_cli
 from tests.support import SRC
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_creates_private_directories(tmp_path: Path) -> None:

@@ -97,6 +97,7 @@ def test_backup_and_verify(sessions_dir: Path, tmp_path: Path, agentdb: Agentdb)
     assert code == 1 and sid in out
 
 
+@pytest.mark.slow
 def test_migrate_json_shape(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     r = run_cli(*state_options(state), "migrate", "--all", "--json")

@@ -17,6 +17,8 @@ from tests.runner import Terminal, global_options, run_cli, state_options
 from tests.support import held_open, make_session, tree_snapshot
 from tests.test_prune import cache_version, crashed_session, foreign_file, old_session, snapshot
 
+pytestmark = pytest.mark.slow
+
 
 def test_usage_errors(sessions_dir: Path, plugin_cache: Path) -> None:
     assert run_cli(*global_options(sessions_dir, plugin_cache), "prune").returncode == 2

@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from tests.runner import run_cli, state_options
+
+pytestmark = pytest.mark.slow
 
 
 def test_recovery_log_follows_sessions_dir_parent(tmp_path: Path) -> None:

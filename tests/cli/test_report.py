@@ -11,12 +11,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentdb import demo, report
 from agentdb.report import SessionLine
 from agentdb.report.html import _tree
 from agentdb.store import Event, Producer, SessionWriter, Usage
 from tests.runner import run_cli
 from tests.support import make_session, ulids
+
+pytestmark = pytest.mark.slow
 
 
 class Page(HTMLParser):

@@ -6,10 +6,14 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from agentdb.store import SessionWriter
 from tests.runner import run_cli
 from tests.support import held_open, make_session
+
+pytestmark = pytest.mark.slow
 
 
 def _settle() -> None:

@@ -199,6 +199,7 @@ def test_fast_table_drawing_is_what_tabulate_draws(fmt: str) -> None:
         assert fast == want, (rows, headers)
 
 
+@pytest.mark.slow
 def test_check_with_workers_streams_in_id_order(sessions_dir: Path) -> None:
     """With a pool of workers the results still come in id order, the same as one process."""
     from agentdb.checks.run import POOL_THRESHOLD

@@ -235,6 +235,7 @@ def test_page1_offset(db4096: Path) -> None:
     assert page.kind is PageKind.LEAF_TABLE
 
 
+@pytest.mark.slow
 @given(st.binary(min_size=512, max_size=700), st.integers(min_value=1, max_value=3))
 def test_garbage_pages_raise_only_format_error(data: bytes, pgno: int) -> None:
     for kind_byte in (data[0], 2, 5, 10, 13):

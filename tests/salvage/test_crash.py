@@ -106,6 +106,7 @@ def finish_and_check(sessions_dir: Path, sid: str, path: Path, original: bytes, 
     assert log[-1]["event"] == "outcome" and log[-1]["outcome"] == "recovered"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", swap.POINTS)
 def test_kill_at_step(point: str, base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
@@ -134,6 +135,7 @@ def test_kill_at_random_instant(seed: int, base: tuple[str, Path], sessions_dir:
     finish_and_check(sessions_dir, sid, path, original, wal)
 
 
+@pytest.mark.slow
 def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     """Killed after the link: the re-run recognises its own .corrupt (same inode)."""
     sid, path = install(base, sessions_dir)
@@ -171,6 +173,7 @@ def test_a_left_sidecar_of_corrupt_takes_its_name(
     assert left.read_bytes() == b"an earlier original's sidecar"
 
 
+@pytest.mark.slow
 def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
     assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
@@ -183,6 +186,7 @@ def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path
     shutil.rmtree(sessions_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", swap.POINTS)
 def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
     point: str, sessions_dir: Path

@@ -42,6 +42,7 @@ def test_healthy_is_left_alone(sessions_dir: Path) -> None:
     assert not log_of(sessions_dir).exists()
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -53,6 +54,7 @@ def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     assert not log_of(sessions_dir).exists()
 
 
+@pytest.mark.slow
 def test_live_session_is_skipped(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -89,6 +91,7 @@ def test_symlink_and_foreign_are_refused(sessions_dir: Path, tmp_path: Path) -> 
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20, revision=1)
     original = row_sets(path)
@@ -100,6 +103,7 @@ def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> Non
     assert {r[:9] for r in got["events"]} == original["events"]
 
 
+@pytest.mark.slow
 def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=5)
     zero_page(path, corpus.pages_of(path, "session_meta")[0])
@@ -111,6 +115,7 @@ def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
     assert any("rebuilt" in n for n in out.notes)
 
 
+@pytest.mark.slow
 def test_stale_session_meta_is_never_resurrected(sessions_dir: Path, tmp_path: Path) -> None:
     """The status moves to 'completed' in a WAL commit after a broken frame: SQLite alone sees
     the older 'running' row; the resumed live copy must win over it."""
@@ -131,6 +136,7 @@ def test_stale_session_meta_is_never_resurrected(sessions_dir: Path, tmp_path: P
     assert SessionReader(path).info().status == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [corpus.d_zeroed_page, corpus.d_damaged_header])
 def test_kernel_open_recovers_automatically(
     damage, sessions_dir: Path, caplog: pytest.LogCaptureFixture
@@ -151,6 +157,7 @@ def test_kernel_open_recovers_automatically(
     assert recoverylog.entries_for(log_of(sessions_dir), sid)[-1]["outcome"] == "recovered"
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_codes(sessions_dir: Path, agentdb: Agentdb) -> None:
     good, _ = make_session(sessions_dir, turns=2)
     bad, path = make_session(sessions_dir, turns=20)
@@ -205,6 +212,7 @@ def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
     assert "recovery_unreadable" not in {f["code"] for f in c["findings"]}
 
 
+@pytest.mark.slow
 def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: Agentdb) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -232,6 +240,7 @@ def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: A
     assert entry["found_by"]["rows"]["found"]["events"] == by["rows"]["found"]["events"]
 
 
+@pytest.mark.slow
 def test_sqlite_recover_runs_only_where_it_could_find_more(
     sessions_dir: Path, capable_shell: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,6 +266,7 @@ def test_sqlite_recover_runs_only_where_it_could_find_more(
     assert "sqlite-recover" in out2.found_by, out2.notes
 
 
+@pytest.mark.slow
 def test_an_empty_file_whose_wal_holds_the_session_is_salvaged_from_it(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
