@@ -15,9 +15,8 @@ import pytest
 from tests.runner import run_cli
 from tests.support import SRC
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_demo_creates_private_directories(tmp_path: Path) -> None:
     r = run_cli("demo", str(tmp_path / "d"), "--no-walkthrough", umask=0o022)
     assert r.returncode == 0, r.stderr
@@ -43,6 +42,7 @@ def test_demo_builds_a_sample_state(tmp_path: Path) -> None:
     assert others == []
 
 
+@pytest.mark.slow
 def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("keep me")
     r = run_cli("demo", str(tmp_path))
@@ -50,6 +50,7 @@ def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     assert (tmp_path / "x").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_try_it_yourself_lines_run_as_printed(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(SRC)}
     r = subprocess.run(

@@ -20,8 +20,6 @@ from agentdb.store import Event, Producer, SessionWriter, Usage
 from tests.runner import run_cli
 from tests.support import make_session, ulids
 
-pytestmark = pytest.mark.slow
-
 
 class Page(HTMLParser):
     """Every data-k number, every data-session id, every start tag."""
@@ -81,6 +79,7 @@ def assert_numbers_match(page: Page, doc: dict[str, Any]) -> None:
             assert shown == str(value), key
 
 
+@pytest.mark.slow
 def test_report_names_every_session_and_matches_the_json(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "demo")
     g = ("--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache))
@@ -144,6 +143,7 @@ def test_hostile_text_is_escaped(tmp_path: Path, sessions_dir: Path) -> None:
     assert "\x1b" not in out.read_text()
 
 
+@pytest.mark.slow
 def test_file_rules(tmp_path: Path, sessions_dir: Path) -> None:
     make_session(sessions_dir)
     g = ("--sessions-dir", str(sessions_dir))
@@ -175,6 +175,7 @@ def test_file_rules(tmp_path: Path, sessions_dir: Path) -> None:
     assert run_cli(*g, "report").returncode == 2  # neither --html nor --json
 
 
+@pytest.mark.slow
 def test_many_sessions_keep_the_page_bounded(
     tmp_path: Path, sessions_dir: Path, monkeypatch
 ) -> None:
@@ -195,6 +196,7 @@ def test_many_sessions_keep_the_page_bounded(
     assert page.numbers["summary.sessions"] == "7"
 
 
+@pytest.mark.slow
 def test_force_never_replaces_a_device_fifo_log_or_database(
     tmp_path: Path, sessions_dir: Path
 ) -> None:
@@ -244,6 +246,7 @@ class _Depth(HTMLParser):
             self.depth -= 1
 
 
+@pytest.mark.slow
 def test_the_report_tree_of_a_chain_deeper_than_the_recursion_limit() -> None:
     n = sys.getrecursionlimit() * 3
     ids = ulids(n)
