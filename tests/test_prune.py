@@ -396,7 +396,6 @@ def test_plan_changes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
 # ------------------------------------------------------------------------------ execute
 
 
-@pytest.mark.slow
 def test_execute_removes_only_known_files_and_reports_bytes(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -422,7 +421,6 @@ def test_execute_removes_only_known_files_and_reports_bytes(
     assert f"{kept}.sqlite" in after
 
 
-@pytest.mark.slow
 def test_execute_rechecks_under_the_lock(sessions_dir: Path, plugin_cache: Path) -> None:
     live = old_session(sessions_dir, 300)
     changed = old_session(sessions_dir, 290)
