@@ -87,6 +87,7 @@ def test_corrupt_and_foreign_not_copied(sessions_dir: Path, tmp_path: Path) -> N
     assert list(dest.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_leftover_temps_of_dead_runs_are_removed(sessions_dir: Path, tmp_path: Path) -> None:
     sid, _ = make_session(sessions_dir)
     dest = tmp_path / "b"
@@ -140,6 +141,7 @@ def test_verify(sessions_dir: Path, tmp_path: Path) -> None:
     assert verdicts["01HZZZZZZZZZZZZZZZZZZZZZZZ"] != "ok"
 
 
+@pytest.mark.slow
 def test_copy_is_a_snapshot_of_committed_data_only(sessions_dir: Path, tmp_path: Path) -> None:
     sid, p = make_session(sessions_dir, status="running")
     conn = apsw.Connection(str(p))

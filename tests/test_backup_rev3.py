@@ -126,6 +126,7 @@ def test_status_change_alone_is_updated_by_the_proof(
     assert all_rows(dest / f"{sid}.sqlite")["session_meta"] == all_rows(writer.path)["session_meta"]
 
 
+@pytest.mark.slow
 def test_compare_reports_the_proof_and_counts(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter, merges: list[str]
 ) -> None:
@@ -326,6 +327,7 @@ def _file(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_recorded_gap_below_the_head_falls_back_to_rows(tmp_path: Path, merges: list[str]) -> None:
     original = tmp_path / f"{SID}.sqlite"
     build(original, SHAPE)

@@ -267,6 +267,7 @@ def test_shared_reader_is_hardened_and_reads_only(sessions_dir: Path) -> None:
     assert tree_snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_a_statement_left_open_does_not_break_the_next_file(sessions_dir: Path) -> None:
     _, a = make_session(sessions_dir, turns=1)
     _, b = make_session(sessions_dir, turns=1)

@@ -257,6 +257,7 @@ UPDATES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", sorted(UPDATES))
 def test_naive_update_is_corrupt(r3: Path, table: str) -> None:
     sql, code = UPDATES[table]
@@ -330,6 +331,7 @@ def test_cut_tail_with_the_head_in_place(r3: Path, n: int) -> None:
     assert "chain_break" not in codes(full)
 
 
+@pytest.mark.slow
 def test_rows_of_no_event(r3: Path) -> None:
     full, _ = _damaged(
         r3,
@@ -385,6 +387,7 @@ def recovered(r3: Path) -> Path:
     return r3
 
 
+@pytest.mark.slow
 def test_recovered_file_is_ok_with_its_gaps_recorded(recovered: Path) -> None:
     full = check(recovered)
     assert full.verdict == "ok", [f.message for f in full.findings]
@@ -413,6 +416,7 @@ def test_recovered_file_is_ok_with_its_gaps_recorded(recovered: Path) -> None:
     assert check(recovered, True).verdict == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sql, quick_too",
     [

@@ -76,6 +76,7 @@ def test_corrupt_page(sessions_dir: Path) -> None:
     assert rq.verdict == "corrupt"
 
 
+@pytest.mark.slow
 def test_flipped_payload_byte_caught_by_content_hash(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "UPDATE events SET payload = X'00' WHERE sequence = 3")
@@ -86,6 +87,7 @@ def test_flipped_payload_byte_caught_by_content_hash(sessions_dir: Path) -> None
     assert codes(quick) == []
 
 
+@pytest.mark.slow
 def test_trigger_is_unsafe_schema(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "CREATE TRIGGER t AFTER INSERT ON events BEGIN DELETE FROM cost_ledger; END")
@@ -95,6 +97,7 @@ def test_trigger_is_unsafe_schema(sessions_dir: Path) -> None:
     assert "schema_mismatch" not in codes(r)
 
 
+@pytest.mark.slow
 def test_view_is_unsafe_schema(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "CREATE VIEW v AS SELECT * FROM events")

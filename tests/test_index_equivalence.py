@@ -282,6 +282,7 @@ def test_warm_query_reads_no_file(sessions_dir: Path) -> None:
     assert [r.list_row() for r in again.records] == [r.list_row() for r in first.records]
 
 
+@pytest.mark.slow
 def test_a_racy_row_is_read_again(sessions_dir: Path) -> None:
     sid, p = make_session(sessions_dir, turns=1)
     index.snapshot(sessions_dir)  # the file was written within the granularity: racy

@@ -88,6 +88,7 @@ def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_plan_is_read_only(sessions_dir: Path) -> None:
     sid, _ = make_session(sessions_dir, revision=1)
     before = snapshot(sessions_dir)

@@ -184,6 +184,7 @@ def test_recover_swap_before_begin_immediate_is_not_written_into(
     assert job_files(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_migrate_still_migrates_a_rollback_journal_file(sessions_dir: Path) -> None:
     sid, path = rollback_journal_session(sessions_dir, turns=3)
     out = migrate.migrate_sessions(sessions_dir, [sid]).sessions[0]

@@ -205,6 +205,7 @@ def test_read_only_commands_and_dry_runs_change_nothing(
         assert tree_listing(root) == before, (args, sorted(os.listdir(sessions)))
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_committed_state(state: dict[str, object], agentdb: Agentdb) -> None:
     """Every committed event is read, whatever the sidecars: never immutable beside a -wal
     (immutable ignores the WAL)."""

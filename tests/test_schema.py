@@ -191,6 +191,7 @@ def test_unversioned_database_is_foreign(tmp_path: Path) -> None:
     c.close()
 
 
+@pytest.mark.slow
 def test_rev2_constraints_reject_what_the_spec_forbids(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     c = apsw.Connection(str(path))

@@ -127,6 +127,7 @@ def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
     assert path.name in verdicts.lookup(sessions_dir, cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_a_reader_never_creates_the_cache(sessions_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     make_session(sessions_dir)

@@ -149,6 +149,7 @@ def test_second_writer_in_another_process_is_busy_and_the_first_goes_on(
         assert w.emit(Event("tool_result", TOOL, b"next")) == first + 4
 
 
+@pytest.mark.slow
 def test_second_writer_in_this_process_is_busy(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1, status="running")
     w = SessionWriter.open(sessions_dir, sid)

@@ -95,6 +95,7 @@ def test_the_kernel_recovers_invalid_text_before_migrating(sessions_dir: Path) -
     assert checks.check_file(sessions_dir, sid).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_the_judge_is_asked_before_the_writer_opens_and_once_more_after_recovery(
     sessions_dir: Path,
 ) -> None:

@@ -19,6 +19,7 @@ from tests.salvage.corpus import d_flipped_bytes
 from tests.support import GOOD_ID, hostile_extras, make_session
 
 
+@pytest.mark.slow
 def test_json_verdicts_and_exit_codes(tmp_path: Path, agentdb: Agentdb) -> None:
     state = demo.build(tmp_path / "demo")
     g = ["--sessions-dir", str(state.sessions_dir)]

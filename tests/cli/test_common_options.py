@@ -37,6 +37,7 @@ def test_every_command_has_the_common_options() -> None:
                 assert {"--csv", "--nl"} <= opts, sub.name
 
 
+@pytest.mark.slow
 def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
     code, out, err = agentdb("--sessions-dir", str(sessions_dir), "check")
     assert code == 0 and "2 sessions checked" in err and two[0] in out
@@ -44,6 +45,7 @@ def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], agentd
     assert code == 0 and err == "" and two[0] in out
 
 
+@pytest.mark.slow
 def test_csv_and_nl(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
     code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "check", "--csv")
     rows = list(csv.reader(io.StringIO(out)))

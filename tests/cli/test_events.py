@@ -41,6 +41,7 @@ def test_events_json_lines(demo_state: demo.DemoState) -> None:
     assert got and all(e["kind"] == "plan" and e["sequence"] > seqs[3] for e in got)
 
 
+@pytest.mark.slow
 def test_events(agentdb: Agentdb, demo_state: demo.DemoState, sessions_dir: Path) -> None:
     sid = demo_state.by_role("parent").session_id
     code, out, _ = agentdb(*state_options(demo_state), "events", sid, "--json")

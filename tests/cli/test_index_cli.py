@@ -63,6 +63,7 @@ def _stable(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
 def test_no_index_gives_the_same_document(
     agentdb: Agentdb, state: demo.DemoState, args: Any

@@ -314,6 +314,7 @@ sys.meta_path.insert(0, _Pause())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("module", "argv"),
     [

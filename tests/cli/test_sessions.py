@@ -63,6 +63,7 @@ def test_unreadable_file_is_listed_not_fatal(sessions_dir: Path, agentdb: Agentd
     assert {r["session_id"]: r["status"] for r in rows} == {sid: "completed", bad: "unreadable"}
 
 
+@pytest.mark.slow
 def test_show(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     sid = demo_state.by_role("parent").session_id
     code, out, _ = agentdb(*state_options(demo_state), "sessions", "show", sid, "--json")
@@ -92,6 +93,7 @@ def test_tree(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     assert len(p["children"]) == 2
 
 
+@pytest.mark.slow
 def test_tree_orphans_and_cycles(sessions_dir: Path) -> None:
     a, _ = make_session(sessions_dir)
     b, _ = make_session(sessions_dir, parent=a, depth=1)

@@ -255,6 +255,7 @@ def test_garbage_pages_raise_only_format_error(data: bytes, pgno: int) -> None:
             pass
 
 
+@pytest.mark.slow
 @given(st.dictionaries(st.integers(0, 6), st.binary(min_size=0, max_size=520), max_size=6),
        st.integers(0, 8), st.integers(-5, 5000))  # fmt: skip
 def test_garbage_chains_raise_only_format_error(pages: dict, first: int, needed: int) -> None:

@@ -163,6 +163,7 @@ def test_own_wal_is_never_evidence(
         w.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other_revision", [2, 3])
 def test_other_sessions_events_on_other_pages_are_evidence(
     tmp_path: Path, other_revision: int

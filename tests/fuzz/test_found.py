@@ -293,6 +293,7 @@ CAMPAIGN = [
 ]
 
 
+@pytest.mark.slow
 def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
     bases: Bases, tmp_path: Path
 ) -> None:

@@ -74,6 +74,7 @@ def test_cases_round_trip_and_are_deterministic() -> None:
         assert "ptrmap" not in c.kind or c.layout == "autovacuum"
 
 
+@pytest.mark.slow
 def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
     seen = {
         (k, r, w)
@@ -194,6 +195,7 @@ def test_issue_10_failures_stay_fixed(bases: Bases, tmp_path: Path, name: str) -
     _holds(case, bases, tmp_path / "case")
 
 
+@pytest.mark.slow
 def test_describe_gives_the_page_map_the_generator_built(bases: Bases) -> None:
     """bench_recover damages files the generator did not build through ``describe``: it must
     see the same page map, overflow chains and TEXT columns as the base's own description."""

@@ -203,6 +203,7 @@ def test_torn_journal_leaves_the_killed_rows_unverified(sessions_dir: Path, tmp_
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_journal_torn_reads_records_as_the_playback_does(sessions_dir: Path) -> None:
     from agentdb.fileformat import journal_torn
 

@@ -148,6 +148,7 @@ def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_
     finish_and_check(sessions_dir, sid, path, original, wal)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", ["-wal", "-journal"])
 def test_a_left_sidecar_of_corrupt_takes_its_name(
     base: tuple[str, Path], sessions_dir: Path, suffix: str
@@ -216,6 +217,7 @@ def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_a_replacement_someone_holds_is_not_swapped_in(sessions_dir: Path) -> None:
     """Recover holds its replacement before the rename; when another open file description
     holds a lock on it, nothing is swapped, the original stays as it was, and no job file is

@@ -65,6 +65,7 @@ def test_live_session_is_skipped(sessions_dir: Path) -> None:
         assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_unsalvageable_file_is_unreadable_and_untouched(sessions_dir: Path) -> None:
     sid = "01HZZZZZZZZZZZZZZZZZZZZZZZ"
     path = sessions_dir / f"{sid}.sqlite"
