@@ -92,7 +92,6 @@ def test_symlink_and_foreign_are_refused(sessions_dir: Path, tmp_path: Path) -> 
     assert snapshot(sessions_dir) == before
 
 
-@pytest.mark.slow
 def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20, revision=1)
     original = row_sets(path)
@@ -104,7 +103,6 @@ def test_revision_1_file_recovers_to_current_revision(sessions_dir: Path) -> Non
     assert {r[:9] for r in got["events"]} == original["events"]
 
 
-@pytest.mark.slow
 def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=5)
     zero_page(path, corpus.pages_of(path, "session_meta")[0])
