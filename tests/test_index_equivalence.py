@@ -270,7 +270,6 @@ def test_index_answers_equal_scan_answers(
     assert trusted > 0  # the index was believed, not just rebuilt every time
 
 
-@pytest.mark.slow
 def test_warm_query_reads_no_file(sessions_dir: Path) -> None:
     for _ in range(3):
         make_session(sessions_dir, turns=1)

@@ -53,7 +53,6 @@ def test_every_row_survives_every_revision_and_shape(sessions_dir: Path, tmp_pat
     assert job_files(sessions_dir) == []
 
 
-@pytest.mark.slow
 def test_migrated_file_is_a_current_session_with_agentdb_id(sessions_dir: Path) -> None:
     sid, p = make_session(sessions_dir, revision=1)
     set_pragma(p, "application_id", 0)  # another conforming writer made it
