@@ -42,6 +42,7 @@ import ulid
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # chain_proto's hashing is tests/hash_reference.py
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import chain_proto as P  # noqa: E402

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import backup, demo
 from tests.migrate_support import (
@@ -19,6 +20,7 @@ from tests.migrate_support import (
 from tests.support import make_session
 
 
+@pytest.mark.slow
 def test_copies_every_shape_with_every_row(sessions_dir: Path, tmp_path: Path) -> None:
     shapes = all_shapes(sessions_dir, tmp_path)
     before = {name: rows(p) for name, (_, p, _) in shapes.items()}
@@ -46,6 +48,7 @@ def test_copies_every_shape_with_every_row(sessions_dir: Path, tmp_path: Path) -
     assert all(k.endswith("-shm") and k[:-4] + "-wal" in listing for k in now.keys() - listing)
 
 
+@pytest.mark.slow
 def test_garbage_old_copy_is_renamed_corrupt_and_a_fresh_copy_written(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -70,6 +73,7 @@ def test_garbage_old_copy_is_renamed_corrupt_and_a_fresh_copy_written(
     assert backup.verify_dir(dest).ok  # .corrupt names are not copies
 
 
+@pytest.mark.slow
 def test_corrupt_and_foreign_not_copied(sessions_dir: Path, tmp_path: Path) -> None:
     bad, p = make_session(sessions_dir, turns=40)
     demo.damage_page(p, table="events", nth_leaf=1)
@@ -83,6 +87,7 @@ def test_corrupt_and_foreign_not_copied(sessions_dir: Path, tmp_path: Path) -> N
     assert list(dest.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_leftover_temps_of_dead_runs_are_removed(sessions_dir: Path, tmp_path: Path) -> None:
     sid, _ = make_session(sessions_dir)
     dest = tmp_path / "b"
@@ -117,6 +122,7 @@ def test_refuses_sessions_dir_as_destination(sessions_dir: Path) -> None:
         backup.backup_sessions(sessions_dir, None, sessions_dir)
 
 
+@pytest.mark.slow
 def test_verify(sessions_dir: Path, tmp_path: Path) -> None:
     ids = [make_session(sessions_dir, turns=40)[0] for _ in range(2)]
     old, _ = make_session(sessions_dir, revision=1)
@@ -135,6 +141,7 @@ def test_verify(sessions_dir: Path, tmp_path: Path) -> None:
     assert verdicts["01HZZZZZZZZZZZZZZZZZZZZZZZ"] != "ok"
 
 
+@pytest.mark.slow
 def test_copy_is_a_snapshot_of_committed_data_only(sessions_dir: Path, tmp_path: Path) -> None:
     sid, p = make_session(sessions_dir, status="running")
     conn = apsw.Connection(str(p))

@@ -21,6 +21,8 @@ from tests.rows import all_rows
 from tests.runner import run_cli
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 TOOL = Producer("tool", "shell", "2.0.0")
 
 

@@ -97,6 +97,7 @@ def head(path: Path) -> int:
 # -------------------------------------------------------------------------- backup: proof
 
 
+@pytest.mark.slow
 def test_grown_session_is_updated_by_the_proof(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter, merges: list[str]
 ) -> None:
@@ -113,6 +114,7 @@ def test_grown_session_is_updated_by_the_proof(
     assert again.to_json()["decided_by"] == "proof"
 
 
+@pytest.mark.slow
 def test_status_change_alone_is_updated_by_the_proof(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter, merges: list[str]
 ) -> None:
@@ -124,6 +126,7 @@ def test_status_change_alone_is_updated_by_the_proof(
     assert all_rows(dest / f"{sid}.sqlite")["session_meta"] == all_rows(writer.path)["session_meta"]
 
 
+@pytest.mark.slow
 def test_compare_reports_the_proof_and_counts(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter, merges: list[str]
 ) -> None:
@@ -145,6 +148,7 @@ def test_compare_reports_the_proof_and_counts(
 # ------------------------------------------------------------- a copy that fails its chain
 
 
+@pytest.mark.slow
 def test_copy_altered_by_naive_update_is_never_a_prefix(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter
 ) -> None:
@@ -174,6 +178,7 @@ def test_copy_altered_by_naive_update_is_never_a_prefix(
     assert all_rows(copy) == all_rows(writer.path)
 
 
+@pytest.mark.slow
 def test_restore_refuses_a_copy_whose_chain_fails(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter
 ) -> None:
@@ -187,6 +192,7 @@ def test_restore_refuses_a_copy_whose_chain_fails(
     assert code == 1 and s["outcome"] == "refused" and s["reason"] == "bad_copy", s
 
 
+@pytest.mark.slow
 def test_restore_over_a_current_file_whose_chain_fails_needs_force(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter
 ) -> None:
@@ -210,6 +216,7 @@ def test_restore_over_a_current_file_whose_chain_fails_needs_force(
 # ---------------------------------------------------------------------------- rollback
 
 
+@pytest.mark.slow
 def test_session_rolled_back_is_kept_and_restore_puts_it_back(
     sessions_dir: Path, tmp_path: Path, writer: SessionWriter
 ) -> None:
@@ -253,6 +260,7 @@ def test_session_rolled_back_is_kept_and_restore_puts_it_back(
     assert doc["sessions"][0]["outcome"] == "unchanged"
 
 
+@pytest.mark.slow
 def test_revision_2_rollback_is_unchanged_behaviour(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path = make_session(sessions_dir, status=None, revision=2)
     earlier = tmp_path / "earlier.sqlite"
@@ -319,6 +327,7 @@ def _file(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_recorded_gap_below_the_head_falls_back_to_rows(tmp_path: Path, merges: list[str]) -> None:
     original = tmp_path / f"{SID}.sqlite"
     build(original, SHAPE)

@@ -70,6 +70,7 @@ def test_untouched_file_is_proven(session: Path) -> None:
     assert q.ok, q.problems
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -451,6 +452,7 @@ def _event(i: int, kind: int, producer: int) -> Event:
     return Event(kind="tool_call", producer=prod, payload=bytes([i % 256]), **kw)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -491,6 +493,7 @@ def test_writer_files_are_proven(
     assert r.rows["events"] == i and r.head is not None and r.head["origin"] == b"created"
 
 
+@pytest.mark.slow
 def test_writer_file_naive_edits(sessions_dir: Path) -> None:
     w = SessionWriter.create(sessions_dir, profile="p", revision=3)
     path = w.path

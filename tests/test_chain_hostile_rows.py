@@ -63,6 +63,7 @@ def _codes(path: Path) -> tuple[str, set[str]]:
     return result.verdict, {f.code for f in result.findings}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sql",
     [
@@ -92,6 +93,7 @@ def test_a_head_the_ddl_refuses_is_damage_and_the_kernel_recovers_it(
     assert path.with_name(path.name + ".corrupt").exists()
 
 
+@pytest.mark.slow
 def test_an_inverted_gap_range_is_no_recorded_gap(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, revision=3, turns=2)
     _forced(path, gap=(1, "events", 10, 3, None, "2026-12-01T02:00:00Z"))
@@ -100,6 +102,7 @@ def test_an_inverted_gap_range_is_no_recorded_gap(sessions_dir: Path) -> None:
     assert "chain_gap_recorded" not in codes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "gap",
     [
@@ -131,6 +134,7 @@ def _event(seq: int, prev: bytes, link: bytes) -> chain.Row:
     return chain.Row("events", 0b11111110, values, b"c" * 16, prev, link)
 
 
+@pytest.mark.slow
 def test_many_recorded_gaps_are_matched_without_a_pass_per_break() -> None:
     # a recovered file whose every event lost a bound row: one recorded rows gap per event
     n = chain.MAX_GAP_RECORDS
@@ -170,6 +174,7 @@ def test_orphans_are_matched_by_the_union_of_recorded_spans() -> None:
     assert w.report.unbound_count == 4  # 4, 8, 15, 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [1, 2])
 def test_numbers_a_migrated_tail_gap_records_are_never_issued_again(
     sessions_dir: Path, revision: int
@@ -207,6 +212,7 @@ def test_numbers_a_migrated_tail_gap_records_are_never_issued_again(
     assert "orphan_of_recovery" in codes
 
 
+@pytest.mark.slow
 def test_rows_bound_past_a_proven_head_are_recovered_inside_a_tail_gap(
     sessions_dir: Path,
 ) -> None:

@@ -54,6 +54,7 @@ def _proven(path: Path) -> apsw.Connection:
     return conn
 
 
+@pytest.mark.slow
 def test_emits_batches_and_status_prove(sessions_dir: Path) -> None:
     w = SessionWriter.create(sessions_dir, profile="p", revision=3)
     path = w.path
@@ -81,6 +82,7 @@ def test_emits_batches_and_status_prove(sessions_dir: Path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_the_writer_and_step_3_hash_alike(sessions_dir: Path, tmp_path: Path) -> None:
     """Design §13 A20: the same rows written at revision 3, and written at revision 2 then
     migrated by step 3, have identical hashes, links and head (but for origin)."""
@@ -316,6 +318,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["emit_before_head", "status_before_head"])
 def test_kill_between_rows_and_head(sessions_dir: Path, point: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AGENTDB_FAULT"}

@@ -35,6 +35,7 @@ def _decided(path: Path) -> None:
     check_path(path, path.name[:26], quick=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
 def test_healthy_file_is_ok_with_the_same_result(sessions_dir: Path, quick: bool) -> None:
     sid, path = make_session(sessions_dir, turns=2)
@@ -49,6 +50,7 @@ def test_healthy_file_is_ok_with_the_same_result(sessions_dir: Path, quick: bool
     assert sorted(os.listdir(sessions_dir)) == [path.name]
 
 
+@pytest.mark.slow
 def test_undecided_schema_text_goes_to_check_path(sessions_dir: Path) -> None:
     """A schema text not decided in this process yet (another writer's, migrated) is never
     taken as matching: check_path decides it, and the next file with that text is fast."""
@@ -125,6 +127,7 @@ FULL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(FULL_CASES))
 def test_what_only_a_full_check_sees_goes_to_check_path(sessions_dir: Path, case: str) -> None:
     """A quick check does not look (its fast answer is check_path's quick answer); a full
@@ -142,6 +145,7 @@ def test_what_only_a_full_check_sees_goes_to_check_path(sessions_dir: Path, case
     ]
 
 
+@pytest.mark.slow
 def test_a_child_whose_depth_disagrees_with_its_parent(sessions_dir: Path) -> None:
     parent, ppath = make_session(sessions_dir, turns=1, depth=0)
     child, cpath = make_session(sessions_dir, turns=1, parent=parent, depth=1)
@@ -210,6 +214,7 @@ def test_a_file_changed_after_its_stat_pass_goes_to_check_path(sessions_dir: Pat
     assert quick_ok(os.fspath(path), sid, db.file_stats(path)) is not None
 
 
+@pytest.mark.slow
 def test_a_file_another_process_has_open_goes_to_check_path(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1)
     _decided(path)
@@ -220,6 +225,7 @@ def test_a_file_another_process_has_open_goes_to_check_path(sessions_dir: Path) 
         assert got.live == pid
 
 
+@pytest.mark.slow
 def test_a_live_writer_beside_the_checks(sessions_dir: Path) -> None:
     """A writer committing in another process: every check of it goes to check_path (its
     WAL and lock), which reports it live; a healthy file beside it is still fast."""
@@ -261,6 +267,7 @@ def test_shared_reader_is_hardened_and_reads_only(sessions_dir: Path) -> None:
     assert tree_snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_a_statement_left_open_does_not_break_the_next_file(sessions_dir: Path) -> None:
     _, a = make_session(sessions_dir, turns=1)
     _, b = make_session(sessions_dir, turns=1)
@@ -273,6 +280,7 @@ def test_a_statement_left_open_does_not_break_the_next_file(sessions_dir: Path) 
         assert conn.execute("SELECT count(*) FROM session_meta").fetchall() == [(1,)]
 
 
+@pytest.mark.slow
 def test_a_forked_child_makes_its_own_reader(sessions_dir: Path) -> None:
     """Checked with two processes (forked workers) and with one: the same results."""
     for _ in range(60):  # above the pool threshold
@@ -285,6 +293,7 @@ def test_a_forked_child_makes_its_own_reader(sessions_dir: Path) -> None:
     assert {r.verdict for r in one.sessions} == {"ok"}
 
 
+@pytest.mark.slow
 def test_no_shared_reader_state_crosses_into_a_child(sessions_dir: Path) -> None:
     """The child of a fork never uses its parent's connection."""
     _, path = make_session(sessions_dir, turns=1)
@@ -330,6 +339,7 @@ def _damage_last_page(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
 @pytest.mark.parametrize("case", sorted(NEIGHBOUR_CASES))
 def test_a_bad_file_between_healthy_neighbours(sessions_dir: Path, case: str, quick: bool) -> None:
@@ -372,6 +382,7 @@ def _reading(path: Path) -> Iterator[int]:
         p.wait()
 
 
+@pytest.mark.slow
 def test_a_file_that_becomes_live_while_its_neighbours_are_checked(sessions_dir: Path) -> None:
     """A file nobody held when the run began is read by another process from just before its
     turn: the stream reports it live (check_path's answer), its neighbours ok."""

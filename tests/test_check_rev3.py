@@ -148,6 +148,7 @@ def test_healthy_files_are_proven(sessions_dir: Path, shape: str) -> None:
     assert fast(path, False) is not None or end is None  # at rest and ended: fast path taken
 
 
+@pytest.mark.slow
 @settings(
     max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -256,6 +257,7 @@ UPDATES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", sorted(UPDATES))
 def test_naive_update_is_corrupt(r3: Path, table: str) -> None:
     sql, code = UPDATES[table]
@@ -295,6 +297,7 @@ DELETES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", sorted(DELETES))
 def test_deleted_row_is_corrupt_full_and_quick(r3: Path, table: str) -> None:
     sql, want = DELETES[table]
@@ -328,6 +331,7 @@ def test_cut_tail_with_the_head_in_place(r3: Path, n: int) -> None:
     assert "chain_break" not in codes(full)
 
 
+@pytest.mark.slow
 def test_rows_of_no_event(r3: Path) -> None:
     full, _ = _damaged(
         r3,
@@ -383,6 +387,7 @@ def recovered(r3: Path) -> Path:
     return r3
 
 
+@pytest.mark.slow
 def test_recovered_file_is_ok_with_its_gaps_recorded(recovered: Path) -> None:
     full = check(recovered)
     assert full.verdict == "ok", [f.message for f in full.findings]
@@ -411,6 +416,7 @@ def test_recovered_file_is_ok_with_its_gaps_recorded(recovered: Path) -> None:
     assert check(recovered, True).verdict == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sql, quick_too",
     [
@@ -428,6 +434,7 @@ def test_damaged_gap_record_is_corrupt(recovered: Path, sql: str, quick_too: boo
         assert "chain_break" in codes(full)
 
 
+@pytest.mark.slow
 def test_new_loss_after_recovery_is_not_excused(recovered: Path) -> None:
     full, _ = _damaged(recovered, "DELETE FROM events WHERE sequence = 12", quick_too=True)
     assert "chain_break" in codes(full)
@@ -443,6 +450,7 @@ def _validate(doc: Any) -> None:
     jsonschema.validate(doc, schemas.load("check"), cls=jsonschema.Draft202012Validator)
 
 
+@pytest.mark.slow
 def test_cli_json_carries_verified_and_matches_the_schema(
     sessions_dir: Path, agentdb: Agentdb
 ) -> None:
@@ -479,6 +487,7 @@ def test_cli_json_carries_verified_and_matches_the_schema(
         assert "corrupt" in line and "agentdb recover" in line
 
 
+@pytest.mark.slow
 def test_a_quick_verdict_in_the_cache_never_stands_in_for_the_full_walk(
     r3: Path, tmp_path: Path
 ) -> None:

@@ -64,6 +64,7 @@ def test_healthy_file_is_ok_and_left_as_found(sessions_dir: Path) -> None:
     assert listing(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_corrupt_page(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=40)
     demo.damage_page(path, table="events", nth_leaf=1)
@@ -75,6 +76,7 @@ def test_corrupt_page(sessions_dir: Path) -> None:
     assert rq.verdict == "corrupt"
 
 
+@pytest.mark.slow
 def test_flipped_payload_byte_caught_by_content_hash(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "UPDATE events SET payload = X'00' WHERE sequence = 3")
@@ -85,6 +87,7 @@ def test_flipped_payload_byte_caught_by_content_hash(sessions_dir: Path) -> None
     assert codes(quick) == []
 
 
+@pytest.mark.slow
 def test_trigger_is_unsafe_schema(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "CREATE TRIGGER t AFTER INSERT ON events BEGIN DELETE FROM cost_ledger; END")
@@ -94,6 +97,7 @@ def test_trigger_is_unsafe_schema(sessions_dir: Path) -> None:
     assert "schema_mismatch" not in codes(r)
 
 
+@pytest.mark.slow
 def test_view_is_unsafe_schema(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     raw(path, "CREATE VIEW v AS SELECT * FROM events")
@@ -134,6 +138,7 @@ def test_symlink_directory_fifo_and_missing(sessions_dir: Path, tmp_path: Path) 
     assert sum(s.ok for s in report.sessions) == 1
 
 
+@pytest.mark.slow
 def test_identity_foreign_too_new_old_empty_garbage(sessions_dir: Path) -> None:
     foreign, p1 = make_session(sessions_dir)
     raw(p1, "PRAGMA application_id = 12345")
@@ -178,6 +183,7 @@ def test_a_column_missing_by_name_is_corrupt_not_inconsistent(
     assert missing.fix == f"agentdb recover {a}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [2, 3])
 def test_schema_and_meta_inconsistencies(sessions_dir: Path, revision: int) -> None:
     older = ["needs_migration"] if revision < CURRENT_REVISION else []
@@ -213,6 +219,7 @@ def test_schema_and_meta_inconsistencies(sessions_dir: Path, revision: int) -> N
     assert check(sessions_dir, f).verdict == edited
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [2, 3])
 def test_derived_rows_must_point_at_the_right_events(sessions_dir: Path, revision: int) -> None:
     # the consistency rule is reported at every revision; from revision 3 the same hand edit
@@ -256,6 +263,7 @@ def test_missing_event_unless_recovered(sessions_dir: Path) -> None:
     assert "orphan_of_recovery" in codes(r) and "missing_event" not in codes(r)
 
 
+@pytest.mark.slow
 def test_unbound_rows_unless_a_recovery_recorded_the_gap(sessions_dir: Path) -> None:
     """Revision 3: rows of a deleted event are unbound_rows (the walk replaces missing_event)
     beside the chain break: corrupt. A recovery-log line does not excuse them (the file's gap
@@ -308,6 +316,7 @@ def _killed_writer(sessions_dir: Path) -> tuple[str, Path, list[int]]:
     return sid, path, seqs
 
 
+@pytest.mark.slow
 def test_writer_killed_with_sigkill(sessions_dir: Path) -> None:
     sid, _, seqs = _killed_writer(sessions_dir)
     r = check(sessions_dir, sid)
@@ -316,6 +325,7 @@ def test_writer_killed_with_sigkill(sessions_dir: Path) -> None:
     assert seqs
 
 
+@pytest.mark.slow
 def test_damage_in_the_middle_of_the_wal(sessions_dir: Path) -> None:
     sid, path, _ = _killed_writer(sessions_dir)
     wal = sidecar(path, "-wal")
@@ -331,6 +341,7 @@ def test_damage_in_the_middle_of_the_wal(sessions_dir: Path) -> None:
     assert {"wal_checksum_break", "wal_frames_after_break"} <= set(codes(r))
 
 
+@pytest.mark.slow
 def test_torn_wal_tail_is_normal(sessions_dir: Path) -> None:
     sid, path, _ = _killed_writer(sessions_dir)
     wal = sidecar(path, "-wal")
@@ -369,6 +380,7 @@ def test_directory_extras(sessions_dir: Path) -> None:
     assert report.directory[0].session_id == orphan
 
 
+@pytest.mark.slow
 def test_parallel_matches_serial_and_is_in_id_order(sessions_dir: Path) -> None:
     ids = [make_session(sessions_dir, turns=1)[0] for _ in range(60)]
     demo.damage_page(sessions_dir / f"{ids[7]}.sqlite", table="events", nth_leaf=0, fill=b"\xff")
@@ -385,6 +397,7 @@ def test_parallel_matches_serial_and_is_in_id_order(sessions_dir: Path) -> None:
     assert parallel.summary["problems"] == 1
 
 
+@pytest.mark.slow
 def test_check_beside_a_live_writer(sessions_dir: Path) -> None:
     """A writer appends continuously while check --all runs in a loop."""
     sid, path = make_session(sessions_dir, status="running")

@@ -31,6 +31,7 @@ def hardened_raw(path: Path, sql: str) -> None:
         reseal(path)
 
 
+@pytest.mark.slow
 def test_application_id_zero_with_a_trigger_is_unsafe_schema_not_foreign(
     sessions_dir: Path,
 ) -> None:
@@ -52,6 +53,7 @@ def test_application_id_zero_with_a_trigger_is_unsafe_schema_not_foreign(
     assert check(sessions_dir, other).verdict == "foreign"
 
 
+@pytest.mark.slow
 def test_plan_or_apply_not_by_the_kernel_and_kernel_writing_other_kinds(
     sessions_dir: Path,
 ) -> None:
@@ -93,6 +95,7 @@ def test_plan_or_apply_not_by_the_kernel_and_kernel_writing_other_kinds(
     assert "0 plan/apply events" in r.findings[0].message
 
 
+@pytest.mark.slow
 def test_message_without_a_cost_ledger_row(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)  # another writer's file, which wrote no cost row
     hardened_raw(path, "DELETE FROM cost_ledger WHERE rowid = (SELECT min(rowid) FROM cost_ledger)")
@@ -134,6 +137,7 @@ def test_readable_by_others_is_a_warning(sessions_dir: Path, target: str) -> Non
     assert check(sessions_dir, sid).verdict == "insecure"
 
 
+@pytest.mark.slow
 def test_depth_mismatch_against_a_readable_parent(sessions_dir: Path, tmp_path: Path) -> None:
     parent, pp = make_session(sessions_dir, depth=2)
     child, pc = make_session(sessions_dir)

@@ -157,6 +157,7 @@ def test_connections_are_hardened(sessions_dir: Path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_length_limit_caps_what_a_row_brings_in(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, status="running")
     with SessionWriter.open(sessions_dir, sid) as w:
@@ -172,6 +173,7 @@ def test_length_limit_caps_what_a_row_brings_in(sessions_dir: Path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["", "-wal", "-shm"])
 def test_caller_stats_are_judged_like_fresh_ones(sessions_dir: Path, target: str) -> None:
     """open_readonly(stats=) refuses what the stats show, as it would after its own lstat."""
@@ -262,6 +264,7 @@ def _journal_cases() -> Any:
     return st.tuples(header, db_page, st.integers(0, 40), st.sampled_from([28, 100, 511, 512]))
 
 
+@pytest.mark.slow
 def test_the_sqlite_layer_refuses_exactly_the_journals_check_calls_foreign() -> None:
     """db.journal_refused restates fileformat.journal_problem (db stays below the format
     readers): the two agree on every header, database page size, reserved bytes and length."""

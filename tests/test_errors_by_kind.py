@@ -143,6 +143,7 @@ except errors.AgentdbError as e:
 """
 
 
+@pytest.mark.slow
 def test_io_error_is_not_unreadable(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, status="running")
     r = subprocess.run(
@@ -158,6 +159,7 @@ def test_io_error_is_not_unreadable(sessions_dir: Path) -> None:
     assert str(path) in message
 
 
+@pytest.mark.slow
 def test_corrupt_and_busy_keep_their_types(sessions_dir: Path) -> None:
     _, path = make_session(sessions_dir)
     a = apsw.Connection(str(path))
@@ -179,6 +181,7 @@ def test_corrupt_and_busy_keep_their_types(sessions_dir: Path) -> None:
 # ------------------------------------------------------------------------------ one size cap
 
 
+@pytest.mark.slow
 def test_writer_refuses_a_payload_over_max_value_naming_the_limit(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     before = all_rows(path)["events"]
@@ -209,6 +212,7 @@ def fast_sessions_dir(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(root)
 
 
+@pytest.mark.slow
 def test_max_value_is_accepted_by_the_writer_and_every_reader(fast_sessions_dir: Path) -> None:
     """The boundary: a payload of exactly MAX_VALUE bytes is written and read back (a byte
     more is refused on write, above, and on read: ``test_db.test_length_limit_caps...``)."""
@@ -230,6 +234,7 @@ def test_max_value_is_accepted_by_the_writer_and_every_reader(fast_sessions_dir:
 # ------------------------------------------------------------------------------ paths
 
 
+@pytest.mark.slow
 def test_str_and_pathlike_directories_are_accepted(sessions_dir: Path) -> None:
     w = SessionWriter.create(str(sessions_dir), profile="coder")
     w.emit(Event("tool_result", TOOL, b"a"))

@@ -1,14 +1,11 @@
 """Revision 3's hashes (docs/design/damage-evident-revision.md §3-§6): golden vectors pinned as
-literal hex, equal to the measured prototype's (bench/chain_proto.py) on values of every SQLite
-type, and the SQL functions ``db.harden`` registers equal to the Python functions."""
+literal hex, equal to the measured prototype's (tests/hash_reference.py, which bench/chain_proto.py
+imports) on values of every SQLite type, and the SQL functions ``db.harden`` registers equal to
+the Python functions."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import apsw
@@ -28,24 +25,10 @@ from agentdb.hashing import (
     row_hash_framed,
     row_hash_raw,
 )
+from tests import hash_reference as PROTO
 
-ROOT = Path(__file__).resolve().parents[1]
 SID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
-
-def _prototype() -> ModuleType:
-    name = "agentdb_bench_chain_proto"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "chain_proto.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-PROTO = _prototype()
 
 EVENT = event_hash(
     1, "01ARZ3NDEKTSV4RRFFQ69G5FAW", "2026-12-01T00:00:00.000Z", "message", "model", "m", "1", "1",
@@ -162,6 +145,7 @@ tables = st.sampled_from(["events", "cost_ledger", "plan_items", "producers", "c
 hashes = st.binary(min_size=16, max_size=16)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(values, max_size=12))
 def test_row_hash_equals_the_prototype(table: str, row: list[Any]) -> None:
@@ -172,6 +156,7 @@ def test_row_hash_equals_the_prototype(table: str, row: list[Any]) -> None:
 raw_values = st.tuples(st.booleans(), st.binary()) | st.tuples(st.just(False), values)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(raw_values, max_size=12))
 def test_row_hash_raw_equals_the_prototype(table: str, cells: list[tuple[bool, Any]]) -> None:
@@ -193,6 +178,7 @@ def _utf8(v: bytes) -> bool:
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables, st.lists(values, max_size=12), st.integers(0, 12))
 def test_kept_frames_hash_as_the_row(table: str, row: list[Any], cut: int) -> None:
@@ -204,12 +190,14 @@ def test_kept_frames_hash_as_the_row(table: str, row: list[Any], cut: int) -> No
     assert frames(row) == PROTO._frames(row)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), min_size=3, max_size=3))
 def test_chain_hash_equals_the_prototype(prev: bytes, content: bytes, derived: Any) -> None:
     assert chain_hash(prev, content, derived) == PROTO.chain_hash(prev, content, derived)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(hashes, hashes, st.lists(st.lists(hashes, max_size=4), max_size=3))
 def test_chain_hash_of_fewer_tables(prev: bytes, content: bytes, derived: list[Any]) -> None:
@@ -220,6 +208,7 @@ def test_chain_hash_of_fewer_tables(prev: bytes, content: bytes, derived: list[A
     assert chain_hash(prev, content, tuple(tuple(d) for d in derived)) == expect
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs",))) | st.binary(), st.lists(hashes))
 def test_genesis_and_gaps_equal_the_prototype(sid: str | bytes, gaps: list[bytes]) -> None:
@@ -245,6 +234,7 @@ sql_ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 sql_values = st.none() | sql_ints | floats | texts | st.binary()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(tables, st.lists(sql_values, min_size=1, max_size=8), st.binary())
 def test_sql_row_hash_of_stored_values(table: str, row: list[Any], invalid: bytes) -> None:

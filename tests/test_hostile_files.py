@@ -94,6 +94,7 @@ def _checked_every_session(
     assert d["severity"] == "error"
 
 
+@pytest.mark.slow
 def test_check_with_a_fifo_recovery_log_does_not_block(
     sessions_dir: Path, damaged: tuple[str, Path]
 ) -> None:
@@ -106,6 +107,7 @@ def test_check_with_a_fifo_recovery_log_does_not_block(
     assert "Traceback" not in one.stderr
 
 
+@pytest.mark.slow
 def test_check_with_a_recovery_log_linked_to_dev_zero_reads_nothing(
     sessions_dir: Path, damaged: tuple[str, Path]
 ) -> None:
@@ -115,6 +117,7 @@ def test_check_with_a_recovery_log_linked_to_dev_zero_reads_nothing(
     _checked_every_session(proc, sessions_dir, [damaged[0]], "symbolic link")
 
 
+@pytest.mark.slow
 def test_status_and_report_with_a_hostile_recovery_log(
     tmp_path: Path, sessions_dir: Path, damaged: tuple[str, Path]
 ) -> None:
@@ -133,6 +136,7 @@ def test_status_and_report_with_a_hostile_recovery_log(
     assert json.loads(rep.stdout)["summary"]["sessions"] == 2
 
 
+@pytest.mark.slow
 def test_verdicts_read_without_the_recovery_log_are_not_cached(
     tmp_path: Path, sessions_dir: Path
 ) -> None:
@@ -174,6 +178,7 @@ def _cli_env(
     )
 
 
+@pytest.mark.slow
 def test_recover_with_a_fifo_recovery_log_refuses_without_blocking(
     sessions_dir: Path, damaged: tuple[str, Path]
 ) -> None:
@@ -187,6 +192,7 @@ def test_recover_with_a_fifo_recovery_log_refuses_without_blocking(
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_recover_with_a_symlinked_recovery_log_leaves_nothing_behind(
     sessions_dir: Path, damaged: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -202,6 +208,7 @@ def test_recover_with_a_symlinked_recovery_log_leaves_nothing_behind(
     assert not target.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
 def test_log_replaced_during_recover_fails_cleanly(
     sessions_dir: Path, damaged: tuple[str, Path], tmp_path: Path, kind: str
@@ -243,6 +250,7 @@ def test_over_long_lines_are_skipped_without_being_held(tmp_path: Path) -> None:
     assert [e["session_id"] for e in recoverylog.read(log)] == ["A", "A"]
 
 
+@pytest.mark.slow
 def test_iter_lines_memory_stays_bounded(tmp_path: Path) -> None:
     """64 MiB without a newline, then a short line: only lines within the cap come out."""
     big = tmp_path / "big"
@@ -348,6 +356,7 @@ def test_plugin_versions_are_only_tested_for_existence(
     assert {k for k, v in expected.items() if v} == cached
 
 
+@pytest.mark.slow
 def test_symlinked_sessions_dir_and_backup_dir_stay_legal(tmp_path: Path) -> None:
     """The rule is for the files agentdb opens, not the directories it is pointed at."""
     real = tmp_path / "real-sessions"
@@ -369,6 +378,7 @@ def test_symlinked_sessions_dir_and_backup_dir_stay_legal(tmp_path: Path) -> Non
     assert (real_to / f"{sid}.sqlite").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["directory", "fifo", "symlink_to_dev_zero"])
 def test_prune_reads_no_intent_file_that_is_not_regular(sessions_dir: Path, kind: str) -> None:
     """An interrupted prune's intent file is read like the log: old code crashed on a
@@ -387,6 +397,7 @@ def test_prune_reads_no_intent_file_that_is_not_regular(sessions_dir: Path, kind
     assert json.loads(proc.stdout)["dry_run"] is True
 
 
+@pytest.mark.slow
 def test_check_reads_no_wal_that_is_not_regular(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2)
     os.mkfifo(path.with_name(path.name + "-wal"))

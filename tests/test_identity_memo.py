@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentdb import db
 from agentdb.schema import identity
 from agentdb.schema.revisions import REV1_DDL
+
+pytestmark = pytest.mark.slow
 
 _BARE = " ".join(line.split("--")[0].strip() for line in REV1_DDL.splitlines())
 OTHER = "\n".join(s.strip() + "; -- another writer" for s in _BARE.split(";") if s.strip())

@@ -151,6 +151,7 @@ def _replace_same_size_mtime(p: Path, tmp: Path, rng: random.Random) -> None:
     os.replace(copy, p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_index_answers_equal_scan_answers(
     seed: int, sessions_dir: Path, plugin_cache: Path, tmp_path: Path
@@ -280,6 +281,7 @@ def test_warm_query_reads_no_file(sessions_dir: Path) -> None:
     assert [r.list_row() for r in again.records] == [r.list_row() for r in first.records]
 
 
+@pytest.mark.slow
 def test_a_racy_row_is_read_again(sessions_dir: Path) -> None:
     sid, p = make_session(sessions_dir, turns=1)
     index.snapshot(sessions_dir)  # the file was written within the granularity: racy
@@ -289,6 +291,7 @@ def test_a_racy_row_is_read_again(sessions_dir: Path) -> None:
     assert index.snapshot(sessions_dir).reread == 0
 
 
+@pytest.mark.slow
 def test_a_parallel_first_build_equals_the_scan(
     sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -307,6 +310,7 @@ def test_a_parallel_first_build_equals_the_scan(
     assert [r.list_row() for r in snap.records] == list(sessions.scan(sessions_dir))
 
 
+@pytest.mark.slow
 def test_a_streamed_parallel_build_in_windows_equals_the_scan(
     sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import demo, index, prune
 from agentdb.store import SessionWriter
@@ -38,6 +39,7 @@ def test_a_child_created_after_the_plan_keeps_its_parent(
     assert (sessions_dir / f"{parent}.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_a_file_damaged_after_the_plan_with_the_same_stamp_stays(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -59,6 +61,7 @@ def test_a_file_damaged_after_the_plan_with_the_same_stamp_stays(
     assert prune.execute(plan).removed == [sid]
 
 
+@pytest.mark.slow
 def test_an_in_place_change_with_the_stamp_set_back_is_read_again_under_the_lock(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -84,6 +87,7 @@ def test_an_in_place_change_with_the_stamp_set_back_is_read_again_under_the_lock
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_the_plan_from_the_index_selects_from_fresh_reads(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -126,6 +130,7 @@ def _rewrite_index_status(sid: str, status: str) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_selected_session_is_judged_from_its_file_not_from_a_wrong_index_row(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -145,6 +150,7 @@ def test_a_selected_session_is_judged_from_its_file_not_from_a_wrong_index_row(
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_a_selected_session_the_index_knows_is_still_judged_whole(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 def test_pip_install_puts_man_pages_on_the_man_path(tmp_path: Path) -> None:
     src = tmp_path / "src"  # a clean copy: the build never writes into the checkout

@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import backup
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import assert_same_rows, large_session, rows, user_version
 from tests.runner import run_cli
 from tests.support import WriterProcess, make_session, wait_for
+
+pytestmark = pytest.mark.slow
 
 
 def test_migrate_and_backup_beside_a_busy_writer(sessions_dir: Path, tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ import pytest
 from tests.runner import run_cli
 from tests.support import SRC, make_session
 
+pytestmark = pytest.mark.slow
+
 _OPEN = """
 import sys
 sys.path.insert(0, sys.argv[3])

@@ -13,6 +13,8 @@ import pytest
 from tests.runner import run_cli
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 
 def _strict(text: str) -> object:
     def refuse(name: str) -> object:

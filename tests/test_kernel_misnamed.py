@@ -16,6 +16,7 @@ from tests.rows import all_rows
 from tests.support import make_session
 
 
+@pytest.mark.slow
 def test_a_session_under_another_id_is_refused_without_recovery(
     sessions_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

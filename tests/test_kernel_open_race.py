@@ -126,6 +126,7 @@ def _has_marker(path: Path) -> bool:
     return any(b"MARKER" in e for e in all_rows(path)["events"])
 
 
+@pytest.mark.slow
 def test_kernel_open_during_recover_swap_writes_into_the_replacement(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -149,6 +150,7 @@ def test_kernel_open_during_recover_swap_writes_into_the_replacement(
     assert not _has_marker(corrupt)
 
 
+@pytest.mark.slow
 def test_kernel_open_during_prune_does_not_resurrect(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=3, status="completed")
     k = _race(sessions_dir, path, path, "unlink")
@@ -160,6 +162,7 @@ def test_kernel_open_during_prune_does_not_resurrect(sessions_dir: Path) -> None
     assert sorted(os.listdir(sessions_dir)) == []  # no session, no -wal/-shm created anew
 
 
+@pytest.mark.slow
 def test_a_recover_job_between_the_kernels_judge_and_its_hook(
     sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +212,7 @@ def _outcome_lines(sessions_dir: Path, sid: str) -> list[dict[str, object]]:
     return [e for e in recoverylog.entries_for(log, sid) if e.get("event") == "outcome"]
 
 
+@pytest.mark.slow
 def test_a_recovered_file_is_held_until_its_outcome_line(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -242,6 +246,7 @@ def test_a_recovered_file_is_held_until_its_outcome_line(
     assert _has_marker(path) and _integrity(path) == "ok"
 
 
+@pytest.mark.slow
 def test_a_restored_file_is_held_until_its_outcome_line(sessions_dir: Path, tmp_path: Path) -> None:
     """Restore's swap has the same window as recover's: the copy renamed into place is held
     until the outcome line is written."""

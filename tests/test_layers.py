@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentdb"
 
 BASE = {"paths", "errors", "results"}
@@ -102,6 +104,7 @@ def graph() -> dict[str, set[str]]:
     return {module_name(p): imports_of(p) for p in sorted(SRC.rglob("*.py"))}
 
 
+@pytest.mark.slow
 def test_every_import_runs_down() -> None:
     wrong = []
     for mod, targets in graph().items():
@@ -113,6 +116,7 @@ def test_every_import_runs_down() -> None:
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_no_import_cycles() -> None:
     g = graph()
     # A package's __init__ re-exporting its own modules is not a cycle between parts of the code.

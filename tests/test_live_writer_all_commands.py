@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import pytest
 
 from agentdb import demo
 from tests.rows import all_rows
 from tests.runner import run_cli
 from tests.support import SRC, WriterProcess, make_session, wait_for
+
+pytestmark = pytest.mark.slow
 
 BAD = {"corrupt", "unreadable", "recovered", "migrated", "removed", "insecure", "foreign"}
 

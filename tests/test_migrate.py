@@ -25,6 +25,7 @@ from tests.migrate_support import (
 from tests.support import held_open, make_session
 
 
+@pytest.mark.slow
 def test_every_row_survives_every_revision_and_shape(sessions_dir: Path, tmp_path: Path) -> None:
     shapes = all_shapes(sessions_dir, tmp_path)
     before = {name: rows(p) for name, (_, p, _) in shapes.items()}
@@ -64,6 +65,7 @@ def test_migrated_file_is_a_current_session_with_agentdb_id(sessions_dir: Path) 
     assert os.stat(p).st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_idempotent(sessions_dir: Path) -> None:
     make_session(sessions_dir, revision=1)
     assert migrate.migrate_sessions(sessions_dir).summary()["migrated"] == 1
@@ -71,6 +73,7 @@ def test_idempotent(sessions_dir: Path) -> None:
     assert second.summary()["current"] == 1 and second.ok
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     expected = {}
     for rev in REVISIONS:  # every older revision would migrate; the current one is current
@@ -84,6 +87,7 @@ def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_plan_is_read_only(sessions_dir: Path) -> None:
     sid, _ = make_session(sessions_dir, revision=1)
     before = snapshot(sessions_dir)
@@ -114,6 +118,7 @@ def test_foreign_file_untouched(sessions_dir: Path) -> None:
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_corrupt_file_reported_with_recover_hint(sessions_dir: Path) -> None:
     sid, p = make_session(sessions_dir, turns=40, revision=1)
     demo.damage_page(p, table="events", nth_leaf=1)
@@ -124,6 +129,7 @@ def test_corrupt_file_reported_with_recover_hint(sessions_dir: Path) -> None:
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_failed_precheck_rolls_back(sessions_dir: Path) -> None:
     _sid, p = make_session(sessions_dir, revision=1)
     conn = apsw.Connection(str(p))
@@ -137,6 +143,7 @@ def test_failed_precheck_rolls_back(sessions_dir: Path) -> None:
     assert job_files(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_live_session_skipped_unless_wait(sessions_dir: Path) -> None:
     _sid, p = make_session(sessions_dir, revision=1)
     before = rows(p)
@@ -151,6 +158,7 @@ def test_live_session_skipped_unless_wait(sessions_dir: Path) -> None:
     assert_same_rows(before, rows(p))
 
 
+@pytest.mark.slow
 def test_keep_backups(sessions_dir: Path) -> None:
     sid, p = make_session(sessions_dir, revision=1)
     before = rows(p)
@@ -198,6 +206,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_wait_is_bounded_by_a_writer_holding_the_lock(sessions_dir: Path) -> None:
     import subprocess
     import sys

@@ -19,6 +19,8 @@ from tests.migrate_support import (
 )
 from tests.runner import run_cli
 
+pytestmark = pytest.mark.slow
+
 OLDER = [r for r in REVISIONS if r < CURRENT_REVISION]  # every revision migrate starts from
 POINTS = ["after_probe", "after_backup", "before_commit", "after_commit", "after_verify"]
 

@@ -72,6 +72,7 @@ class Paused:
 # ------------------------------------------------------------------------ hard links
 
 
+@pytest.mark.slow
 def test_migrate_refuses_a_hard_linked_session(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path = make_session(sessions_dir, revision=1)
     other = tmp_path / "rsync-link-dest-copy.sqlite"
@@ -99,6 +100,7 @@ def test_migrate_cli_names_the_fix_for_a_hard_link(
     assert user_version(path) == 1
 
 
+@pytest.mark.slow
 def test_hard_link_made_after_the_plan_is_refused_under_the_lock(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -119,6 +121,7 @@ def test_hard_link_made_after_the_plan_is_refused_under_the_lock(
     assert job_files(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_recover_goes_ahead_with_a_hard_linked_session(sessions_dir: Path, tmp_path: Path) -> None:
     """recover replaces by rename: the other name keeps the original bytes, untouched."""
     sid, path = make_session(sessions_dir, turns=20)
@@ -146,6 +149,7 @@ def test_shared_refusal_for_other_in_place_jobs(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ a swap mid-migrate
 
 
+@pytest.mark.slow
 def test_recover_swap_before_begin_immediate_is_not_written_into(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -180,6 +184,7 @@ def test_recover_swap_before_begin_immediate_is_not_written_into(
     assert job_files(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_migrate_still_migrates_a_rollback_journal_file(sessions_dir: Path) -> None:
     sid, path = rollback_journal_session(sessions_dir, turns=3)
     out = migrate.migrate_sessions(sessions_dir, [sid]).sessions[0]

@@ -73,6 +73,7 @@ def test_migrated_file_proves(sessions_dir: Path, revision: int, turns: int) -> 
         conn.close()
 
 
+@pytest.mark.slow
 def test_an_empty_session_gets_the_genesis_head(sessions_dir: Path) -> None:
     w = SessionWriter.create(sessions_dir, profile="p", revision=2)
     sid, path = w.session_id, w.path
@@ -90,6 +91,7 @@ def test_an_empty_session_gets_the_genesis_head(sessions_dir: Path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_sequences_with_holes_and_shared_producers(sessions_dir: Path) -> None:
     """A revision-2 file whose events skip numbers (deleted by another tool before) migrates;
     the links then show the jumps, exactly as the chain rule says (the oracle names them)."""
@@ -237,6 +239,7 @@ def _holed(sessions_dir: Path, revision: int, sqls: list[str]) -> tuple[str, Pat
     return sid, path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [1, 2])
 @pytest.mark.parametrize("hole", sorted(HOLES))
 def test_a_file_with_holes_migrates_into_recorded_gaps(
@@ -304,6 +307,7 @@ def _steps_to_migrate(sessions_dir: Path, n: int) -> int:
     return ticks[0]
 
 
+@pytest.mark.slow
 def test_step_3_is_linear_in_the_events(tmp_path: Path) -> None:
     """The fold finds each next event by the primary key: twice the events, about twice the
     work (a fold that scanned the table per step was quadratic: the kernel's first open of a

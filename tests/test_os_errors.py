@@ -126,6 +126,7 @@ def assert_failed_cleanly(
 # ------------------------------------------------------------------------ EFBIG
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_file_size_limit(job: str, sessions_dir: Path, tmp_path: Path) -> None:
     setup = prepare(job, sessions_dir, tmp_path / "backups")
@@ -188,6 +189,7 @@ def on_small_fs(job: str, fs: Path, tmp_path: Path, where: str) -> Setup:
     return prepare(job, sessions, tmp_path / "backups")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_file_system_full(job: str, small_fs: Path, tmp_path: Path) -> None:
     setup = on_small_fs(job, small_fs, tmp_path, "dest" if job == "backup" else "sessions")
@@ -199,6 +201,7 @@ def test_file_system_full(job: str, small_fs: Path, tmp_path: Path) -> None:
     assert_failed_cleanly(job, setup, proc, before, "ENOSPC")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_read_only_file_system(job: str, small_fs: Path, tmp_path: Path) -> None:
     setup = on_small_fs(job, small_fs, tmp_path, "dest" if job == "backup" else "sessions")
@@ -243,6 +246,7 @@ def chown_tree(path: Path, uid: int) -> None:
     os.lchown(path, uid, uid)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", JOBS)
 def test_permission_denied(job: str, unprivileged_tree: Path) -> None:
     """The job runs as an unprivileged user who owns the session file but may not create
@@ -292,6 +296,7 @@ def test_each_errno_is_one_line_of_its_kind(code: int, kind: type[Exception]) ->
     assert e.exit_code == 1
 
 
+@pytest.mark.slow
 def test_the_kernels_automatic_recovery_on_a_full_disk_is_retryable(
     sessions_dir: Path, tmp_path: Path
 ) -> None:

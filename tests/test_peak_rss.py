@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests import peak_rss
+
+pytestmark = pytest.mark.slow
 
 ALLOC = "b = bytearray({n} << 20); b[::4096] = b'x' * len(b[::4096])"
 

@@ -64,6 +64,7 @@ def test_grown_session_is_a_superset(sessions_dir: Path, tmp_path: Path) -> None
     assert "events" in back.describe_loss()
 
 
+@pytest.mark.slow
 def test_status_change_alone_is_a_superset_not_identical(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -75,6 +76,7 @@ def test_status_change_alone_is_a_superset_not_identical(
     assert c.is_prefix and not c.meta_equal and not c.identical
 
 
+@pytest.mark.slow
 def test_lost_and_changed_rows_in_every_table(sessions_dir: Path, tmp_path: Path) -> None:
     _sid, path = make_session(sessions_dir, turns=4)
     new = _copy(path, tmp_path / "new.sqlite")
@@ -109,6 +111,7 @@ def test_type_matters(sessions_dir: Path, tmp_path: Path) -> None:
     assert c.lost_event_ranges == [(2, 2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", [r for r in DDL if r < CURRENT_REVISION])
 def test_copy_of_an_older_revision_is_a_prefix_of_the_migrated_session(
     sessions_dir: Path, tmp_path: Path, start: int
@@ -127,6 +130,7 @@ def test_copy_of_an_older_revision_is_a_prefix_of_the_migrated_session(
     assert not prefix.compare_paths(path, old).is_prefix
 
 
+@pytest.mark.slow
 def test_reads_committed_wal_frames_of_a_live_file(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path = make_session(sessions_dir, status=None)
     old = _copy(path, tmp_path / "old.sqlite")

@@ -111,6 +111,7 @@ def test_durations() -> None:
             parse_duration(junk)
 
 
+@pytest.mark.slow
 def test_age_uses_session_times_never_mtimes(sessions_dir: Path, plugin_cache: Path) -> None:
     old = old_session(sessions_dir, 200)
     recent = old_session(sessions_dir, 2)
@@ -123,6 +124,7 @@ def test_age_uses_session_times_never_mtimes(sessions_dir: Path, plugin_cache: P
     assert not plan.refusals
 
 
+@pytest.mark.slow
 def test_since_and_until_select_a_window(sessions_dir: Path, plugin_cache: Path) -> None:
     """--until D (alias --older-than) and --since D: ended (or started) inside the window."""
     ancient = old_session(sessions_dir, 400)
@@ -141,6 +143,7 @@ def test_since_and_until_select_a_window(sessions_dir: Path, plugin_cache: Path)
         Selectors(newer_than=-OLD).validate()
 
 
+@pytest.mark.slow
 def test_since_until_on_the_command_line(sessions_dir: Path, plugin_cache: Path) -> None:
     old_session(sessions_dir, 400)
     middle = old_session(sessions_dir, 100)
@@ -173,6 +176,7 @@ def test_unparseable_ended_at_falls_back_to_ulid_time(
     assert any("last tuesday" in n for n in plan.notes)
 
 
+@pytest.mark.slow
 def test_filters_combine_and_ids_add(sessions_dir: Path, plugin_cache: Path) -> None:
     a = old_session(sessions_dir, 200, status="failed")
     b = old_session(sessions_dir, 190, status="completed")
@@ -185,6 +189,7 @@ def test_filters_combine_and_ids_add(sessions_dir: Path, plugin_cache: Path) -> 
     assert b  # never matched
 
 
+@pytest.mark.slow
 def test_keep_last(sessions_dir: Path, plugin_cache: Path) -> None:
     ids = [old_session(sessions_dir, 300 - i) for i in range(5)]
     plan = prune.plan(sessions_dir, plugin_cache, Selectors(keep_last=2))
@@ -196,6 +201,7 @@ def test_keep_last(sessions_dir: Path, plugin_cache: Path) -> None:
 # ------------------------------------------------------------------------------ refusals
 
 
+@pytest.mark.slow
 def test_every_refusal_code(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     (plugin_cache / "kernel" / "kernel" / demo.KERNEL.version).mkdir(parents=True)
@@ -230,6 +236,7 @@ def test_every_refusal_code(sessions_dir: Path, plugin_cache: Path) -> None:
     assert all("\n" not in r.message for rs in msgs.values() for r in rs)
 
 
+@pytest.mark.slow
 def test_has_children_reaches_a_fixed_point(sessions_dir: Path, plugin_cache: Path) -> None:
     g = old_session(sessions_dir, 300)
     p = old_session(sessions_dir, 299, parent=g, depth=1)
@@ -239,6 +246,7 @@ def test_has_children_reaches_a_fixed_point(sessions_dir: Path, plugin_cache: Pa
     assert codes(plan) == {g: ["has_children"], p: ["has_children"], c: ["running"], other: []}
 
 
+@pytest.mark.slow
 def test_every_reason_is_listed_has_children_too(sessions_dir: Path, plugin_cache: Path) -> None:
     """A session refused for its own reasons still gets has_children when a child stays
     (the contract: every reason that applies is listed)."""
@@ -264,6 +272,7 @@ def test_every_reason_is_listed_has_children_too(sessions_dir: Path, plugin_cach
         assert {"pinned", "running"} <= {r.code for r in d.reasons}
 
 
+@pytest.mark.slow
 def test_with_descendants_judges_the_subtree_whole(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     root = old_session(sessions_dir, 10)
@@ -280,6 +289,7 @@ def test_with_descendants_judges_the_subtree_whole(sessions_dir: Path, plugin_ca
     assert [d.session_id for d in plan.removals] == sorted([root, a, b])
 
 
+@pytest.mark.slow
 def test_corrupt_copies_need_include_damaged(sessions_dir: Path, plugin_cache: Path) -> None:
     sid = old_session(sessions_dir, 200)
     copy = sessions_dir / f"{sid}.sqlite.corrupt"
@@ -297,6 +307,7 @@ def test_corrupt_copies_need_include_damaged(sessions_dir: Path, plugin_cache: P
     assert res.removed == [sid] and os.listdir(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_prune_judges_with_checks_rules(sessions_dir: Path, plugin_cache: Path) -> None:
     """Damage only check's full judge sees (a flipped payload byte under a valid b-tree,
     invalid UTF-8 in a TEXT column) keeps a session unless --include-damaged, as check would."""
@@ -322,6 +333,7 @@ def test_prune_judges_with_checks_rules(sessions_dir: Path, plugin_cache: Path) 
     )
 
 
+@pytest.mark.slow
 def test_unreadable_only_by_explicit_id_with_include_damaged(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -361,6 +373,7 @@ def test_foreign_file_with_a_trigger_is_still_foreign(
 # ------------------------------------------------------------------------------ dry run
 
 
+@pytest.mark.slow
 def test_plan_changes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     old_session(sessions_dir, 300)
@@ -431,6 +444,7 @@ def test_execute_rechecks_under_the_lock(sessions_dir: Path, plugin_cache: Path)
     assert not [n for n in os.listdir(sessions_dir) if "agentdb-prune" in n]
 
 
+@pytest.mark.slow
 def test_plugins_refs(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     cache_version(plugin_cache, Producer("tool", "shell", "9.9.9"))
@@ -460,6 +474,7 @@ def _copies(sessions_dir: Path, n: int, start: dt.datetime) -> None:
         (sessions_dir / f"{new}.sqlite").write_bytes(template.replace(sid.encode(), new.encode()))
 
 
+@pytest.mark.slow
 def test_a_plan_holds_little_per_session(
     tmp_path: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

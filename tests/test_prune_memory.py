@@ -37,6 +37,8 @@ from agentdb.cli import prune as prune_cli
 from agentdb.prune import planning, scratch
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 SMALL, LARGE = 500, 3000
 BOUND = 600  # bytes per selected session the peak may grow by (old code: 807-842)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import pytest
 import ulid
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,8 @@ from agentdb import demo, fsutil, prune
 from agentdb.prune.scan import intent_bytes, stamp_of
 from tests import prune_oracle
 from tests.support import held_open, make_session
+
+pytestmark = pytest.mark.slow
 
 NOW = dt.datetime.now(dt.timezone.utc)
 DAYS = (1.0, 30.0, 120.0, 200.0, 400.0)

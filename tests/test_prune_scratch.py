@@ -53,6 +53,7 @@ def test_scratch_goes_on_error(
     assert _workdirs() == before
 
 
+@pytest.mark.slow
 def test_a_full_disk_midway_plans_again_in_memory(
     sessions_dir: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

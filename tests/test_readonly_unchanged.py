@@ -189,6 +189,7 @@ def test_every_command_is_run_here_or_changes_sessions(tmp_path: Path) -> None:
             assert name in dry, f"run `{name} --dry-run` in runs()"
 
 
+@pytest.mark.slow
 def test_read_only_commands_and_dry_runs_change_nothing(
     state: dict[str, object], tmp_path: Path, agentdb: Agentdb
 ) -> None:
@@ -207,6 +208,7 @@ def test_read_only_commands_and_dry_runs_change_nothing(
         assert tree_listing(root) == before, (args, sorted(os.listdir(sessions)))
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_committed_state(state: dict[str, object], agentdb: Agentdb) -> None:
     """Every committed event is read, whatever the sidecars: never immutable beside a -wal
     (immutable ignores the WAL)."""
@@ -224,6 +226,7 @@ def test_the_answer_is_the_committed_state(state: dict[str, object], agentdb: Ag
         assert doc["sessions"][0]["verdict"] == "ok", doc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["wal_only", "shm_only", "both", "neither"])
 def test_open_readonly_in_each_sidecar_state(tmp_path: Path, case: str) -> None:
     sessions = tmp_path / "s"
@@ -256,6 +259,7 @@ def test_open_readonly_in_each_sidecar_state(tmp_path: Path, case: str) -> None:
     assert shm.exists() == (case in ("shm_only", "both"))
 
 
+@pytest.mark.slow
 def test_a_private_copy_is_removed_on_close_and_a_changing_wal_is_retried(
     tmp_path: Path,
 ) -> None:
@@ -284,6 +288,7 @@ def test_a_private_copy_is_removed_on_close_and_a_changing_wal_is_retried(
     shutil.rmtree(sessions)
 
 
+@pytest.mark.slow
 def test_a_live_writer_is_never_blocked(tmp_path: Path) -> None:
     """Reads through the writer's own -shm, read-only: the writer keeps committing meanwhile,
     and what is read is a committed state (never a partial one)."""
@@ -313,6 +318,7 @@ def test_a_live_writer_is_never_blocked(tmp_path: Path) -> None:
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # gap-free: no emit failed
 
 
+@pytest.mark.slow
 def test_salvage_reads_its_own_private_copy_in_place(tmp_path: Path) -> None:
     """``private=True`` (salvage's copies, already in a private directory) is not copied again."""
     sessions = tmp_path / "s"
@@ -328,6 +334,7 @@ def test_salvage_reads_its_own_private_copy_in_place(tmp_path: Path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path, agentdb: Agentdb) -> None:
     """A writer killed mid-transaction in rollback-journal mode: immutable would read its
     uncommitted pages; every read-only open reads the committed state (a private copy, rolled
@@ -349,6 +356,7 @@ def test_a_hot_journal_is_read_rolled_back_and_left_alone(tmp_path: Path, agentd
     assert tree_listing(sessions) == before
 
 
+@pytest.mark.slow
 def test_an_empty_file_beside_a_wal_and_shm_keeps_its_wal(tmp_path: Path, agentdb: Agentdb) -> None:
     """The file lost its bytes (0 bytes) while a killed writer's -wal and -shm stay. SQLite
     deletes the -wal of a database of 0 pages when it opens it, read-only or not, and the

@@ -9,6 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from agentdb import backup, checks, migrate
 from tests.rows import invalid_text, payload_without_hash
 from tests.runner import Agentdb
@@ -75,6 +77,7 @@ def test_migrate_refuses_a_revision_1_file_whose_text_fails(
     assert sorted(p.name for p in sessions_dir.iterdir()) == [path.name]  # no backup left
 
 
+@pytest.mark.slow
 def test_migrate_migrates_the_same_file_undamaged(sessions_dir: Path) -> None:
     """The control: the refusal above is the damage's, not the file's."""
     sid, path = make_session(sessions_dir, turns=3, revision=1)

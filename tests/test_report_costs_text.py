@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 import apsw
+import pytest
 
 from tests.runner import run_cli
 from tests.support import make_session
+
+pytestmark = pytest.mark.slow
 
 
 def _cost_by_model(sessions_dir: Path, tmp_path: Path) -> list[dict[str, object]]:

@@ -58,6 +58,7 @@ def verdict(sessions_dir: Path, sid: str) -> str:
     return str(json.loads(r.stdout)["sessions"][0]["verdict"])
 
 
+@pytest.mark.slow
 def test_restore_missing_session_then_check_ok(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     before = all_rows(path)
@@ -83,6 +84,7 @@ def test_restore_missing_session_then_check_ok(sessions_dir: Path, tmp_path: Pat
     assert rc == 0 and doc["sessions"][0]["outcome"] == "unchanged"
 
 
+@pytest.mark.slow
 def test_restore_refused_when_it_would_lose_events(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     n = event_count(path)
@@ -122,6 +124,7 @@ def test_force_lists_lost_ranges_and_keeps_the_old_file(sessions_dir: Path, tmp_
     assert log[-1]["pre_restore_path"] == str(pre)
 
 
+@pytest.mark.slow
 def test_live_session_refused_even_with_force(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     w = WriterProcess(sessions_dir, sid)
@@ -137,6 +140,7 @@ def test_live_session_refused_even_with_force(sessions_dir: Path, tmp_path: Path
     assert {r[0] for r in all_rows(path)["events"]} >= set(seqs)
 
 
+@pytest.mark.slow
 def test_pre_restore_names_count_up_and_keep_the_wal(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     w = WriterProcess(sessions_dir, sid)  # killed: its WAL stays beside the file
@@ -162,6 +166,7 @@ def test_pre_restore_names_count_up_and_keep_the_wal(sessions_dir: Path, tmp_pat
     assert verdict(sessions_dir, sid) == "ok"
 
 
+@pytest.mark.slow
 def test_newest_copy_that_verifies_is_chosen(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path, turns=30)
     good = all_rows(path)
@@ -189,6 +194,7 @@ def test_newest_copy_that_verifies_is_chosen(sessions_dir: Path, tmp_path: Path)
     assert rc == 0 and doc["sessions"][0]["copy"] == str(older)
 
 
+@pytest.mark.slow
 def test_a_copy_of_another_session_is_refused(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     other, other_path = make_session(sessions_dir, turns=1)
@@ -202,6 +208,7 @@ def test_a_copy_of_another_session_is_refused(sessions_dir: Path, tmp_path: Path
     assert not other_path.exists()
 
 
+@pytest.mark.slow
 def test_damaged_current_needs_force_and_is_kept(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path, turns=30)
     corpus.d_flipped_bytes(path)
@@ -221,6 +228,7 @@ def test_damaged_current_needs_force_and_is_kept(sessions_dir: Path, tmp_path: P
     assert verdict(sessions_dir, sid) == "ok"
 
 
+@pytest.mark.slow
 def test_foreign_current_refused_even_with_force(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     path.unlink()
@@ -242,6 +250,7 @@ def test_foreign_current_refused_even_with_force(sessions_dir: Path, tmp_path: P
     assert path.is_symlink()
 
 
+@pytest.mark.slow
 def test_all_skips_pruned_sessions_unless_asked(
     sessions_dir: Path, tmp_path: Path, plugin_cache: Path
 ) -> None:
@@ -269,6 +278,7 @@ def test_all_skips_pruned_sessions_unless_asked(
     assert rc == 0  # restored since: no longer "pruned"
 
 
+@pytest.mark.slow
 def test_usage_errors(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     other, _ = make_session(sessions_dir, turns=1)
@@ -287,6 +297,7 @@ def test_usage_errors(sessions_dir: Path, tmp_path: Path) -> None:
     assert sorted(os.listdir(sessions_dir)) == sorted([path.name, other + ".sqlite"])
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, dest = backed_up(sessions_dir, tmp_path)
     grow(sessions_dir, sid, 1)
@@ -300,6 +311,7 @@ def test_dry_run_changes_nothing(sessions_dir: Path, tmp_path: Path) -> None:
     assert not (sessions_dir.parent / "recovery.log").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("turns", [1])
 def test_older_revision_copy_restores_and_compares(
     sessions_dir: Path, tmp_path: Path, turns: int
@@ -313,6 +325,7 @@ def test_older_revision_copy_restores_and_compares(
     assert rc == 0 and doc["sessions"][0]["outcome"] == "unchanged", doc
 
 
+@pytest.mark.slow
 def test_all_restores_a_damaged_file_whose_rows_are_all_in_the_copy(
     sessions_dir: Path, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ from tests.rows import all_rows
 from tests.runner import run_cli
 from tests.support import WriterProcess, make_session
 
+pytestmark = pytest.mark.slow
+
 SWAP_POINTS = [
     "restore_after_tmp",
     "restore_after_intent",

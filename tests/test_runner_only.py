@@ -6,6 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent
 # runner.py is the one runner; fuzz/driver.py is a child process that calls main() directly,
 # with stdout and stderr sent to files, and imports nothing from agentdb at top level.

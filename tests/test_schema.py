@@ -62,6 +62,7 @@ def test_ladder_is_contiguous() -> None:
     assert migrations.STEPS[-1].revision == revisions.CURRENT_REVISION
 
 
+@pytest.mark.slow
 def test_fresh_files_match_their_revision(sessions_dir: Path) -> None:
     for rev in (1, 2):
         _, path = make_session(sessions_dir, revision=rev)
@@ -90,6 +91,7 @@ def _rev1_with_everything(sessions_dir: Path) -> tuple[str, Path]:
     return sid, path
 
 
+@pytest.mark.slow
 def test_migration_keeps_every_row_and_counter(sessions_dir: Path) -> None:
     sid, path = _rev1_with_everything(sessions_dir)
     before = all_rows(path)
@@ -143,6 +145,7 @@ def test_enum_violations_fail_naming_the_row_and_roll_back(
     conn.close()
 
 
+@pytest.mark.slow
 def test_migration_is_one_transaction(sessions_dir: Path) -> None:
     """A failure just before COMMIT leaves the file exactly at revision 1."""
     sid, path = make_session(sessions_dir, revision=1)
@@ -188,6 +191,7 @@ def test_unversioned_database_is_foreign(tmp_path: Path) -> None:
     c.close()
 
 
+@pytest.mark.slow
 def test_rev2_constraints_reject_what_the_spec_forbids(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir)
     c = apsw.Connection(str(path))

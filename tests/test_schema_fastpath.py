@@ -68,6 +68,7 @@ def test_migrated_file_is_decided_by_its_fingerprint_once(sessions_dir: Path) ->
     assert len(identity._DECIDED) == 1  # decided once; every file sharing the text reuses it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [1, 2])
 def test_other_writer_whitespace_takes_the_slow_path(tmp_path: Path, revision: int) -> None:
     path = _other_writer(tmp_path, revision)

@@ -31,6 +31,7 @@ def test_revision_3_is_released() -> None:
     assert [s.revision for s in migrations.STEPS] == [2, 3]
 
 
+@pytest.mark.slow
 def test_creates_cleanly_under_the_hardened_connection(tmp_path: Path) -> None:
     conn = _fresh(tmp_path / "f.sqlite", REV3_DDL)
     names = {
@@ -50,6 +51,7 @@ def test_creates_cleanly_under_the_hardened_connection(tmp_path: Path) -> None:
     assert db.unsafe_schema_objects(conn) == []
 
 
+@pytest.mark.slow
 def test_every_revision_1_table_and_column_keeps_its_name_and_meaning(tmp_path: Path) -> None:
     old = _fresh(tmp_path / "one.sqlite", revisions.REV1_DDL)
     two = _fresh(tmp_path / "two.sqlite", revisions.REV2_DDL)
@@ -80,6 +82,7 @@ def test_a_revision_1_readers_queries_work_on_revision_3(tmp_path: Path) -> None
 HASH = b"\x00" * 16
 
 
+@pytest.mark.slow
 def test_the_new_constraints_hold(tmp_path: Path) -> None:
     conn = _fresh(tmp_path / "f.sqlite", REV3_DDL)
     conn.execute("PRAGMA foreign_keys=ON")

@@ -13,6 +13,8 @@ import pytest
 from agentdb import demo, schemas
 from tests.runner import Agentdb
 
+pytestmark = pytest.mark.slow
+
 jsonschema = pytest.importorskip("jsonschema")
 
 

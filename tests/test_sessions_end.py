@@ -47,6 +47,7 @@ def interrupted(sessions_dir: Path) -> tuple[str, Path, list[int]]:
     return sid, path, seqs
 
 
+@pytest.mark.slow
 def test_ends_an_interrupted_session(sessions_dir: Path) -> None:
     sid, path, seqs = interrupted(sessions_dir)
     found = check(sessions_dir, sid)
@@ -91,6 +92,7 @@ def test_status_failed_is_terminal(sessions_dir: Path) -> None:
     assert meta(path)[0] == "failed"
 
 
+@pytest.mark.slow
 def test_live_session_is_refused(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1, status=None)
     w = WriterProcess(sessions_dir, sid)
@@ -105,6 +107,7 @@ def test_live_session_is_refused(sessions_dir: Path) -> None:
     assert meta(path)[0] == "running"
 
 
+@pytest.mark.slow
 def test_refusals_change_nothing(sessions_dir: Path, tmp_path: Path) -> None:
     damaged, dpath = make_session(sessions_dir, turns=30, status=None)
     corpus.d_flipped_bytes(dpath)
@@ -136,6 +139,7 @@ def test_refusals_change_nothing(sessions_dir: Path, tmp_path: Path) -> None:
     assert not (sessions_dir.parent / "recovery.log").exists()
 
 
+@pytest.mark.slow
 def test_dry_run_and_usage(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1, status=None)
     before = path.read_bytes()
@@ -151,6 +155,7 @@ def test_dry_run_and_usage(sessions_dir: Path) -> None:
     assert "never" in help_text and "resumed" in help_text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_9_leaves_status_unchanged_or_ended(sessions_dir: Path, point: str) -> None:
     sid, path, _ = interrupted(sessions_dir)

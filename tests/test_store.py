@@ -36,6 +36,7 @@ def _usage(cost: float = 0.5) -> Usage:
     return Usage("anthropic", "claude", 100, 20, cost, cache_write_tokens=3, cache_read_tokens=4)
 
 
+@pytest.mark.slow
 def test_create_under_umask_000_is_owner_only(tmp_path: Path) -> None:
     script = (
         "import os, sys; sys.path.insert(0, sys.argv[2]); os.umask(0)\n"
@@ -179,6 +180,7 @@ def test_status_transitions(sessions_dir: Path) -> None:
             SessionWriter.create(sessions_dir, profile="p").set_status("paused")
 
 
+@pytest.mark.slow
 def test_terminal_statuses_never_reopen(sessions_dir: Path) -> None:
     for status in sorted(enums.TERMINAL_STATUSES):
         with SessionWriter.create(sessions_dir, profile="p") as w:
@@ -197,6 +199,7 @@ def test_open_refuses_mismatched_session_meta(sessions_dir: Path) -> None:
         SessionWriter.open(sessions_dir, sid)
 
 
+@pytest.mark.slow
 def test_open_runs_integrity_check_and_calls_the_recovery_hook(sessions_dir: Path) -> None:
     from agentdb.demo import damage_page
 
@@ -221,6 +224,7 @@ payloads = st.binary(max_size=3000)
 kinds = st.sampled_from([k for k in enums.KINDS if k not in ("plan", "apply", "message")])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -271,6 +275,7 @@ def test_reads_are_capped(sessions_dir: Path) -> None:
         assert first.payload == b"y" * 1000 and first.payload_length == 100_000 and first.truncated
 
 
+@pytest.mark.slow
 def test_concurrent_reader_while_writer_commits(sessions_dir: Path) -> None:
     """A reader in this process sees consistent, growing prefixes while a writer process runs."""
     sid, path = make_session(sessions_dir, status=None)

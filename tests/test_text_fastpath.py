@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import checks, db
 from agentdb.schema.text import invalid_text
 from tests.support import make_session
+
+pytestmark = pytest.mark.slow
 
 
 def _counts(path: Path) -> dict[str, int]:

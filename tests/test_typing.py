@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("mypy")
 
 SRC = Path(__file__).resolve().parents[1] / "src"

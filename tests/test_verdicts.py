@@ -26,6 +26,7 @@ def _settle() -> None:
     time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)
 
 
+@pytest.mark.slow
 def test_record_and_lookup_until_the_file_changes(sessions_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     sid, path = make_session(sessions_dir, status="running")
@@ -41,6 +42,7 @@ def test_record_and_lookup_until_the_file_changes(sessions_dir: Path, tmp_path: 
     assert not got[path.name].matches(verdicts.identity_of(path))
 
 
+@pytest.mark.slow
 def test_same_size_same_mtime_other_inode_is_not_trusted(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -58,6 +60,7 @@ def test_same_size_same_mtime_other_inode_is_not_trusted(
     assert not got[path.name].matches(verdicts.identity_of(path))
 
 
+@pytest.mark.slow
 def test_a_stamp_in_the_same_tick_as_the_last_write_is_never_trusted(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -72,6 +75,7 @@ def test_a_stamp_in_the_same_tick_as_the_last_write_is_never_trusted(
     assert not racy.settled
 
 
+@pytest.mark.slow
 def test_two_directories_do_not_share_entries(tmp_path: Path) -> None:
     cache = tmp_path / "c"
     a, b = tmp_path / "a", tmp_path / "b"
@@ -85,6 +89,7 @@ def test_two_directories_do_not_share_entries(tmp_path: Path) -> None:
     assert pa.name in verdicts.lookup(a, cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -122,6 +127,7 @@ def test_damaged_or_foreign_cache_is_rebuilt_and_changes_no_answer(
     assert path.name in verdicts.lookup(sessions_dir, cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_a_reader_never_creates_the_cache(sessions_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     make_session(sessions_dir)
@@ -129,6 +135,7 @@ def test_a_reader_never_creates_the_cache(sessions_dir: Path, tmp_path: Path) ->
     assert not cache.exists()
 
 
+@pytest.mark.slow
 def test_removed_files_are_forgotten_by_a_full_check(sessions_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     _, p1 = make_session(sessions_dir)
@@ -141,6 +148,7 @@ def test_removed_files_are_forgotten_by_a_full_check(sessions_dir: Path, tmp_pat
     assert set(verdicts.lookup(sessions_dir, cache_dir=cache)) == {p1.name}
 
 
+@pytest.mark.slow
 def test_concurrent_checks_share_the_cache(sessions_dir: Path, tmp_path: Path) -> None:
     """Four check processes recording at once: every one exits 0 with nothing on stderr about
     the cache, and the cache ends up holding every session once."""
@@ -179,6 +187,7 @@ def test_concurrent_checks_share_the_cache(sessions_dir: Path, tmp_path: Path) -
     assert set(got) == names and all(r.verdict == "ok" for r in got.values())
 
 
+@pytest.mark.slow
 def test_never_writes_a_cache_inside_the_sessions_directory(sessions_dir: Path) -> None:
     """A home (or XDG_CACHE_HOME) inside the sessions directory: check still answers, and
     nothing is added to the directory."""
@@ -204,6 +213,7 @@ def _page_of(cpath: Path) -> None:
         f.write(b"\x0d" + b"\xff" * 7)
 
 
+@pytest.mark.slow
 def test_a_cache_damaged_past_its_header_is_rebuilt(sessions_dir: Path, tmp_path: Path) -> None:
     """A cache whose schema reads but whose table is malformed used to stay: every check said
     "could not be written" and status said "never checked" forever."""
@@ -224,6 +234,7 @@ def test_a_cache_damaged_past_its_header_is_rebuilt(sessions_dir: Path, tmp_path
     assert verdicts.lookup(sessions_dir, cache_dir=cache)[path.name].verdict == "ok"
 
 
+@pytest.mark.slow
 def test_a_shm_made_group_writable_after_the_check_is_not_trusted(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -244,6 +255,7 @@ def test_a_shm_made_group_writable_after_the_check_is_not_trusted(
     assert again.sessions[0].verdict == "insecure"
 
 
+@pytest.mark.slow
 def test_a_crashed_sessions_wal_and_shm_stay_checked_after_reads(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -274,6 +286,7 @@ def test_a_crashed_sessions_wal_and_shm_stay_checked_after_reads(
     assert got.matches(verdicts.identity_of(path)), sid
 
 
+@pytest.mark.slow
 def test_an_entry_with_a_verdict_this_build_does_not_know_is_never_checked(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -291,6 +304,7 @@ def test_an_entry_with_a_verdict_this_build_does_not_know_is_never_checked(
     assert odd.name not in got
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -331,6 +345,7 @@ def test_the_paged_lookup_answers_as_the_whole_one(
         verdicts.Lookup.PAGE = old
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_session_recovered_during_a_check_is_judged_as_recovered(
     sessions_dir: Path, tmp_path: Path, jobs: int

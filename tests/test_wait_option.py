@@ -9,8 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.salvage import corpus
 from tests.support import SRC, make_session
+
+pytestmark = pytest.mark.slow
 
 # A reader that keeps the session open for a while, then closes it.
 _BRIEF_HOLDER = """

@@ -24,6 +24,8 @@ from agentdb.store import SessionReader
 from tests.rows import write_at
 from tests.support import SRC, make_session
 
+pytestmark = pytest.mark.slow
+
 # Opens the session in WAL mode, commits, and stays open without writing: the -wal and -shm
 # exist, a live process maps the index (so SQLite trusts the -shm, as beside a kernel), and
 # nobody holds the write lock.

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import kernel
 from agentdb.checks import check_path
@@ -19,6 +20,8 @@ from agentdb.fileformat.wal import scan_wal
 from agentdb.paths import sidecar
 from agentdb.store import Event, Producer
 from tests.support import make_session
+
+pytestmark = pytest.mark.slow
 
 # a big update spills pages to the WAL; changing the first row again rewrites its frame in
 # place, so the frames written after it no longer chain from it; then SIGKILL before COMMIT

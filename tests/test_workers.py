@@ -125,6 +125,7 @@ def slow_square(n: int) -> tuple[int, int]:
     return n, os.getpid()
 
 
+@pytest.mark.slow
 def test_results_in_order_from_several_processes() -> None:
     ran = workers.run_each(slow_square, list(range(20)), 3, died=_died)
     assert [n for n, _ in ran.results] == list(range(20))
@@ -138,6 +139,7 @@ def test_one_job_runs_here() -> None:
     assert {pid for _, pid in ran.results} == {os.getpid()}
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_item_is_replaced_and_the_item_run_again(tmp_path: Path) -> None:
     def once(n: int) -> str:
         marker = tmp_path / f"killed-{n}"
@@ -151,6 +153,7 @@ def test_a_worker_killed_mid_item_is_replaced_and_the_item_run_again(tmp_path: P
     assert ran.deaths == 1 and not ran.interrupted
 
 
+@pytest.mark.slow
 def test_an_item_that_kills_every_worker_gets_the_died_result() -> None:
     def deadly(n: int) -> str:
         if n == 2:
@@ -173,6 +176,7 @@ def test_an_exception_in_a_worker_is_raised_here() -> None:
         workers.run_each(bad, list(range(10)), 2, died=_died)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drain", [True, False])
 def test_ctrl_c_stops_handing_out_items(tmp_path: Path, drain: bool) -> None:
     """SIGINT (a real signal to this process) after the third result: no new item starts; the

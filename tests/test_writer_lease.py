@@ -128,6 +128,7 @@ def test_lease_bytes_are_outside_sqlite_and_hold() -> None:
         assert locks.PENDING_BYTE <= b < locks.PENDING_BYTE + 4096  # the unused pending page
 
 
+@pytest.mark.slow
 def test_second_writer_in_another_process_is_busy_and_the_first_goes_on(
     sessions_dir: Path, holder: tuple[str, Path, Holder]
 ) -> None:
@@ -148,6 +149,7 @@ def test_second_writer_in_another_process_is_busy_and_the_first_goes_on(
         assert w.emit(Event("tool_result", TOOL, b"next")) == first + 4
 
 
+@pytest.mark.slow
 def test_second_writer_in_this_process_is_busy(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1, status="running")
     w = SessionWriter.open(sessions_dir, sid)
@@ -166,6 +168,7 @@ def test_second_writer_in_this_process_is_busy(sessions_dir: Path) -> None:
     SessionWriter.open(sessions_dir, sid).close()
 
 
+@pytest.mark.slow
 def test_probe_reports_the_lease_and_jobs_refuse_it(
     sessions_dir: Path, holder: tuple[str, Path, Holder]
 ) -> None:
@@ -185,6 +188,7 @@ def test_probe_reports_the_lease_and_jobs_refuse_it(
     assert locks.probe(path) is None
 
 
+@pytest.mark.slow
 def test_nothing_in_the_writers_process_drops_its_pid_lock(
     sessions_dir: Path, holder: tuple[str, Path, Holder]
 ) -> None:
@@ -205,6 +209,7 @@ def test_nothing_in_the_writers_process_drops_its_pid_lock(
 _CHILD = "import sys; print('started', flush=True); sys.stdin.readline()"
 
 
+@pytest.mark.slow
 def test_a_child_process_does_not_inherit_the_lease(sessions_dir: Path) -> None:
     """A plugin started by the kernel must not keep a dead kernel's session live."""
     sid, path = make_session(sessions_dir, turns=1, status="running")
@@ -230,6 +235,7 @@ def test_a_child_process_does_not_inherit_the_lease(sessions_dir: Path) -> None:
         child.communicate("\n", timeout=30)
 
 
+@pytest.mark.slow
 def test_recovery_hook_does_not_meet_its_own_kernels_lease(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=6, status="running")
     demo.damage_page(path, table="events")
@@ -246,6 +252,7 @@ def test_recovery_hook_does_not_meet_its_own_kernels_lease(sessions_dir: Path) -
         assert r.events(after=seq - 1).rows[0].payload == b"after recovery"
 
 
+@pytest.mark.slow
 def test_create_takes_the_lease(sessions_dir: Path) -> None:
     w = SessionWriter.create(sessions_dir, profile="p")
     try:
@@ -281,6 +288,7 @@ w.close()
 """
 
 
+@pytest.mark.slow
 def test_migrate_never_changes_the_schema_under_a_leaseholder(sessions_dir: Path) -> None:
     """Even with --wait: the writer's next emit would write the old revision's rows."""
     sid, path = make_session(sessions_dir, revision=1)

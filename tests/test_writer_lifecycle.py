@@ -17,6 +17,7 @@ from tests.support import WriterProcess, make_session
 TOOL = Producer("tool", "shell", "1.0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", sorted(enums.TERMINAL_STATUSES))
 def test_emit_into_a_terminal_session_raises(sessions_dir: Path, status: str) -> None:
     sid, path = make_session(sessions_dir, turns=1, status="running")
@@ -33,6 +34,7 @@ def test_emit_into_a_terminal_session_raises(sessions_dir: Path, status: str) ->
         w.emit(Event("tool_result", TOOL, b"after reopening the file"))  # read from the file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", sorted(enums.REOPENABLE_STATUSES))
 def test_completed_or_cancelled_needs_the_reopen_first(sessions_dir: Path, status: str) -> None:
     sid, path = make_session(sessions_dir, turns=1, status=status)
@@ -58,6 +60,7 @@ def test_a_session_cannot_be_its_own_parent(sessions_dir: Path) -> None:
     assert list(sessions_dir.iterdir()) == []  # nothing created
 
 
+@pytest.mark.slow
 def test_a_childs_depth_is_its_parents_plus_one(sessions_dir: Path) -> None:
     parent, _ = make_session(sessions_dir, turns=1, status="running", depth=2)
     for wrong in (0, 2, 4):
@@ -79,6 +82,7 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
+@pytest.mark.slow
 def test_writer_tightens_a_readable_file_and_its_wal(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=1, status="running")
     writer = WriterProcess(sessions_dir, sid)  # killed mid-stream: its -wal stays behind

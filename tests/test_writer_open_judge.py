@@ -27,6 +27,7 @@ def _user_version(path: Path) -> int:
         c.close()
 
 
+@pytest.mark.slow
 def test_a_hash_failure_is_damage_on_the_kernels_open(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=4)
     payload_without_hash(path)
@@ -44,6 +45,7 @@ def test_a_hash_failure_is_damage_on_the_kernels_open(sessions_dir: Path) -> Non
     assert 3 not in seqs and seqs  # the altered event was not salvaged; the rest were
 
 
+@pytest.mark.slow
 def test_the_writers_own_judge_sees_a_hash_failure_without_a_kernel(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2)
     payload_without_hash(path)
@@ -79,6 +81,7 @@ def test_migration_never_runs_on_a_file_the_judge_calls_damaged(sessions_dir: Pa
     assert leftovers == [], leftovers  # no migrate backup, no -wal left behind
 
 
+@pytest.mark.slow
 def test_the_kernel_recovers_invalid_text_before_migrating(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=2, revision=1)
     invalid_text(path)
@@ -92,6 +95,7 @@ def test_the_kernel_recovers_invalid_text_before_migrating(sessions_dir: Path) -
     assert checks.check_file(sessions_dir, sid).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_the_judge_is_asked_before_the_writer_opens_and_once_more_after_recovery(
     sessions_dir: Path,
 ) -> None:

@@ -14,6 +14,8 @@ from agentdb import db, errors
 from agentdb.schema import chainio
 from agentdb.store import Event, Producer, SessionWriter, Usage
 
+pytestmark = pytest.mark.slow
+
 TOOL = Producer("tool", "t", "2")
 MODEL = Producer("model", "m", "1")
 

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import apsw
+import pytest
 
 from agentdb import locks
 from tests.rows import all_rows
 from tests.support import SRC, make_session
+
+pytestmark = pytest.mark.slow
 
 THREADS = 8
 EMITS = 40

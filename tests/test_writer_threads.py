@@ -7,9 +7,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from agentdb import errors
 from agentdb.store import Event, Producer, SessionReader, SessionWriter, Usage
 from tests.rows import all_rows
+
+pytestmark = pytest.mark.slow
 
 THREADS = 8
 EMITS = 40

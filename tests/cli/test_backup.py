@@ -23,6 +23,8 @@ from tests.rows import all_rows
 from tests.runner import run_cli, state_options
 from tests.support import SRC, make_session
 
+pytestmark = pytest.mark.slow
+
 TOOL = Producer("tool", "shell", "2.0.0")
 CLI = [sys.executable, "-m", "agentdb.cli.main", "--sessions-dir"]
 

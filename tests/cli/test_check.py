@@ -9,6 +9,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from agentdb.results import VERDICTS
 from agentdb.store import SessionWriter
@@ -17,6 +19,7 @@ from tests.salvage.corpus import d_flipped_bytes
 from tests.support import GOOD_ID, hostile_extras, make_session
 
 
+@pytest.mark.slow
 def test_json_verdicts_and_exit_codes(tmp_path: Path, agentdb: Agentdb) -> None:
     state = demo.build(tmp_path / "demo")
     g = ["--sessions-dir", str(state.sessions_dir)]
@@ -55,6 +58,7 @@ def test_empty_directory_is_ok(sessions_dir: Path, agentdb: Agentdb) -> None:
     assert json.loads(out)["sessions"] == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
     """SIGINT while checking thousands of files: a clean partial report, exit 130."""
     _, path = make_session(sessions_dir, turns=1)
@@ -75,6 +79,7 @@ def test_ctrl_c_gives_a_partial_report(sessions_dir: Path) -> None:
     assert b"interrupted" in t.seen[shown:]  # said after the interrupt
 
 
+@pytest.mark.slow
 def test_check_lists_every_session_entry_with_a_verdict(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     refused = hostile_extras(state.sessions_dir, state.sessions[0].session_id)
@@ -89,6 +94,7 @@ def test_check_lists_every_session_entry_with_a_verdict(tmp_path: Path) -> None:
     assert [s["session_id"] for s in doc["sessions"]] == sorted(got)
 
 
+@pytest.mark.slow
 def test_check_json_shape(demo_state: demo.DemoState) -> None:
     r = run_cli(*state_options(demo_state), "check", "--json")
     assert r.returncode == 1
@@ -115,6 +121,7 @@ def test_check_json_shape(demo_state: demo.DemoState) -> None:
     )
 
 
+@pytest.mark.slow
 def test_verdict_is_the_first_that_applies(tmp_path: Path, sessions_dir: Path) -> None:
     """An insecure (mode 0666) file that is also an old revision and damaged: insecure first;
     a damaged old-revision file: corrupt before needs_migration; findings list everything."""
@@ -145,6 +152,7 @@ def checked(agentdb: Agentdb, d: Path, *extra: str) -> list[str]:
     return [s["session_id"] for s in json.loads(out)["sessions"]]
 
 
+@pytest.mark.slow
 def test_check_changed(agentdb: Agentdb, sessions_dir: Path) -> None:
     a, _ = make_session(sessions_dir, turns=1)
     b, _ = make_session(sessions_dir, turns=1, status="running")
@@ -169,6 +177,7 @@ def test_check_changed(agentdb: Agentdb, sessions_dir: Path) -> None:
     assert checked(agentdb, sessions_dir) == [c]  # no recorded ok: checked until it is fixed
 
 
+@pytest.mark.slow
 def test_a_quick_ok_is_not_a_full_ok(agentdb: Agentdb, sessions_dir: Path) -> None:
     a, _ = make_session(sessions_dir, turns=1)
     _settle()
@@ -186,6 +195,7 @@ def test_changed_with_ids_is_a_usage_error(agentdb: Agentdb, sessions_dir: Path)
     assert agentdb("--sessions-dir", str(sessions_dir), "check", "--changed", "--all").code == 2
 
 
+@pytest.mark.slow
 def test_one_file_check_loads_only_what_it_uses(sessions_dir: Path, tmp_path: Path) -> None:
     """Start-up of `agentdb check ID` (issue 12): no worker pool machinery, no migration
     ladder (a migrated file is decided by its fingerprint).

@@ -37,6 +37,7 @@ def test_every_command_has_the_common_options() -> None:
                 assert {"--csv", "--nl"} <= opts, sub.name
 
 
+@pytest.mark.slow
 def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
     code, out, err = agentdb("--sessions-dir", str(sessions_dir), "check")
     assert code == 0 and "2 sessions checked" in err and two[0] in out
@@ -44,6 +45,7 @@ def test_quiet_drops_the_summary_line(sessions_dir: Path, two: list[str], agentd
     assert code == 0 and err == "" and two[0] in out
 
 
+@pytest.mark.slow
 def test_csv_and_nl(sessions_dir: Path, two: list[str], agentdb: Agentdb) -> None:
     code, out, _ = agentdb("--sessions-dir", str(sessions_dir), "check", "--csv")
     rows = list(csv.reader(io.StringIO(out)))
@@ -76,12 +78,14 @@ def test_lower_case_id_suggests_upper_case(sessions_dir: Path, agentdb: Agentdb)
     assert code == 2 and sid.upper() in err
 
 
+@pytest.mark.slow
 def test_sessions_dir_from_the_environment(sessions_dir: Path, two: list[str]) -> None:
     r = run_cli("check", "--json", env={"AGENTDB_SESSIONS_DIR": str(sessions_dir)})
     assert r.returncode == 0, r.stderr
     assert sorted(s["session_id"] for s in json.loads(r.stdout)["sessions"]) == sorted(two)
 
 
+@pytest.mark.slow
 def test_completion_offers_session_ids(sessions_dir: Path, two: list[str]) -> None:
     r = run_cli(
         "check",
@@ -105,6 +109,7 @@ def test_long_tables_are_drawn_in_chunks_that_line_up(capsys) -> None:
     assert len(starts) == 1  # the last column starts at the same place in every chunk
 
 
+@pytest.mark.slow
 def test_terminal_tables_wrap_and_never_cut(tmp_path: Path) -> None:
     """On a 100-column terminal a long finding wraps; every word of it is shown."""
     sessions = tmp_path / "s"
@@ -133,6 +138,7 @@ def test_progress_shows_count_rate_and_eta() -> None:
     assert "50/200" in line and "5.0/s" in line and "ETA 0:30" in line
 
 
+@pytest.mark.slow
 def test_progress_never_leaves_a_stale_count(capsys: pytest.CaptureFixture[str]) -> None:
     """An update that comes too soon after the last redraw is drawn a moment later: a burst of
     finished files followed by a long wait (a worker waiting for a writer's lock) shows the

@@ -6,9 +6,12 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from tests.runner import run_cli
 
 
+@pytest.mark.slow
 def test_demo_creates_private_directories(tmp_path: Path) -> None:
     r = run_cli("demo", str(tmp_path / "d"), "--no-walkthrough", umask=0o022)
     assert r.returncode == 0, r.stderr
@@ -34,6 +37,7 @@ def test_demo_builds_a_sample_state(tmp_path: Path) -> None:
     assert others == []
 
 
+@pytest.mark.slow
 def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("keep me")
     r = run_cli("demo", str(tmp_path))

@@ -6,11 +6,14 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from agentdb.schema import enums
 from tests.runner import Agentdb, run_cli, state_options
 
 
+@pytest.mark.slow
 def test_events_json_lines(demo_state: demo.DemoState) -> None:
     sid = demo_state.by_role("parent").session_id
     r = run_cli(*state_options(demo_state), "events", sid, "--json")
@@ -38,6 +41,7 @@ def test_events_json_lines(demo_state: demo.DemoState) -> None:
     assert got and all(e["kind"] == "plan" and e["sequence"] > seqs[3] for e in got)
 
 
+@pytest.mark.slow
 def test_events(agentdb: Agentdb, demo_state: demo.DemoState, sessions_dir: Path) -> None:
     sid = demo_state.by_role("parent").session_id
     code, out, _ = agentdb(*state_options(demo_state), "events", sid, "--json")

@@ -17,6 +17,8 @@ from agentdb.store import SessionReader
 from tests.runner import run_cli
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 LOW = (0, -1, -(2**63))
 
 

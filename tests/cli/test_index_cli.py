@@ -63,6 +63,7 @@ def _stable(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
 def test_no_index_gives_the_same_document(
     agentdb: Agentdb, state: demo.DemoState, args: Any
@@ -156,6 +157,7 @@ def test_an_unwritable_cache_answers_with_a_note(
     assert "index" in err and "reading every file" in err
 
 
+@pytest.mark.slow
 def test_a_busy_index_answers_by_scan_with_a_note(
     agentdb: Agentdb, state: demo.DemoState, tmp_path: Path
 ) -> None:
@@ -186,6 +188,7 @@ def test_a_busy_index_answers_by_scan_with_a_note(
     assert "busy" in p.stderr and "answered from the files" in p.stderr
 
 
+@pytest.mark.slow
 def test_two_processes_building_at_once_agree(state: demo.DemoState, tmp_path: Path) -> None:
     """Two agentdb processes refresh a cold index at the same moment: both answer, the same."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "racehome")}

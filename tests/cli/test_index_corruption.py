@@ -23,6 +23,8 @@ from agentdb import verdicts
 from tests.runner import Agentdb
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 PAGE = 4096
 
 

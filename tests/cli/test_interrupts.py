@@ -72,6 +72,7 @@ def interrupt_after_progress(
         return t.finish()
 
 
+@pytest.mark.slow
 def test_migrate_all_reports_what_it_migrated_before_ctrl_c(sessions_dir: Path) -> None:
     ids = clones(sessions_dir, N, revision=1)
     code, out, err = interrupt_after_progress(
@@ -112,6 +113,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_long_wait_for_a_lock_at_once(sessions_dir: Path) -> None:
     """``migrate --wait 3600`` on a session whose writer holds its write lock: Ctrl-C ends the
     wait within a second or two (SQLite's busy timeout would sleep out the hour)."""
@@ -137,6 +139,7 @@ def test_ctrl_c_ends_a_long_wait_for_a_lock_at_once(sessions_dir: Path) -> None:
     assert user_version(locked) == 1 and user_version(sessions_dir / f"{ids[2]}.sqlite") == 1
 
 
+@pytest.mark.slow
 def test_backup_all_reports_what_it_copied_before_ctrl_c(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -157,6 +160,7 @@ def test_backup_all_reports_what_it_copied_before_ctrl_c(
     assert len(copies - set(reported)) <= 1
 
 
+@pytest.mark.slow
 def test_prune_reports_what_it_removed_before_ctrl_c(sessions_dir: Path) -> None:
     n = 200
     ids = clones(sessions_dir, n, revision=2)
@@ -200,6 +204,7 @@ def test_prune_reports_what_it_removed_before_ctrl_c(sessions_dir: Path) -> None
     assert list(sessions_dir.iterdir()) == []  # finished, intent and all
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_prune_creates_its_intent_never_leaves_it_cut(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -243,6 +248,7 @@ def test_ctrl_c_while_prune_creates_its_intent_never_leaves_it_cut(
     assert list(sessions_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_recover_all_reports_what_it_recovered_before_ctrl_c(sessions_dir: Path) -> None:
     n = 30
     ids = clones(sessions_dir, n, revision=2)
@@ -308,6 +314,7 @@ sys.meta_path.insert(0, _Pause())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("module", "argv"),
     [
@@ -358,6 +365,7 @@ def long_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return d, sid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -389,6 +397,7 @@ def test_reader_closing_the_pipe_early_is_not_an_error(
     assert err == b""
 
 
+@pytest.mark.slow
 def test_head_in_a_shell_pipeline(long_session: tuple[Path, str]) -> None:
     sdir, sid = long_session
     r = subprocess.run(

@@ -113,6 +113,7 @@ def copies(tree: Path, tmp_path: Path) -> list[tuple[Path, Path, Path]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -205,6 +206,7 @@ def _kill_workers_at(argv: list[str], point: str, gate: Path) -> tuple[int, Any,
     return p.returncode, json.loads(out), killed
 
 
+@pytest.mark.slow
 def test_migrate_worker_killed_mid_file(tmp_path: Path) -> None:
     """SIGKILL to every worker while each holds a file (one paused after its backup, the other
     anywhere, maybe halfway through writing its backup): the files are done again in new
@@ -225,6 +227,7 @@ def test_migrate_worker_killed_mid_file(tmp_path: Path) -> None:
     assert all(not Path(f"/proc/{pid}").exists() for pid in killed)
 
 
+@pytest.mark.slow
 def test_backup_worker_killed_mid_copy(tmp_path: Path) -> None:
     root = tmp_path / "t"
     root.mkdir()
@@ -240,6 +243,7 @@ def test_backup_worker_killed_mid_copy(tmp_path: Path) -> None:
     assert names(dest) == names(twin_dest)  # the killed workers' temp copies are gone
 
 
+@pytest.mark.slow
 def test_backup_worker_that_dies_twice_is_failed_and_leaves_nothing(tmp_path: Path) -> None:
     root = tmp_path / "t"
     root.mkdir()
@@ -261,6 +265,7 @@ def test_backup_worker_that_dies_twice_is_failed_and_leaves_nothing(tmp_path: Pa
     assert [s["outcome"] for s in doc["sessions"]].count("corrupt") == 2
 
 
+@pytest.mark.slow
 def test_migrate_worker_that_dies_twice_then_a_rerun_finishes(tmp_path: Path) -> None:
     root = tmp_path / "t"
     root.mkdir()
@@ -282,6 +287,7 @@ def _revision(path: Path) -> int:
         return int.from_bytes(f.read(64)[60:64], "big")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["migrate", "backup"])
 def test_ctrl_c_with_workers_reports_every_file_done(tmp_path: Path, command: str) -> None:
     """Ctrl-C with two workers: no new file starts, the files in hand are interrupted as a
@@ -325,6 +331,7 @@ def test_ctrl_c_with_workers_reports_every_file_done(tmp_path: Path, command: st
         assert all(_revision(sessions / f"{sid}.sqlite") == CURRENT_REVISION for sid in old)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_long_wait_for_a_lock_in_a_worker(tmp_path: Path) -> None:
     """``migrate --wait 3600 -j2`` with a session whose writer holds its write lock: the other
     worker does every other file; Ctrl-C then interrupts the worker that waits, at once."""
@@ -375,6 +382,7 @@ def test_ctrl_c_ends_a_long_wait_for_a_lock_in_a_worker(tmp_path: Path) -> None:
     assert len(outcomes) == len(list(sessions.glob("*.sqlite"))) - 1  # all but the locked one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["prune", "plugins"])
 def test_ctrl_c_while_workers_read(tmp_path: Path, command: str) -> None:
     """SIGINT while every worker is inside a file: prune stops before removing anything,
@@ -424,6 +432,7 @@ def test_ctrl_c_while_workers_read(tmp_path: Path, command: str) -> None:
         assert json.loads(err)["error"]["code"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_workers_stop_when_the_command_is_killed(tmp_path: Path) -> None:
     """SIGKILL to ``migrate --wait 3600 -j2`` while a worker waits for a writer's lock: the
     worker is told (parent-death signal) and stops at once instead of waiting out the hour as

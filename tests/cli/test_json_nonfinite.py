@@ -15,6 +15,8 @@ from agentdb import demo, schemas
 from agentdb.store import Event, SessionWriter, Usage
 from tests.runner import run_cli
 
+pytestmark = pytest.mark.slow
+
 jsonschema = pytest.importorskip("jsonschema")
 
 

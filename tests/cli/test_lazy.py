@@ -76,6 +76,7 @@ def test_summary_table_says_what_each_command_says() -> None:
             assert stand_in.get_short_help_str(limit) == real.get_short_help_str(limit), name
 
 
+@pytest.mark.slow
 def test_help_imports_no_command_and_lists_every_one(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "--help")
     assert code == 0
@@ -92,6 +93,7 @@ def test_help_imports_no_command_and_lists_every_one(tmp_path: Path) -> None:
         assert f"{name} " in listed and " ".join(summary.split()) in " ".join(listed.split())
 
 
+@pytest.mark.slow
 def test_completing_a_command_name_imports_no_command(tmp_path: Path) -> None:
     env = {"_AGENTDB_COMPLETE": "zsh_complete", "COMP_WORDS": "agentdb ", "COMP_CWORD": "1"}
     code, modules = loaded(tmp_path, env=env)
@@ -111,6 +113,7 @@ def test_completing_a_command_name_imports_no_command(tmp_path: Path) -> None:
         assert words[i + 1] == shortened
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "role", "args"),
     [
@@ -134,6 +137,7 @@ def test_a_command_imports_no_other_command(
         assert "agentdb.salvage.execution" not in modules
 
 
+@pytest.mark.slow
 def test_help_of_one_command_imports_that_command_only(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "recover", "--help")
     assert code == 0
@@ -141,6 +145,7 @@ def test_help_of_one_command_imports_that_command_only(tmp_path: Path) -> None:
     assert others("recover", modules) == []
 
 
+@pytest.mark.slow
 def test_a_recovery_imports_no_other_command(tmp_path: Path, demo_state: demo.DemoState) -> None:
     """The whole job on a copy of a damaged session: engines, replacement, swap, log."""
     damaged = demo_state.by_role("damaged").path

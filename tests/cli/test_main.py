@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.runner import Agentdb, run_cli
 
 
@@ -16,11 +18,13 @@ def test_version_and_help_exit_zero(agentdb: Agentdb) -> None:
     assert "sessions" in out.lower()
 
 
+@pytest.mark.slow
 def test_unknown_option_is_usage_error() -> None:
     r = run_cli("--no-such-option")
     assert r.returncode == 2 and r.stdout == ""
 
 
+@pytest.mark.slow
 def test_sessions_dir_that_is_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
     f = tmp_path / "not-a-dir"
     f.write_text("x")

@@ -36,6 +36,7 @@ def test_no_page_without_a_command() -> None:
     assert pages == set(all_pages())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 def test_check_page_renders() -> None:
     out = subprocess.run(

@@ -14,6 +14,7 @@ from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session
 
 
+@pytest.mark.slow
 def test_migrate_json_shape_and_exit(sessions_dir: Path, agentdb: Agentdb) -> None:
     old, p = make_session(sessions_dir, revision=1)
     cur, _ = make_session(sessions_dir)
@@ -31,6 +32,7 @@ def test_migrate_json_shape_and_exit(sessions_dir: Path, agentdb: Agentdb) -> No
     assert user_version(p) == CURRENT_REVISION
 
 
+@pytest.mark.slow
 def test_migrate_exit_1_on_problems_and_table(sessions_dir: Path, agentdb: Agentdb) -> None:
     sid, p = make_session(sessions_dir, turns=40, revision=1)
     demo.damage_page(p, table="events", nth_leaf=1)
@@ -97,6 +99,7 @@ def test_backup_and_verify(sessions_dir: Path, tmp_path: Path, agentdb: Agentdb)
     assert code == 1 and sid in out
 
 
+@pytest.mark.slow
 def test_migrate_json_shape(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     r = run_cli(*state_options(state), "migrate", "--all", "--json")

@@ -55,6 +55,7 @@ def test_backup_to_below_a_file(two, tmp_path: Path, agentdb: Agentdb) -> None:
     assert f.read_text() == "keep"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
 def test_backup_to_proc(two, agentdb: Agentdb) -> None:
     sdir, _ = two
@@ -93,6 +94,7 @@ def test_migrate_wait_rejects_non_finite_and_absurd(two, agentdb: Agentdb, value
     one_line_error(err, "--wait")
 
 
+@pytest.mark.slow
 def test_migrate_wait_zero_is_fine(two, agentdb: Agentdb) -> None:
     sdir, _ = two
     code, _, err = agentdb("--sessions-dir", str(sdir), "migrate", "--all", "--wait", "0")
@@ -117,6 +119,7 @@ def _commands_with(option: str) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_fmt_option_is_validated(two, agentdb: Agentdb) -> None:
     sdir, ids = two
     commands = _commands_with("--fmt")
@@ -132,6 +135,7 @@ def test_every_fmt_option_is_validated(two, agentdb: Agentdb) -> None:
     assert "|" in out  # a github table
 
 
+@pytest.mark.slow
 def test_backup_into_the_sessions_directory_is_refused(
     two, tmp_path: Path, agentdb: Agentdb
 ) -> None:
@@ -164,6 +168,7 @@ def test_relative_xdg_state_home_is_named(tmp_path: Path, monkeypatch, agentdb: 
     assert "ignored" not in err
 
 
+@pytest.mark.slow
 def test_relative_xdg_cache_home_is_named(
     two, tmp_path: Path, monkeypatch, agentdb: Agentdb
 ) -> None:
@@ -226,6 +231,7 @@ def test_a_group_without_a_command_shows_its_help(agentdb: Agentdb) -> None:
         assert "Usage:" in err and listed in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_report_html_needs_a_file_name(two, tmp_path: Path, agentdb: Agentdb) -> None:
     sdir, _ = two
     f = tmp_path / "file"

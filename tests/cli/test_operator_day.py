@@ -14,12 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentdb import demo
 from agentdb.store import SessionWriter
 from tests.rows import all_rows
 from tests.runner import global_options, run_cli
 from tests.support import SRC, make_session
 from tests.test_prune import cache_version
+
+pytestmark = pytest.mark.slow
 
 
 def agentdb(state: Path, *args: str) -> tuple[int, Any, str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import agentdb.cli
 
 CLI = Path(agentdb.cli.__file__).parent
@@ -39,6 +41,7 @@ def test_every_json_command_renders_through_output() -> None:
         assert "output.emit_json" in path.read_text(), path.name
 
 
+@pytest.mark.slow
 def test_results_name_their_document_one_way() -> None:
     """A result that has a JSON document builds it in ``to_json()`` (one name, not two)."""
     src = CLI.parent

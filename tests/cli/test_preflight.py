@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session
 
 
+@pytest.mark.slow
 def test_kernel_never_looked_up_in_the_plugin_cache(tmp_path: Path, sessions_dir: Path) -> None:
     cache = tmp_path / "pc"
     k = demo.KERNEL
@@ -27,6 +30,7 @@ def test_kernel_never_looked_up_in_the_plugin_cache(tmp_path: Path, sessions_dir
     assert all(v.get("sessions", 0) == 0 for v in doc["versions"]), doc
 
 
+@pytest.mark.slow
 def test_preflight(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     pinned = demo_state.by_role("pinned").session_id
     code, out, err = agentdb(*state_options(demo_state), "preflight", pinned, "--json")

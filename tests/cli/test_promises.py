@@ -51,6 +51,7 @@ def read_only_commands(state: demo.DemoState) -> list[list[str]]:
     return cmds
 
 
+@pytest.mark.slow
 def test_xdg_defaults_when_unset(tmp_path: Path) -> None:
     """XDG_STATE_HOME / XDG_CACHE_HOME unset: ~/.local/state/agent/sessions, ~/.cache/agent/plugins,
     and the recovery log at ~/.local/state/agent/recovery.log."""
@@ -83,6 +84,7 @@ def test_xdg_defaults_when_unset(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_xdg_variables_and_overrides(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     env = {
@@ -135,6 +137,7 @@ AUDIT_RUNNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_writes_only_where_the_contract_says(tmp_path: Path) -> None:
     """Every file or directory any command creates is a session-dir file, the recovery log, a
     backup under --to, or agentdb's own data under $XDG_CACHE_HOME/agentdb/ (never $TMPDIR)."""
@@ -196,6 +199,7 @@ ID_COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", BAD_IDS)
 def test_bad_ids_rejected_before_any_file_is_touched(tmp_path: Path, bad: str) -> None:
     state = demo.build(tmp_path / "d")
@@ -220,6 +224,7 @@ def test_bad_ids_rejected_before_any_file_is_touched(tmp_path: Path, bad: str) -
     assert not backup.exists()
 
 
+@pytest.mark.slow
 def test_other_files_never_touched_by_any_command(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     extras = hostile_extras(state.sessions_dir, state.sessions[0].session_id)
@@ -254,6 +259,7 @@ def test_other_files_never_touched_by_any_command(tmp_path: Path) -> None:
         assert others() == before, cmd
 
 
+@pytest.mark.slow
 def test_created_files_and_dirs_private_under_umask_000(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     opts = state_options(state)
@@ -294,6 +300,7 @@ def test_created_files_and_dirs_private_under_umask_000(tmp_path: Path) -> None:
         assert stat.S_IMODE(os.lstat(d).st_mode) == 0o700, d
 
 
+@pytest.mark.slow
 def test_json_stdout_is_one_document(demo_state: demo.DemoState) -> None:
     """With --json, stdout parses as one JSON document whatever the outcome; words go to stderr."""
     for cmd in read_only_commands(demo_state):
@@ -311,6 +318,7 @@ def test_json_stdout_is_one_document(demo_state: demo.DemoState) -> None:
         json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_missing_sessions_dir_is_a_usage_error_everywhere(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     not_dir = tmp_path / "file"
@@ -337,6 +345,7 @@ def test_missing_sessions_dir_is_a_usage_error_everywhere(tmp_path: Path) -> Non
     assert not missing.exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_exit_codes(tmp_path: Path, sessions_dir: Path) -> None:
     sid, _ = make_session(sessions_dir)
     opts = ["--sessions-dir", str(sessions_dir), "--plugin-cache", str(tmp_path / "pc")]
@@ -352,6 +361,7 @@ def test_exit_codes(tmp_path: Path, sessions_dir: Path) -> None:
     assert run_cli(*opts, "preflight", sid).returncode == 1  # producers missing
 
 
+@pytest.mark.slow
 def test_read_only_commands_change_nothing(demo_state: demo.DemoState) -> None:
     root = demo_state.root
     before = tree_snapshot(root)
@@ -375,6 +385,7 @@ def test_enums_are_the_specs() -> None:
     assert len(enums.PLUGIN_CATEGORIES) == 7
 
 
+@pytest.mark.slow
 def test_error_messages_are_one_line_naming_file_problem_fix(
     tmp_path: Path, sessions_dir: Path
 ) -> None:
@@ -425,6 +436,7 @@ def test_error_messages_are_one_line_naming_file_problem_fix(
         assert r.returncode == 1 and str(p) in r.stderr and "skipped_live" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_wal_without_shm_gets_only_sqlites_shm(tmp_path: Path, sessions_dir: Path) -> None:
     """The one documented change a reader makes (docs/check.md): a WAL left without its -shm
     gets SQLite's rebuildable -shm; the database and WAL bytes and modes stay as they were."""

@@ -18,6 +18,7 @@ from tests.support import held_open, make_session, tree_snapshot
 from tests.test_prune import cache_version, crashed_session, foreign_file, old_session, snapshot
 
 
+@pytest.mark.slow
 def test_usage_errors(sessions_dir: Path, plugin_cache: Path) -> None:
     assert run_cli(*global_options(sessions_dir, plugin_cache), "prune").returncode == 2
     assert (
@@ -46,6 +47,7 @@ def test_usage_errors(sessions_dir: Path, plugin_cache: Path) -> None:
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_json_changes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
     (plugin_cache / "model" / "anthropic" / "1.4.0").mkdir(parents=True)
     gone = old_session(sessions_dir, 200)
@@ -73,6 +75,7 @@ def test_dry_run_json_changes_nothing(sessions_dir: Path, plugin_cache: Path) ->
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_no_terminal_without_yes_deletes_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
     old_session(sessions_dir, 200)
     before = snapshot(sessions_dir)
@@ -81,6 +84,7 @@ def test_no_terminal_without_yes_deletes_nothing(sessions_dir: Path, plugin_cach
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_unconfirmed_json_never_reports_removed(sessions_dir: Path, plugin_cache: Path) -> None:
     """No terminal and no --yes: nothing is removed, and ``removed`` says so (a script that
     reads only ``removed`` is not misled); the plan is in ``would_remove``."""
@@ -99,6 +103,7 @@ def test_unconfirmed_json_never_reports_removed(sessions_dir: Path, plugin_cache
     assert doc["dry_run"] is False and doc["confirmed"] is True and doc["freed_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_foreign_file_is_never_removed(sessions_dir: Path, plugin_cache: Path) -> None:
     """Not even named with --include-damaged --yes: reason ``foreign``, the file stays."""
     foreign = foreign_file(sessions_dir, 200)
@@ -120,6 +125,7 @@ def test_foreign_file_is_never_removed(sessions_dir: Path, plugin_cache: Path) -
     assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_yes_removes_and_exit_codes(sessions_dir: Path, plugin_cache: Path) -> None:
     gone = old_session(sessions_dir, 200)
     kept = old_session(sessions_dir, 2)
@@ -144,6 +150,7 @@ def test_yes_removes_and_exit_codes(sessions_dir: Path, plugin_cache: Path) -> N
 FAULTS = ["after_plan", "intent_created", "after_intent", "after_db_unlink", "after_sidecars"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS)
 def test_kill_9_then_rerun_leaves_no_orphans(
     sessions_dir: Path, plugin_cache: Path, fault: str
@@ -162,6 +169,7 @@ def test_kill_9_then_rerun_leaves_no_orphans(
     assert crashed and plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS[2:])
 def test_kill_9_with_include_damaged(sessions_dir: Path, plugin_cache: Path, fault: str) -> None:
     sid, path = make_session(sessions_dir, turns=20)
@@ -179,6 +187,7 @@ def test_kill_9_with_include_damaged(sessions_dir: Path, plugin_cache: Path, fau
     assert os.listdir(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_intent_cut_short_decides_nothing(sessions_dir: Path, plugin_cache: Path) -> None:
     """A kill between creating the intent and writing it leaves it empty. It is fsynced before
     anything is removed, so nothing was: a run that does not select the session leaves it and
@@ -203,6 +212,7 @@ def test_intent_cut_short_decides_nothing(sessions_dir: Path, plugin_cache: Path
     assert os.listdir(sessions_dir) == []
 
 
+@pytest.mark.slow
 def test_interrupted_prune_of_a_session_that_changed_is_kept(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -232,6 +242,7 @@ def test_interrupted_prune_of_a_session_that_changed_is_kept(
     assert os.listdir(sessions_dir) == [f"{sid}.sqlite"]
 
 
+@pytest.mark.slow
 def test_plugins_refs_json(sessions_dir: Path, plugin_cache: Path) -> None:
     (plugin_cache / "model" / "anthropic" / "1.4.0").mkdir(parents=True)
     (plugin_cache / "tool" / "shell" / "2.1.0").mkdir(parents=True)
@@ -243,6 +254,7 @@ def test_plugins_refs_json(sessions_dir: Path, plugin_cache: Path) -> None:
     assert [v["version"] for v in doc["unreferenced"]] == ["2.1.0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", ["y", "n"])
 def test_terminal_confirmation(sessions_dir: Path, plugin_cache: Path, answer: str) -> None:
     sid = old_session(sessions_dir, 200)
@@ -284,6 +296,7 @@ def test_prune_json_shape_and_reason_codes(tmp_path: Path) -> None:
     assert child in doc["would_remove"]
 
 
+@pytest.mark.slow
 def test_prune_needs_confirmation_and_dry_run_changes_nothing(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     before = tree_snapshot(tmp_path)
@@ -308,6 +321,7 @@ def _versions(doc: dict[str, Any], key: str = "pinned_versions") -> dict[str, di
     return {f"{v['category']}/{v['name']}/{v['version']}": v for v in doc[key]}
 
 
+@pytest.mark.slow
 def test_totals_by_reason_and_capped_rows(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     pinned = [old_session(sessions_dir, 300 - i, model=demo.MODEL_CACHED) for i in range(14)]
@@ -343,6 +357,7 @@ def test_totals_by_reason_and_capped_rows(sessions_dir: Path, plugin_cache: Path
     assert all(s in r.stdout for s in pinned)
 
 
+@pytest.mark.slow
 def test_include_pinned_removes_and_names_unreferenced_versions(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:
@@ -400,6 +415,7 @@ def _run_on_terminal(
         return t.finish(timeout=60)
 
 
+@pytest.mark.slow
 def test_confirmation_lists_each_version_they_pin(sessions_dir: Path, plugin_cache: Path) -> None:
     cache_version(plugin_cache, demo.MODEL_CACHED)
     cache_version(plugin_cache, OTHER)
@@ -421,6 +437,7 @@ def test_confirmation_lists_each_version_they_pin(sessions_dir: Path, plugin_cac
     assert "plugins refs` lists it as unreferenced" in term and "model/anthropic/1.4.0" in term
 
 
+@pytest.mark.slow
 def test_prune_json_validates_against_the_shipped_schema(
     sessions_dir: Path, plugin_cache: Path
 ) -> None:

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo, fsutil
 from tests.runner import run_cli, state_options
 
 
+@pytest.mark.slow
 def test_recovery_log_follows_sessions_dir_parent(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     moved = tmp_path / "elsewhere" / "deeper" / "sessions"
@@ -28,6 +31,7 @@ def test_recovery_log_follows_sessions_dir_parent(tmp_path: Path) -> None:
     assert not (tmp_path / "d" / "state" / "agent" / "recovery.log").exists()
 
 
+@pytest.mark.slow
 def test_corrupt_names_never_overwritten(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "d")
     damaged = state.by_role("damaged")
@@ -64,6 +68,7 @@ def test_recover_json_shape(tmp_path: Path) -> None:
     assert r.returncode == 0 and json.loads(r.stdout)["sessions"][0]["outcome"] == "healthy"
 
 
+@pytest.mark.slow
 def test_scratch_left_by_a_killed_job_is_swept(tmp_path: Path) -> None:
     """Private scratch copies live in $XDG_CACHE_HOME/agentdb/tmp; a killed job's are removed by
     the next job (their pid no longer runs), a running job's are left alone."""

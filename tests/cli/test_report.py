@@ -11,6 +11,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentdb import demo, report
 from agentdb.report import SessionLine
 from agentdb.report.html import _tree
@@ -81,6 +83,7 @@ def assert_numbers_match(page: Page, doc: dict[str, Any]) -> None:
             assert shown == str(value), key
 
 
+@pytest.mark.slow
 def test_report_names_every_session_and_matches_the_json(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "demo")
     g = ("--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache))
@@ -144,6 +147,7 @@ def test_hostile_text_is_escaped(tmp_path: Path, sessions_dir: Path) -> None:
     assert "\x1b" not in out.read_text()
 
 
+@pytest.mark.slow
 def test_file_rules(tmp_path: Path, sessions_dir: Path) -> None:
     make_session(sessions_dir)
     g = ("--sessions-dir", str(sessions_dir))
@@ -175,6 +179,7 @@ def test_file_rules(tmp_path: Path, sessions_dir: Path) -> None:
     assert run_cli(*g, "report").returncode == 2  # neither --html nor --json
 
 
+@pytest.mark.slow
 def test_many_sessions_keep_the_page_bounded(
     tmp_path: Path, sessions_dir: Path, monkeypatch
 ) -> None:
@@ -195,6 +200,7 @@ def test_many_sessions_keep_the_page_bounded(
     assert page.numbers["summary.sessions"] == "7"
 
 
+@pytest.mark.slow
 def test_force_never_replaces_a_device_fifo_log_or_database(
     tmp_path: Path, sessions_dir: Path
 ) -> None:
@@ -244,6 +250,7 @@ class _Depth(HTMLParser):
             self.depth -= 1
 
 
+@pytest.mark.slow
 def test_the_report_tree_of_a_chain_deeper_than_the_recursion_limit() -> None:
     n = sys.getrecursionlimit() * 3
     ids = ulids(n)

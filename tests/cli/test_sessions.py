@@ -19,6 +19,7 @@ from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session, ulids
 
 
+@pytest.mark.slow
 def test_list(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     code, out, _ = agentdb(*state_options(demo_state), "sessions", "list", "--json")
     assert code == 0
@@ -62,6 +63,7 @@ def test_unreadable_file_is_listed_not_fatal(sessions_dir: Path, agentdb: Agentd
     assert {r["session_id"]: r["status"] for r in rows} == {sid: "completed", bad: "unreadable"}
 
 
+@pytest.mark.slow
 def test_show(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     sid = demo_state.by_role("parent").session_id
     code, out, _ = agentdb(*state_options(demo_state), "sessions", "show", sid, "--json")
@@ -91,6 +93,7 @@ def test_tree(agentdb: Agentdb, demo_state: demo.DemoState) -> None:
     assert len(p["children"]) == 2
 
 
+@pytest.mark.slow
 def test_tree_orphans_and_cycles(sessions_dir: Path) -> None:
     a, _ = make_session(sessions_dir)
     b, _ = make_session(sessions_dir, parent=a, depth=1)
@@ -126,6 +129,7 @@ def test_list_with_jobs_gives_the_same_rows(
     assert len(json.loads(two)["sessions"]) == len(demo_state.sessions) > 2
 
 
+@pytest.mark.slow
 def test_hostile_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
     """A profile with escape sequences and a newline is shown escaped, on one line."""
     from agentdb.store import SessionWriter
@@ -141,6 +145,7 @@ def test_hostile_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
         assert not any(line.startswith("line2") for line in r.stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_json_output_is_inert_on_a_terminal(tmp_path: Path) -> None:
     from agentdb.store import SessionWriter
 
@@ -154,6 +159,7 @@ def test_json_output_is_inert_on_a_terminal(tmp_path: Path) -> None:
     assert any(s["profile"] == "c1\x9bcsi é" for s in doc["sessions"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [1500, 60_000])
 def test_sessions_tree_json_of_a_deep_chain(
     depth: int, sessions_dir: Path, monkeypatch: pytest.MonkeyPatch, agentdb: Agentdb

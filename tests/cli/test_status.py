@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from agentdb import demo
 from agentdb.store import SessionWriter
 from tests.runner import run_cli
@@ -24,6 +26,7 @@ def _status(*g: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     return p.returncode, doc
 
 
+@pytest.mark.slow
 def test_demo_status_before_and_after_check(tmp_path: Path) -> None:
     state = demo.build(tmp_path / "demo")
     g = ("--sessions-dir", str(state.sessions_dir), "--plugin-cache", str(state.plugin_cache))
@@ -84,6 +87,7 @@ def test_demo_status_before_and_after_check(tmp_path: Path) -> None:
         assert again[k] == doc[k]
 
 
+@pytest.mark.slow
 def test_healthy_directory_exits_0_and_a_change_is_seen(tmp_path: Path, sessions_dir: Path) -> None:
     ids = [make_session(sessions_dir)[0] for _ in range(3)]
     g = ("--sessions-dir", str(sessions_dir), "--plugin-cache", str(tmp_path / "none"))
@@ -112,6 +116,7 @@ def test_healthy_directory_exits_0_and_a_change_is_seen(tmp_path: Path, sessions
     assert [x["command"] for x in doc["next"]] == ["agentdb check --problems"]
 
 
+@pytest.mark.slow
 def test_running_with_a_holder_is_live_not_interrupted(tmp_path: Path, sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, status="running")
     g = ("--sessions-dir", str(sessions_dir), "--plugin-cache", str(tmp_path / "none"))

@@ -85,6 +85,7 @@ def test_later_is_computed_after_the_rows_before_it(capsys: pytest.CaptureFixtur
     assert json.loads(capsys.readouterr().out) == {"rows": [0, 1, 2, 3, 4], "count": 5}
 
 
+@pytest.mark.slow
 def test_check_json_streamed_equals_one_document(
     sessions_dir: Path,
     agentdb: Agentdb,
@@ -118,6 +119,7 @@ def test_check_json_streamed_equals_one_document(
     assert doc["summary"]["checked"] == 5 and doc["summary"]["directory_findings"] == 1
 
 
+@pytest.mark.slow
 def test_check_table_is_the_same_in_any_chunk_size(
     sessions_dir: Path, agentdb: Agentdb, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +131,7 @@ def test_check_table_is_the_same_in_any_chunk_size(
     assert len(whole.splitlines()) == 2 + 5  # header, rule, five rows
 
 
+@pytest.mark.slow
 def test_check_results_are_produced_while_iterated(sessions_dir: Path) -> None:
     """A file is read only when its turn comes: the first result is out before the last file
     is opened (so nothing but the rows in hand is kept)."""
@@ -144,6 +147,7 @@ def test_check_results_are_produced_while_iterated(sessions_dir: Path) -> None:
     assert stream.summary["checked"] == 3 and not stream.ok
 
 
+@pytest.mark.slow
 def test_sessions_list_json_streamed_equals_one_document(
     sessions_dir: Path,
     agentdb: Agentdb,
@@ -201,6 +205,7 @@ def test_fast_table_drawing_is_what_tabulate_draws(fmt: str) -> None:
         assert fast == want, (rows, headers)
 
 
+@pytest.mark.slow
 def test_check_with_workers_streams_in_id_order(sessions_dir: Path) -> None:
     """With a pool of workers the results still come in id order, the same as one process."""
     from agentdb.checks.run import POOL_THRESHOLD

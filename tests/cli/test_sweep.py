@@ -294,6 +294,7 @@ def _sweep(path: list[str], cmd: click.Command, w: World) -> tuple[list[str], in
     return problems, runs
 
 
+@pytest.mark.slow
 def test_every_option_of_every_command_at_its_boundaries(world: World) -> None:
     """The sweep, all commands in one run, within the CI budget of a minute."""
     start = time.monotonic()
@@ -325,6 +326,7 @@ GLOBALS = [p for p in cli.params if isinstance(p, click.Option) and not p.is_fla
 COMMANDS_FOR_GLOBALS = [["check", "--json"], ["preflight", "{healthy}"], ["sessions", "list"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", GLOBALS, ids=[p.opts[0] for p in GLOBALS])
 def test_global_options_at_their_boundaries(world: World, p: click.Option) -> None:
     """The group's own options (and their environment variables), under a few commands."""

@@ -235,6 +235,7 @@ def test_page1_offset(db4096: Path) -> None:
     assert page.kind is PageKind.LEAF_TABLE
 
 
+@pytest.mark.slow
 @given(st.binary(min_size=512, max_size=700), st.integers(min_value=1, max_value=3))
 def test_garbage_pages_raise_only_format_error(data: bytes, pgno: int) -> None:
     for kind_byte in (data[0], 2, 5, 10, 13):
@@ -254,6 +255,7 @@ def test_garbage_pages_raise_only_format_error(data: bytes, pgno: int) -> None:
             pass
 
 
+@pytest.mark.slow
 @given(st.dictionaries(st.integers(0, 6), st.binary(min_size=0, max_size=520), max_size=6),
        st.integers(0, 8), st.integers(-5, 5000))  # fmt: skip
 def test_garbage_chains_raise_only_format_error(pages: dict, first: int, needed: int) -> None:

@@ -20,6 +20,7 @@ values = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(st.lists(values, max_size=70), st.sampled_from(["utf-8", "utf-16le", "utf-16be"]))
 def test_round_trip(row: list, encoding: str) -> None:
     assert decode_record(encode_record(row, encoding), encoding) == row

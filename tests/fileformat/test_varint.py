@@ -46,6 +46,7 @@ def test_position_out_of_range() -> None:
         read_varint(b"\x01", -1)
 
 
+@pytest.mark.slow
 @given(st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1))
 def test_round_trip(value: int) -> None:
     raw = encode_varint(value)

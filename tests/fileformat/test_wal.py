@@ -6,6 +6,7 @@ import struct
 from pathlib import Path
 
 import apsw
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -206,6 +207,7 @@ def _checksum_loop(data: bytes, s0: int, s1: int, big_endian: bool) -> tuple[int
     return s0, s1
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(0, 600).flatmap(lambda n: st.binary(min_size=8 * n, max_size=8 * n)),

@@ -73,6 +73,7 @@ def rows_alone(path: Path, into: Path) -> dict[str, set[tuple[object, ...]]]:
     return row_sets(copy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["other_session", "page_size", "larger_page_size"])
 def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind: str) -> None:
     sid, path = make_session(sessions_dir, turns=4)
@@ -109,6 +110,7 @@ def test_healthy_file_with_foreign_wal(sessions_dir: Path, tmp_path: Path, kind:
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other", [2, 3])
 @pytest.mark.parametrize("revision", [2, 3])
 def test_damaged_file_with_foreign_wal_salvages_the_file(
@@ -130,6 +132,7 @@ def test_damaged_file_with_foreign_wal_salvages_the_file(
     assert got["session_meta"] == original["session_meta"]
 
 
+@pytest.mark.slow
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -160,6 +163,7 @@ def test_own_wal_is_never_evidence(
         w.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other_revision", [2, 3])
 def test_other_sessions_events_on_other_pages_are_evidence(
     tmp_path: Path, other_revision: int

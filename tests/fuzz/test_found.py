@@ -27,6 +27,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> Bases:
 NULL_PAYLOAD = "rev=1 wal=0 size=long layout=plain damages=page_swap/827510730"
 
 
+@pytest.mark.slow
 def test_events_on_a_null_payload_is_no_traceback(bases: Bases, tmp_path: Path) -> None:
     sessions = tmp_path / "sessions"
     a = apply(Case.parse(NULL_PAYLOAD), bases, sessions)
@@ -55,6 +56,7 @@ WAL_CHECKSUM = "rev=1 wal=1 size=short layout=plain damages=wal_checksum/1025122
 TRUNCATED_WITH_WAL = "rev=1 wal=1 size=short layout=plain damages=truncate_main/399743235"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [WAL_CHECKSUM, TRUNCATED_WITH_WAL])
 def test_backup_refuses_what_check_calls_corrupt(bases: Bases, tmp_path: Path, case: str) -> None:
     sessions = tmp_path / "sessions"
@@ -90,6 +92,7 @@ COLD_JOURNAL = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [HOT_JOURNAL_DAMAGED, *COLD_JOURNAL])
 def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path, case: str) -> None:
     sessions = tmp_path / "sessions"
@@ -112,6 +115,7 @@ def test_recover_json_names_the_kept_journal(bases: Bases, tmp_path: Path, case:
 INVALID_TEXT_REV1 = "rev=1 wal=1 size=long layout=plain damages=invalid_utf8/1009863313"
 
 
+@pytest.mark.slow
 def test_kernel_open_recovers_invalid_text_instead_of_raising(bases: Bases, tmp_path: Path) -> None:
     sessions = tmp_path / "sessions"
     a = apply(Case.parse(INVALID_TEXT_REV1), bases, sessions)
@@ -305,6 +309,7 @@ CAMPAIGN = [
 ]
 
 
+@pytest.mark.slow
 def test_a_producer_whose_first_event_is_damaged_no_longer_sinks_recover(
     bases: Bases, tmp_path: Path
 ) -> None:
@@ -357,6 +362,7 @@ KNOWN_OPEN: list[str] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="open: see KNOWN_OPEN's comments")
 @pytest.mark.parametrize("case", KNOWN_OPEN)
 def test_known_open_failures_still_fail(bases: Bases, tmp_path: Path, case: str) -> None:
@@ -367,6 +373,7 @@ def test_known_open_failures_still_fail(bases: Bases, tmp_path: Path, case: str)
     assert not r.failures, (case, r.failures)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CAMPAIGN)
 def test_campaign_failures_hold_every_invariant(bases: Bases, tmp_path: Path, case: str) -> None:
     from tests.fuzz.invariants import run_case

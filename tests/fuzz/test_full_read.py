@@ -21,6 +21,8 @@ from agentdb.store import Event, SessionWriter
 from tests.fuzz import damage
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 
 def build_wal_session(root: Path, revision: int) -> tuple[str, Path]:
     """A closed-by-kill copy: a spilled payload at the end of the main file, later commits only

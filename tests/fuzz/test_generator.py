@@ -75,6 +75,7 @@ def test_cases_round_trip_and_are_deterministic() -> None:
         assert "ptrmap" not in c.kind or c.layout == "autovacuum"
 
 
+@pytest.mark.slow
 def test_every_kind_is_drawn_for_both_revisions_with_and_without_wal() -> None:
     seen = {
         (k, r, w)
@@ -121,6 +122,7 @@ def test_the_foreign_kinds_are_drawn_only_when_asked() -> None:
                 assert (kind, wal) in seen, (kind, wal)
 
 
+@pytest.mark.slow
 def test_a_torn_journal_is_the_last_write_through_sqlite() -> None:
     """No drawn case opens the file through SQLite after tearing its journal: that open would
     roll the torn journal back and delete it, laundering the killed write (seed 400496)."""
@@ -139,6 +141,7 @@ def test_a_torn_journal_is_the_last_write_through_sqlite() -> None:
     assert seen > 1000
 
 
+@pytest.mark.slow
 def test_same_case_same_bytes(bases: Bases, tmp_path: Path) -> None:
     c = Case.parse("rev=1 wal=1 size=short layout=plain damages=random_sector/5+truncate_wal/9")
     a = apply(c, bases, tmp_path / "a")
@@ -197,11 +200,13 @@ def _holds(case: Case, bases: Bases, work: Path) -> None:
     assert not r.failures, f"{case} ({r.applied.done}): {r.failures}\nreplay: {replay}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", CI_SEEDS)
 def test_fixed_seed_subset(bases: Bases, tmp_path: Path, seed: int) -> None:
     _holds(Case.from_seed(seed), bases, tmp_path / "case")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ISSUE_CASES))
 def test_issue_10_failures_stay_fixed(bases: Bases, tmp_path: Path, name: str) -> None:
     case = Case.parse(ISSUE_CASES[name])
@@ -209,6 +214,7 @@ def test_issue_10_failures_stay_fixed(bases: Bases, tmp_path: Path, name: str) -
     _holds(case, bases, tmp_path / "case")
 
 
+@pytest.mark.slow
 def test_describe_gives_the_page_map_the_generator_built(bases: Bases) -> None:
     """bench_recover damages files the generator did not build through ``describe``: it must
     see the same page map, overflow chains and TEXT columns as the base's own description."""

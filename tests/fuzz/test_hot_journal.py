@@ -59,6 +59,7 @@ def healthy(revision: int) -> str:
     return "ok" if revision == CURRENT_REVISION else "needs_migration"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [2, 3])
 def test_hot_journal_with_a_healthy_rollback(
     sessions_dir: Path, tmp_path: Path, revision: int
@@ -81,6 +82,7 @@ def test_hot_journal_with_a_healthy_rollback(
     assert checks.check_path(path, sid).verdict == healthy(revision)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [2, 3])
 def test_hot_journal_with_a_damaged_rollback(
     sessions_dir: Path, tmp_path: Path, revision: int
@@ -107,6 +109,7 @@ def test_hot_journal_with_a_damaged_rollback(
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_journal_of_another_page_size_is_foreign(sessions_dir: Path, tmp_path: Path) -> None:
     sid, path, _ = hot_journal_session(sessions_dir, "UPDATE events SET payload = randomblob(3000)")
     damage.write_at(sidecar(path, "-journal"), 24, (1024).to_bytes(4, "big"))
@@ -123,6 +126,7 @@ def test_journal_of_another_page_size_is_foreign(sessions_dir: Path, tmp_path: P
     assert os.stat(path).st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_hot_journal_beside_a_wal_is_read_as_sqlite_reads_it(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -176,6 +180,7 @@ INSERT_COPIES = (
 )
 
 
+@pytest.mark.slow
 def test_torn_journal_leaves_the_killed_rows_unverified(sessions_dir: Path, tmp_path: Path) -> None:
     """A hot journal cut to its 28-byte header (the storage lost its records though the
     overwritten pages reached the disk): its rollback restores nothing, so the file still holds
@@ -198,6 +203,7 @@ def test_torn_journal_leaves_the_killed_rows_unverified(sessions_dir: Path, tmp_
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_journal_torn_reads_records_as_the_playback_does(sessions_dir: Path) -> None:
     from agentdb.fileformat import journal_torn
 
@@ -237,6 +243,7 @@ ODD_JOURNALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [28, 512])
 @pytest.mark.parametrize("name", sorted(ODD_JOURNALS))
 def test_odd_journal_headers_are_judged_as_sqlite_rolls_them_back(
@@ -282,6 +289,7 @@ def test_odd_journal_headers_are_judged_as_sqlite_rolls_them_back(
     assert not sidecar(path, "-journal").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [28, 512])
 @pytest.mark.parametrize("name", sorted(ODD_JOURNALS))
 def test_the_kernel_opens_beside_an_odd_journal_and_loses_nothing(

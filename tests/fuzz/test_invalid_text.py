@@ -21,6 +21,8 @@ from agentdb.schema.revisions import COLUMNS
 from tests.fuzz import damage
 from tests.support import SRC, make_session
 
+pytestmark = pytest.mark.slow
+
 TEXT_COLUMNS = {
     "events": ("id", "timestamp", "kind", "producer_name", "schema_version"),
     "session_meta": ("profile", "status", "started_at"),

@@ -21,6 +21,8 @@ from tests.fuzz import damage
 from tests.rows import row_sets
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:

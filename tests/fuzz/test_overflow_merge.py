@@ -20,6 +20,8 @@ from tests.fuzz import damage
 from tests.rows import row_sets
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 CASES: list[tuple[str, Callable[[Path, int], damage.Damage], int]] = [
     ("loop", damage.loop_overflow, 0),
     ("loop", damage.loop_overflow, 2),

@@ -24,6 +24,8 @@ from tests.fuzz import damage
 from tests.salvage import corpus
 from tests.support import SRC
 
+pytestmark = pytest.mark.slow
+
 GUARD_S = 60
 LOOP_SEEDS = (20, 54, 68)
 

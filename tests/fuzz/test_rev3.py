@@ -94,6 +94,7 @@ def replace_seed(c: Case) -> Case:
     return Case(c.revision, c.wal, c.size, c.layout, c.damages)
 
 
+@pytest.mark.slow
 def test_a_naive_edit_leaves_no_committed_state(bases: Bases, tmp_path: Path) -> None:
     """The oracle itself: every naive edit the generator makes leaves rows that are neither
     the undamaged file's last committed state nor an earlier one (so check must not pass it),
@@ -113,6 +114,7 @@ def test_a_naive_edit_leaves_no_committed_state(bases: Bases, tmp_path: Path) ->
             shutil.rmtree(d)
 
 
+@pytest.mark.slow
 def test_a_consistent_rollback_is_counted_apart(bases: Bases, tmp_path: Path) -> None:
     """A -wal cut inside a commit presents the commit before it, whole: a valid earlier state
     of the session (design §1: out of scope), counted as a rollback and no failure."""
@@ -132,11 +134,13 @@ def _holds(case: Case, bases: Bases, work: Path) -> None:
     assert not r.failures, f"{case} ({r.applied.done}): {r.failures}\nreplay: {replay}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", REV3_SEEDS)
 def test_revision_3_seed_holds_every_invariant(bases: Bases, tmp_path: Path, seed: int) -> None:
     _holds(Case.from_seed(seed, revision=3), bases, tmp_path / "case")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SQL_EDITS))
 def test_revision_3_case_holds_every_invariant(bases: Bases, tmp_path: Path, name: str) -> None:
     _holds(Case.parse(SQL_EDITS[name]), bases, tmp_path / "case")

@@ -26,6 +26,8 @@ from tests.rows import row_sets
 from tests.salvage import corpus
 from tests.support import SRC, make_session
 
+pytestmark = pytest.mark.slow
+
 
 def cli(sessions_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -16,6 +16,8 @@ from agentdb.schema.revisions import CURRENT_REVISION
 from tests.rows import row_sets
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, Path]]:

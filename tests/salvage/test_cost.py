@@ -19,11 +19,15 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentdb.paths import sidecar
 from agentdb.store import Event, SessionWriter
 from tests import peak_rss
 from tests.rows import zero_page
 from tests.salvage import corpus
+
+pytestmark = pytest.mark.slow
 
 WAL_MB = (16, 64)  # two large WALs: the fixed costs (page caches, buffers) are full in both
 

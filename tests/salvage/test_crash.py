@@ -106,6 +106,7 @@ def finish_and_check(sessions_dir: Path, sid: str, path: Path, original: bytes, 
     assert log[-1]["event"] == "outcome" and log[-1]["outcome"] == "recovered"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", swap.POINTS)
 def test_kill_at_step(point: str, base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
@@ -134,6 +135,7 @@ def test_kill_at_random_instant(seed: int, base: tuple[str, Path], sessions_dir:
     finish_and_check(sessions_dir, sid, path, original, wal)
 
 
+@pytest.mark.slow
 def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     """Killed after the link: the re-run recognises its own .corrupt (same inode)."""
     sid, path = install(base, sessions_dir)
@@ -146,6 +148,7 @@ def test_rerun_after_crash_leaves_no_corrupt_1(base: tuple[str, Path], sessions_
     finish_and_check(sessions_dir, sid, path, original, wal)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", ["-wal", "-journal"])
 def test_a_left_sidecar_of_corrupt_takes_its_name(
     base: tuple[str, Path], sessions_dir: Path, suffix: str
@@ -171,6 +174,7 @@ def test_a_left_sidecar_of_corrupt_takes_its_name(
     assert left.read_bytes() == b"an earlier original's sidecar"
 
 
+@pytest.mark.slow
 def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path) -> None:
     sid, path = install(base, sessions_dir)
     assert salvage.recover_session(sessions_dir, sid).outcome == "recovered"
@@ -183,6 +187,7 @@ def test_second_damage_gets_corrupt_1(base: tuple[str, Path], sessions_dir: Path
     shutil.rmtree(sessions_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", swap.POINTS)
 def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
     point: str, sessions_dir: Path
@@ -212,6 +217,7 @@ def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
     assert checks.check_path(path, sid, recovered=True).verdict == "ok"
 
 
+@pytest.mark.slow
 def test_a_replacement_someone_holds_is_not_swapped_in(sessions_dir: Path) -> None:
     """Recover holds its replacement before the rename; when another open file description
     holds a lock on it, nothing is swapped, the original stays as it was, and no job file is

@@ -15,6 +15,8 @@ from tests.salvage import corpus
 from tests.salvage.test_corpus import assert_passes_check
 from tests.support import make_session
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _native_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,8 @@ import pytest
 
 from agentdb import salvage
 
+pytestmark = pytest.mark.slow
+
 generator = pytest.importorskip("tests.fuzz.generator")
 oracle = pytest.importorskip("tests.fuzz.oracle")
 

@@ -19,6 +19,8 @@ from agentdb.salvage.diskrows import DiskMap
 from tests.rows import all_rows
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 
 def _row_by_row(self: Any, table: str, tier: int, name: str, dst: DiskMap) -> None:
     self.take_tier_rows(table, tier, name)

@@ -39,6 +39,7 @@ def listing(d: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(d.iterdir())}
 
 
+@pytest.mark.slow
 def test_no_function_in_salvage_is_longer_than_60_lines() -> None:
     long = []
     for path in sorted(SALVAGE.glob("*.py")):
@@ -50,6 +51,7 @@ def test_no_function_in_salvage_is_longer_than_60_lines() -> None:
     assert long == []
 
 
+@pytest.mark.slow
 def test_one_class_per_name_in_salvage() -> None:
     seen: dict[str, str] = {}
     twins = []
@@ -62,6 +64,7 @@ def test_one_class_per_name_in_salvage() -> None:
     assert twins == []
 
 
+@pytest.mark.slow
 def test_no_private_name_is_imported_across_salvage_modules() -> None:
     crossing = []
     for path in sorted(SALVAGE.glob("*.py")):
@@ -71,6 +74,7 @@ def test_no_private_name_is_imported_across_salvage_modules() -> None:
     assert crossing == []
 
 
+@pytest.mark.slow
 def test_plan_changes_nothing_and_execute_swaps(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -93,6 +97,7 @@ def test_plan_changes_nothing_and_execute_swaps(sessions_dir: Path) -> None:
     assert not scratch.exists()
 
 
+@pytest.mark.slow
 def test_execute_refuses_a_file_changed_since_the_plan(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -110,6 +115,7 @@ def test_execute_refuses_a_file_changed_since_the_plan(sessions_dir: Path) -> No
     assert not log.exists()
 
 
+@pytest.mark.slow
 def test_scratch_is_removed_after_dry_run_and_after_ctrl_c(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -130,6 +136,7 @@ def test_scratch_is_removed_after_dry_run_and_after_ctrl_c(sessions_dir: Path) -
     assert leftovers == [] or salvage.recover_session(sessions_dir, sid).outcome == "recovered"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [1, 2])
 def test_levels_and_counts_equal_the_replacement(sessions_dir: Path, revision: int) -> None:
     sid, path = corpus.build_base(sessions_dir, revision=revision)
@@ -150,6 +157,7 @@ def test_levels_and_counts_equal_the_replacement(sessions_dir: Path, revision: i
     assert line["event"] == "outcome" and line["tables"] == out.tables
 
 
+@pytest.mark.slow
 def test_log_line_round_trips(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -168,6 +176,7 @@ def big_events_session(sessions_dir: Path, n: int) -> tuple[str, Path]:
     return w.session_id, w.path
 
 
+@pytest.mark.slow
 def test_values_stream_into_the_scratch_database(
     sessions_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,6 +217,7 @@ def test_the_scratch_database_is_owner_only(
         store.close()
 
 
+@pytest.mark.slow
 def test_rows_from_dot_recover_stream_too(
     sessions_dir: Path, monkeypatch: pytest.MonkeyPatch, capable_shell: Path
 ) -> None:

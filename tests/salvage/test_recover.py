@@ -42,6 +42,7 @@ def test_healthy_is_left_alone(sessions_dir: Path) -> None:
     assert not log_of(sessions_dir).exists()
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -53,6 +54,7 @@ def test_dry_run_changes_nothing(sessions_dir: Path) -> None:
     assert not log_of(sessions_dir).exists()
 
 
+@pytest.mark.slow
 def test_live_session_is_skipped(sessions_dir: Path) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -63,6 +65,7 @@ def test_live_session_is_skipped(sessions_dir: Path) -> None:
         assert snapshot(sessions_dir) == before
 
 
+@pytest.mark.slow
 def test_unsalvageable_file_is_unreadable_and_untouched(sessions_dir: Path) -> None:
     sid = "01HZZZZZZZZZZZZZZZZZZZZZZZ"
     path = sessions_dir / f"{sid}.sqlite"
@@ -111,6 +114,7 @@ def test_lost_session_meta_is_rebuilt_and_said(sessions_dir: Path) -> None:
     assert any("rebuilt" in n for n in out.notes)
 
 
+@pytest.mark.slow
 def test_stale_session_meta_is_never_resurrected(sessions_dir: Path, tmp_path: Path) -> None:
     """The status moves to 'completed' in a WAL commit after a broken frame: SQLite alone sees
     the older 'running' row; the resumed live copy must win over it."""
@@ -131,6 +135,7 @@ def test_stale_session_meta_is_never_resurrected(sessions_dir: Path, tmp_path: P
     assert SessionReader(path).info().status == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [corpus.d_zeroed_page, corpus.d_damaged_header])
 def test_kernel_open_recovers_automatically(
     damage, sessions_dir: Path, caplog: pytest.LogCaptureFixture
@@ -151,6 +156,7 @@ def test_kernel_open_recovers_automatically(
     assert recoverylog.entries_for(log_of(sessions_dir), sid)[-1]["outcome"] == "recovered"
 
 
+@pytest.mark.slow
 def test_cli_json_and_exit_codes(sessions_dir: Path, agentdb: Agentdb) -> None:
     good, _ = make_session(sessions_dir, turns=2)
     bad, path = make_session(sessions_dir, turns=20)
@@ -205,6 +211,7 @@ def test_unsalvageable_file_end_to_end_and_check_shows_the_log_entry(
     assert "recovery_unreadable" not in {f["code"] for f in c["findings"]}
 
 
+@pytest.mark.slow
 def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: Agentdb) -> None:
     sid, path = make_session(sessions_dir, turns=20)
     corpus.d_zeroed_page(path)
@@ -232,6 +239,7 @@ def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: A
     assert entry["found_by"]["rows"]["found"]["events"] == by["rows"]["found"]["events"]
 
 
+@pytest.mark.slow
 def test_sqlite_recover_runs_only_where_it_could_find_more(
     sessions_dir: Path, capable_shell: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,6 +265,7 @@ def test_sqlite_recover_runs_only_where_it_could_find_more(
     assert "sqlite-recover" in out2.found_by, out2.notes
 
 
+@pytest.mark.slow
 def test_an_empty_file_whose_wal_holds_the_session_is_salvaged_from_it(
     sessions_dir: Path, tmp_path: Path
 ) -> None:

@@ -20,6 +20,8 @@ from agentdb.store import Event, Producer, SessionWriter
 from tests.rows import page_size, read_at, write_at, zero_page
 from tests.salvage import corpus
 
+pytestmark = pytest.mark.slow
+
 HASH_COLS = {
     "events": "sequence, content_hash, prev_hash, chain_hash",
     "cost_ledger": "sequence, content_hash",

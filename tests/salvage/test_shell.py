@@ -73,6 +73,7 @@ def test_built_shell_is_capable(capable_shell: Path) -> None:
     assert sh.is_capable(capable_shell)
 
 
+@pytest.mark.slow
 def test_detection_order(
     capable_shell: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +117,7 @@ def test_healthy_file_comes_back_whole(
     assert [r[0] for r in res.rows["events"]] == sorted(r[0] for r in res.rows["events"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [1, 2, 3])
 def test_zeroed_leaf_loses_only_its_rows(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
@@ -160,6 +162,7 @@ def test_flipped_payload_byte_is_rejected_by_content_hash(
     assert res.rejected == 1
 
 
+@pytest.mark.slow
 def test_wal_is_read_from_a_copy_and_left_alone(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -191,6 +194,7 @@ def rev1_rows_with_wal(path: Path, tmp: Path) -> dict[str, set[tuple[object, ...
     return rev1_rows(d / path.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("revision", [2, 3])
 def test_orphaned_pages_are_mapped_back_from_lost_and_found(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path, revision: int
@@ -300,6 +304,7 @@ def test_hostile_schema_runs_nothing(capable_shell: Path, tmp_path: Path) -> Non
     assert "CREATE TRIGGER x1" in text and "CREATE TABLE" in text
 
 
+@pytest.mark.slow
 def test_loader_authorizer_denies_everything_else(tmp_path: Path) -> None:
     conn = shell_load.open_scratch(tmp_path / "scratch.sqlite")
     calls: list[object] = []
@@ -338,6 +343,7 @@ def test_loader_authorizer_denies_everything_else(tmp_path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_splitter_keeps_trigger_bodies_whole() -> None:
     text = (
         ".dbconfig defensive off\nBEGIN;\nINSERT INTO t VALUES('a;b', \"c;\", [d;], `e;`);\n"
@@ -366,6 +372,7 @@ def test_splitter_keeps_trigger_bodies_whole() -> None:
 # ---------------------------------------------------------------------------- limits
 
 
+@pytest.mark.slow
 def test_output_cap_gives_partial_result(
     capable_shell: Path, sessions_dir: Path, tmp_path: Path
 ) -> None:
@@ -377,6 +384,7 @@ def test_output_cap_gives_partial_result(
     assert sum(len(r) for r in res.rows.values()) < sum(len(r) for r in original.values())
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_shell_and_keeps_what_it_printed(
     sessions_dir: Path, tmp_path: Path
 ) -> None:
