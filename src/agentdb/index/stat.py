@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import paths
+from agentdb.db import FileStats
 from agentdb.verdicts import COARSE_GRANULARITY_NS, FINE_GRANULARITY_NS
 
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -97,6 +98,29 @@ def seen(entry: paths.Entry, names: set[str] | None = None, where: str | None = 
         stamps.append(s.st_mtime_ns)
         if suffix == "-wal":
             size += s.st_size  # as verdicts.Identity.size counts it
+    whole = all(t % 1_000_000_000 == 0 for t in stamps)
+    gran = COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
+    return Seen(entry, base, ";".join(parts), max(stamps), gran, size)
+
+
+def seen_of(entry: paths.Entry, stats: FileStats) -> Seen:
+    """:func:`seen` (without a listing: every sidecar looked at) from the caller's own
+    ``lstat`` of the file and its sidecars (:func:`agentdb.db.file_stats`)."""
+    base = entry.session_id + paths.SESSION_SUFFIX
+    st = stats.db
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return Seen(entry, base, None, 0, 0, 0)
+    parts = [f"{st.st_dev},{st.st_ino},{st.st_size},{st.st_mtime_ns},{st.st_ctime_ns},{st.st_mode}"]
+    stamps = [st.st_mtime_ns, st.st_ctime_ns]
+    size = st.st_size
+    for s in (stats.wal, stats.shm, stats.journal):
+        if s is None:
+            parts.append("-")
+            continue
+        parts.append(_side(s))
+        stamps.append(s.st_mtime_ns)
+    if stats.wal is not None:
+        size += stats.wal.st_size  # as verdicts.Identity.size counts it
     whole = all(t % 1_000_000_000 == 0 for t in stamps)
     gran = COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
     return Seen(entry, base, ";".join(parts), max(stamps), gran, size)
