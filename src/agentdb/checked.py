@@ -152,6 +152,11 @@ def cached_judgement(
         return None
     if not entry.matches(verdicts.identity_of(sessions_dir / name)):
         return None
+    return recorded_judgement(session_id, entry)
+
+
+def recorded_judgement(session_id: str, entry: verdicts.Recorded) -> Judgement:
+    """The judgement a recorded verdict stands for (the caller has matched it to the file)."""
     verdict = entry.verdict
     problem = None if verdict == "ok" else f"run `agentdb check {session_id}` for the findings"
     depth: Level = "quick" if entry.quick else "full"
