@@ -35,7 +35,9 @@ T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def session_id(i: int) -> str:
-    return str(ulid.ULID.from_datetime(T0 + dt.timedelta(minutes=i)))
+    """The i-th session's id: its minute, and ``i`` as the random part (the same every run)."""
+    ms = int((T0 + dt.timedelta(minutes=i)).timestamp() * 1000)
+    return str(ulid.ULID.from_bytes(ms.to_bytes(6, "big") + i.to_bytes(10, "big")))
 
 
 def _write(sessions_dir: Path, lo: int, hi: int) -> None:
@@ -83,10 +85,9 @@ def build(sessions_dir: Path, plugin_cache: Path, n: int, jobs: int = 2) -> None
 
 
 def link(big: Path, small: Path, n: int) -> None:
-    """``small``: hard links to the first ``n`` sessions of ``big`` (a tree built by build)."""
+    """``small``: hard links to the first ``n`` session files of ``big``, in id order."""
     fsutil.ensure_dir(small)
-    for i in range(n):
-        name = f"{session_id(i)}.sqlite"
+    for name in sorted(os.listdir(big))[:n]:
         if not (small / name).exists():
             os.link(big / name, small / name)
 
