@@ -30,9 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import scale_tree  # noqa: E402
-
 from tests import peak_rss  # noqa: E402
+
+import scale_tree  # noqa: E402
 
 FLOOR = (
     "import os, sys\n"
@@ -181,7 +181,8 @@ def report(
         "",
         f"Load average {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at the start, "
         f"{load1[0]:.1f} at the end; {len(os.sched_getaffinity(0))} cores shared with other "
-        f"work; tree built in {built:.0f} s (0 when reused). Best of 2 warm runs by CPU (the baseline's prune: one run). "
+        f"work; tree built in {built:.0f} s (0 when reused). Best of 2 warm runs by CPU "
+        "(the baseline's prune: one run). "
         "Wall on this shared machine moves with the load: read the CPU columns.",
         "",
     ]
@@ -191,7 +192,8 @@ def report(
             f"## {n:,} sessions",
             "",
             f"Floor (`scandir` + `lstat` of each entry, Python process): {fw:.2f} s wall, "
-            f"{fc:.2f} s CPU, {fr:.0f} MB. Index and its -wal: {size_bytes[n] / n:.0f} bytes per session.",
+            f"{fc:.2f} s CPU, {fr:.0f} MB. Index and its -wal: "
+            f"{size_bytes[n] / n:.0f} bytes per session.",
             "",
             "| command | "
             + " | ".join(

@@ -76,7 +76,9 @@ class RecordedStream:
         pending.clear()
 
     def _record(self, entries: list[verdicts.Entry]) -> bool:
-        return verdicts.record(self.sessions_dir, entries, cache_dir=self.cache_dir)
+        return verdicts.record(
+            self.sessions_dir, entries, cache_dir=self.cache_dir, checkpoint=self.all
+        )
 
 
 class _Names:

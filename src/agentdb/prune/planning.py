@@ -161,7 +161,7 @@ def _plan(
         wanted = [(s, s in recovered_ids()) for s in ids]
         said = judge_all(sessions_dir, wanted, jobs, entries if record else None)
         if entries and may_record():
-            verdicts.record(sessions_dir, entries)
+            verdicts.record(sessions_dir, entries, checkpoint=True)
         return said
 
     explicit = set(selectors.ids)
