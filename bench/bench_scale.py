@@ -57,6 +57,24 @@ COMMANDS = {
 }
 
 
+CHECKS = [
+    "## What each command checks (nothing was dropped for speed)",
+    "",
+    "- every command: one `scandir` and an `lstat` of each session file and of each sidecar the",
+    "  listing shows; a stored row is believed only for the identical identity, settled (the",
+    "  racily-clean rule), with its row checksum; anything else is read from its file.",
+    "- `sessions list`: a recorded `check` verdict is shown only when its identity is the one",
+    "  the walk just took (the walk's own `lstat`, no second pass).",
+    "- `status`: the same, plus a lock probe of each `running` session.",
+    "- `prune --dry-run`: every selected session is lock-probed and re-`lstat`-ed (file and",
+    "  three sidecars) and must still be the entry the plan began with; it is judged by",
+    "  `check`'s full judge, or by a *full* healthy verdict recorded for that identity (by",
+    "  `check` or an earlier plan's judge) whose status is the index row's. `prune --yes` still",
+    "  re-takes the stamp and runs `quick_check` under the lock on each file it removes.",
+    "",
+]
+
+
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one process, which must exit 0 or 1."""
     t = time.perf_counter()
@@ -216,6 +234,7 @@ def report(
             for lab in srcs
         )
         lines += ["", f"Index `-wal` left after the last command (bytes): {wal}", ""]
+    lines += CHECKS
     lines += ["## Linear model (CPU seconds = a + b·N), extrapolated to 1,000,000", ""]
     lines += [
         "| command | source | a (s) | b (µs per session) | at 1M, CPU s |",

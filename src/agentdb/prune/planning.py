@@ -40,6 +40,7 @@ from agentdb.prune.reasons import (
     resume_reasons,
 )
 from agentdb.prune.scan import (
+    Facts,
     Files,
     Pins,
     confirm,
@@ -168,6 +169,7 @@ def _plan(
     if use_index:
         # The index's records stream past (id order, a window at a time): each session's facts
         # go to the scratch database, never every record (with its costs) nor every stored row.
+        known_facts: list[Facts] = []
         for rec in index.records(sessions_dir, result.notes_index, jobs=jobs, extras=True):
             sid = rec.entry.session_id
             listed = store.entry(sid)
@@ -178,7 +180,11 @@ def _plan(
             if wanted and key is not None and sid not in explicit and not files.intent:
                 got = facts_from_index(sessions_dir, sid, files, rec, pins)
                 if got is not None:
-                    store.put(got, fresh=False, first=True)
+                    known_facts.append(got)
+                    if len(known_facts) >= FRESH_CHUNK:
+                        store.put_all(known_facts, fresh=False, first=True)
+                        known_facts = []
+        store.put_all(known_facts, fresh=False, first=True)
     for batch in store.unread():
         read_fresh(batch, first=True)
 
@@ -205,16 +211,18 @@ def _plan(
             for page in store.ids("f.matched AND NOT f.fresh AND NOT e.racy AND NOT e.explicit"):
                 ok = []
                 known: dict[str, tuple[str | None, str | None]] = {}
+                stamped: list[Facts] = []
                 for sid in page:
                     f = store.get(sid)
                     ident = confirm(sessions_dir, f, store.identity(sid))
                     if ident is None:
                         continue
-                    store.put(f, fresh=False, first=True)  # its stamp and size; refs as they were
+                    stamped.append(f)
                     ok.append(sid)
                     cached = recorded_healthy(found.get(sid + paths.SESSION_SUFFIX), ident)
                     if cached is not None and f.info is not None and cached[1] == f.info.status:
                         known[sid] = cached
+                store.put_all(stamped, fresh=False, first=True)  # stamps, sizes; refs kept
                 store.set_flag("confirmed", ok)
                 store.judged_as(known)
         for rows in store.pages("f.confirmed AND NOT f.judged"):
