@@ -14,7 +14,7 @@ own cache directory. The floor is a Python process doing ``os.scandir`` of the d
 one ``lstat`` of each entry. A least-squares line ``t = a + b·N`` per command is extrapolated
 to 1,000,000 sessions. Results go to ``bench/results/scale.md`` with the load average.
 
-Usage: .venv/bin/python bench/bench_scale.py ROOT [N ...] [--baseline SRC] [--new SRC]
+Usage: .venv/bin/python bench/bench_scale.py ROOT [N ...] [--baseline SRC] [--new SRC] [--out NAME]
     [--skip-base-prune-above N]   (default 20000: the baseline's prune takes minutes)
 """
 
@@ -112,6 +112,11 @@ def main() -> int:
         i = args.index("--new")
         new = Path(args[i + 1])
         del args[i : i + 2]
+    out_name = "scale.md"
+    if "--out" in args:
+        i = args.index("--out")
+        out_name = args[i + 1]
+        del args[i : i + 2]
     root = Path(args[0])
     sizes = [int(a) for a in args[1:]] or [20_000, 50_000, 100_000]
     big = root / "big" / "sessions"
@@ -169,7 +174,7 @@ def main() -> int:
     text = report(sizes, srcs, results, floors, size_bytes, built, load0, load1)
     print(text)
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "scale.md").write_text(text)
+    (HERE / "results" / out_name).write_text(text)
     return 0
 
 
