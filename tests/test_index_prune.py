@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import demo, index, prune
+from agentdb import checked, demo, index, prune, verdicts
 from agentdb.store import SessionWriter
 from tests.support import make_session
 
@@ -171,3 +171,100 @@ def test_a_selected_session_the_index_knows_is_still_judged_whole(
         [d] = plan.candidates
         assert not d.remove and [r.code for r in d.reasons] == ["unreadable"], d.reasons
         assert "content_hash" in d.reasons[0].message or "hash" in d.reasons[0].message
+
+
+class _Judged:
+    """Counts the files check's judge reads (wraps ``prune.scan.judge_verdict``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from agentdb.prune import scan
+
+        self.ids: list[str] = []
+        real = scan.judge_verdict
+
+        def counted(sessions_dir: Path, session_id: str, **kw: bool) -> object:
+            self.ids.append(session_id)
+            return real(sessions_dir, session_id, **kw)
+
+        monkeypatch.setattr(scan, "judge_verdict", counted)
+
+
+def test_a_healthy_full_verdict_for_the_file_as_it_is_stands_for_the_judge(
+    sessions_dir: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A selected session whose full check verdict (``check``'s, or a previous plan's judge)
+    is healthy and recorded for its identity now is judged by that verdict, not read again;
+    one changed since (its identity moved) is judged from its file, whatever it was."""
+    a, _ = make_session(sessions_dir, turns=2)
+    b, _ = make_session(sessions_dir, turns=2)
+    _settle()
+    checked.check_and_record(sessions_dir)  # full verdicts: ok, ok
+    _settle()
+    judged = _Judged(monkeypatch)
+    sel = prune.Selectors(older_than=dt.timedelta(0))
+    plan = prune.plan(sessions_dir, plugin_cache, sel)
+    assert [d.session_id for d in plan.removals] == [a, b]
+    assert judged.ids == []
+    w = SessionWriter.open(sessions_dir, b)
+    w.set_status("running")
+    w.set_status("completed")
+    w.close()
+    _settle()
+    plan = prune.plan(sessions_dir, plugin_cache, sel)
+    assert [d.session_id for d in plan.removals] == [a, b]
+    assert judged.ids == [b]
+
+
+def test_the_judges_verdicts_are_recorded_and_taken_by_the_next_plan(
+    sessions_dir: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid, _ = make_session(sessions_dir, turns=2)
+    _settle()
+    judged = _Judged(monkeypatch)
+    sel = prune.Selectors(older_than=dt.timedelta(0))
+    assert [d.session_id for d in prune.plan(sessions_dir, plugin_cache, sel).removals] == [sid]
+    assert judged.ids == [sid]
+    found = verdicts.lookup(sessions_dir)[f"{sid}.sqlite"]
+    assert (found.verdict, found.quick, found.status) == ("ok", False, "completed")
+    _settle()
+    assert [d.session_id for d in prune.plan(sessions_dir, plugin_cache, sel).removals] == [sid]
+    assert judged.ids == [sid]  # not read again
+
+
+def test_a_quick_or_damaged_verdict_never_stands_for_the_judge(
+    sessions_dir: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --quick verdict is not the full judge's; a damaged one is judged again (its problem
+    worded by the judge): both files are read, and the damaged one stays."""
+    quick, _ = make_session(sessions_dir, turns=2)
+    bad, path = make_session(sessions_dir, turns=3)
+    conn = apsw.Connection(str(path))
+    conn.execute("UPDATE events SET payload = CAST(x'7b7d' AS BLOB) WHERE sequence = 2")
+    conn.close()
+    _settle()
+    checked.check_and_record(sessions_dir, quick=True)
+    checked.check_and_record(sessions_dir, [bad])
+    assert verdicts.lookup(sessions_dir)[f"{bad}.sqlite"].verdict != "ok"
+    _settle()
+    judged = _Judged(monkeypatch)
+    plan = prune.plan(sessions_dir, plugin_cache, prune.Selectors(older_than=dt.timedelta(0)))
+    assert sorted(judged.ids) == sorted([quick, bad])
+    assert [d.session_id for d in plan.removals] == [quick]
+    [kept] = plan.refusals
+    assert kept.session_id == bad and [r.code for r in kept.reasons] == ["unreadable"]
+
+
+def test_a_recorded_verdict_whose_status_is_not_the_index_rows_is_not_taken(
+    sessions_dir: Path, plugin_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index row says failed, the file (and its recorded verdict) says completed: the
+    file is read afresh and the filters apply to what it holds."""
+    sid, path = make_session(sessions_dir, turns=2, status="completed")
+    _settle()
+    checked.check_and_record(sessions_dir)
+    _settle()
+    sel = prune.Selectors(statuses=("failed",))
+    assert prune.plan(sessions_dir, plugin_cache, sel).candidates == []
+    _rewrite_index_status(sid, "failed")
+    plan = prune.plan(sessions_dir, plugin_cache, sel)
+    assert plan.candidates == [] and path.exists()

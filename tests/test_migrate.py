@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import demo, migrate, paths
+from agentdb import demo, fsutil, migrate, paths
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
 from tests.migrate_support import (
     REVISIONS,
@@ -225,3 +225,18 @@ def test_wait_is_bounded_by_a_writer_holding_the_lock(sessions_dir: Path) -> Non
     assert out.outcome == "skipped_live" and "still locked" in out.message
     assert user_version(p) == 1 and rows(p) == before
     assert job_files(sessions_dir) == []
+
+
+def test_a_migrated_file_is_the_size_of_the_same_rows_written_natively(tmp_path: Path) -> None:
+    """The migration's freed pages are given back (VACUUM) and its WAL folded into the file:
+    within 5 % of a native file with the same rows, and nothing beside it."""
+    d = tmp_path / "sessions"
+    fsutil.ensure_dir(d)
+    old, old_path = make_session(d, turns=40, revision=1)
+    _, native_path = make_session(d, turns=40)
+    [outcome] = [o for o in migrate.migrate_sessions(d).sessions if o.session_id == old]
+    assert outcome.outcome == "migrated", outcome
+    assert abs(old_path.stat().st_size - native_path.stat().st_size) <= (
+        0.05 * native_path.stat().st_size
+    )
+    assert sorted(p.name for p in d.iterdir()) == sorted([old_path.name, native_path.name])

@@ -22,7 +22,14 @@ from tests.runner import run_cli
 pytestmark = pytest.mark.slow
 
 OLDER = [r for r in REVISIONS if r < CURRENT_REVISION]  # every revision migrate starts from
-POINTS = ["after_probe", "after_backup", "before_commit", "after_commit", "after_verify"]
+POINTS = [
+    "after_probe",
+    "after_backup",
+    "before_commit",
+    "after_commit",
+    "after_verify",
+    "after_vacuum",
+]
 
 
 @pytest.mark.parametrize("start", OLDER)

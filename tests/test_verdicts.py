@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -368,3 +369,31 @@ def test_a_session_recovered_during_a_check_is_judged_as_recovered(
     assert got[sid].verdict == "ok", [f.code for f in got[sid].findings]
     assert "orphan_of_recovery" in {f.code for f in got[sid].findings}
     assert checked.cached_judgement(sessions_dir, sid, "full", cache_dir=cache).verdict == "ok"
+
+
+def test_the_walks_identity_is_the_verdict_caches_key(sessions_dir: Path) -> None:
+    """``sessions list`` matches a recorded verdict against the walk's own lstat: the key the
+    walk builds is ``verdicts.Identity.key()`` exactly, with and without sidecars, and its
+    newest timestamp leaves out the -journal as Identity does."""
+    from agentdb import paths
+    from agentdb.index import stat as index_stat
+
+    sid, path = make_session(sessions_dir, turns=1)
+    entry = paths.Entry(sid, path)
+    for sidecars in ((), ("-wal",), ("-shm",), ("-wal", "-shm"), ("-journal",)):
+        for suffix in ("-wal", "-shm", "-journal"):
+            p = Path(str(path) + suffix)
+            if suffix in sidecars:
+                p.write_bytes(b"")
+            elif p.exists():
+                p.unlink()
+        ident = verdicts.identity_of(path)
+        assert ident is not None
+        for names in (None, set(os.listdir(sessions_dir))):
+            seen = index_stat.seen(entry, names)
+            assert seen.vkey == ident.key(), sidecars
+            assert seen.vnewest_ns == ident.newest_ns()
+            assert seen.vgranularity_ns == ident.granularity_ns()
+            stamped = verdicts.Recorded(path.name, ident.key(), 0, "ok", False, "", None, None)
+            later = dataclasses.replace(stamped, stamped_ns=time.time_ns() + 10**10)
+            assert not seen.verdict_matches(stamped) and seen.verdict_matches(later)

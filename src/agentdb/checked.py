@@ -76,7 +76,9 @@ class RecordedStream:
         pending.clear()
 
     def _record(self, entries: list[verdicts.Entry]) -> bool:
-        return verdicts.record(self.sessions_dir, entries, cache_dir=self.cache_dir)
+        return verdicts.record(
+            self.sessions_dir, entries, cache_dir=self.cache_dir, checkpoint=self.all
+        )
 
 
 class _Names:
@@ -170,6 +172,11 @@ def cached_judgement(
         return None
     if not entry.matches(verdicts.identity_of(sessions_dir / name)):
         return None
+    return recorded_judgement(session_id, entry)
+
+
+def recorded_judgement(session_id: str, entry: verdicts.Recorded) -> Judgement:
+    """The judgement a recorded verdict stands for (the caller has matched it to the file)."""
     verdict = entry.verdict
     problem = (
         None if policy.is_ok(verdict) else f"run `agentdb check {session_id}` for the findings"

@@ -177,6 +177,12 @@ def with_verdicts(sessions_dir: Path, rows: Iterable[SessionRow]) -> Iterator[Se
             yield _with_verdict(sessions_dir, row, recorded)
 
 
+def with_recorded(row: SessionRow, entry: verdicts.Recorded) -> SessionRow:
+    """The row with ``entry``, a verdict the caller matched to the file as it is now."""
+    _judged(row, checked.recorded_judgement(row.session_id, entry))
+    return row
+
+
 def _judged(row: SessionRow, j: Judgement) -> None:
     row.verdict, row.checked_at = j.verdict, j.checked_at
     if j.read_error and row.error is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agentdb import errors, index, leftovers, locks, paths, plugins, recoverylog, times, verdicts
 from agentdb.checks import policy
+from agentdb.index.stat import Seen
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
 from agentdb.schema.enums import RUNNING
@@ -168,22 +169,53 @@ def status(
     now: dt.datetime | None = None,
     costs: bool = False,
     use_index: bool = True,
+    keep_rows: bool = False,
 ) -> StatusReport:
     """Count, judge from the last recorded checks, and say what to run next.
 
     Rows come from the index (:mod:`agentdb.index`: only new or changed files are opened) or,
     with ``use_index=False``, by opening each file once (:func:`agentdb.overview.scan`); with
     ``costs`` each session's cost per day and model is kept in ``scanned`` for ``report``.
+    Every row, and every id of each category, is kept only with ``keep_rows`` (``report``) or
+    ``costs``: ``status`` itself holds counts and the first :data:`LISTED` ids of each, so its
+    memory does not grow with the sessions (the recorded verdicts are read a page at a time,
+    in the order the rows come, and matched against the index walk's own ``lstat``).
     """
     paths.require_sessions_dir(sessions_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    recorded = verdicts.lookup(sessions_dir, cache_dir=cache_dir)
+    keep_rows = keep_rows or costs
+    with verdicts.Lookup(sessions_dir, cache_dir=cache_dir) as recorded:
+        return _status(
+            sessions_dir,
+            plugin_cache,
+            recorded,
+            recovery_log,
+            cache_dir,
+            jobs,
+            now,
+            costs,
+            use_index,
+            keep_rows,
+        )
+
+
+def _status(
+    sessions_dir: Path,
+    plugin_cache: Path,
+    recorded: verdicts.Lookup,
+    recovery_log: Path | None,
+    cache_dir: Path | None,
+    jobs: int,
+    now: dt.datetime,
+    costs: bool,
+    use_index: bool,
+    keep_rows: bool,
+) -> StatusReport:
     by_status: Counter[str] = Counter()
     by_verdict: Counter[str] = Counter()
     interrupted: list[str] = []
     migration: list[str] = []
     damaged: list[str] = []
-    inconsistent: list[str] = []  # of those, inconsistent: no recovery, a step of its own
     refused: list[str] = []
     unchecked: list[str] = []
     counts: Counter[str] = Counter()
@@ -195,10 +227,17 @@ def status(
     oldest: float | None = None
     newest: float | None = None
     notes: list[str] = []
-    for one in _rows(sessions_dir, costs, jobs, use_index, cache_dir, notes):
+    keep = LISTED if not keep_rows else None  # ids kept per category (None: all)
+
+    def note(ids: list[str], sid: str) -> None:
+        if keep is None or len(ids) < keep:
+            ids.append(sid)
+
+    for one, seen in _rows(sessions_dir, costs, jobs, use_index, cache_dir, notes):
         row = one.row
         sid = row.session_id
-        rows.append(row)
+        if keep_rows:
+            rows.append(row)
         if costs:
             scanned.append(one)
         if cached and one.producers:
@@ -206,8 +245,10 @@ def status(
         counts["sessions"] += 1
         by_status[row.status] += 1
         entry = recorded.get(row.session_id + paths.SESSION_SUFFIX)
-        # the index's walk knows the size; the verdict's identity is taken only to match one
-        ident = verdicts.identity_of(row.path) if entry is not None or one.size is None else None
+        # the index's walk knows the size and the identity; a scan's row is lstat-ed here
+        ident = None
+        if seen is None and (entry is not None or one.size is None):
+            ident = verdicts.identity_of(row.path)
         if one.size is not None:
             size += one.size
         elif ident is not None and ident.regular:
@@ -217,10 +258,10 @@ def status(
             counts["live"] += 1
         elif row.status == RUNNING:
             counts["interrupted"] += 1
-            interrupted.append(sid)
+            note(interrupted, sid)
         if row.revision is not None and row.revision < CURRENT_REVISION:
             counts["needs_migration"] += 1
-            migration.append(sid)
+            note(migration, sid)
         verdict: Verdict | None = None
         # A recorded verdict the file's own read contradicts (it cannot be read now, though
         # the verdict says it could) is a row that lies, or damage its identity does not
@@ -231,7 +272,11 @@ def status(
             and row.error_code in index.record.STABLE_CODES  # the bytes', not a busy lock's
             and entry.verdict in HEALTHY
         )
-        if entry is not None and entry.matches(ident) and not contradicted:
+        if (
+            entry is not None
+            and (seen.verdict_matches(entry) if seen is not None else entry.matches(ident))
+            and not contradicted
+        ):
             verdict = entry.verdict
             by_verdict[verdict] += 1
             counts["checked"] += 1
@@ -245,43 +290,44 @@ def status(
         else:
             counts["never_checked"] += 1
         if verdict is None and not live:
-            unchecked.append(sid)
+            counts["unchecked"] += 1
+            note(unchecked, sid)
         now_bad = row.error_code if verdict is None and row.status == UNREADABLE else None
         if verdict in DAMAGED or policy.is_damaged(now_bad):
             counts["damaged"] += 1
-            damaged.append(sid)
+            note(damaged, sid)
             if policy.is_inconsistent(verdict):
-                inconsistent.append(sid)
+                counts["inconsistent"] += 1
         elif verdict in REFUSED or now_bad is not None:
             counts["refused"] += 1
-            refused.append(sid)
+            note(refused, sid)
     pinned = [PinnedVersion(c, n, v, pins[(c, n, v)]) for c, n, v in sorted(pins)]
     kept, kept_bytes = leftovers.total(sessions_dir)
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
     rec = read_recoveries(log)
     nxt: list[NextCommand] = []
-    salvageable = len(damaged) - len(inconsistent)
+    salvageable = counts["damaged"] - counts["inconsistent"]
     if salvageable:
         nxt.append(
             NextCommand(
                 "agentdb recover --all --dry-run",
-                f"{salvageable} damaged: see what recovery would salvage (then run it without "
-                "--dry-run)",
+                f"{salvageable} damaged: see what recovery would salvage (then run it "
+                "without --dry-run)",
             )
         )
-    if inconsistent:
+    if counts["inconsistent"]:
         nxt.append(
             NextCommand(
                 "agentdb check --problems",
-                f"{len(inconsistent)} inconsistent (every row reads, some disagree): each names "
-                "its next step",
+                f"{counts['inconsistent']} inconsistent (every row reads, some disagree): each "
+                "names its next step",
             )
         )
     if refused:
         nxt.append(
             NextCommand(
                 "agentdb check --problems",
-                f"{len(refused)} refused (insecure, foreign, too new or unsafe schema): each "
+                f"{counts['refused']} refused (insecure, foreign, too new or unsafe schema): each "
                 "finding names its fix",
             )
         )
@@ -289,18 +335,19 @@ def status(
         nxt.append(
             NextCommand(
                 "agentdb migrate --all",
-                f"{len(migration)} at an older schema revision (each migration is verified "
-                "before it replaces the file)",
+                f"{counts['needs_migration']} at an older schema revision (each migration is "
+                "verified before it replaces the file)",
             )
         )
     if interrupted:
-        hint = _ids_hint(interrupted, len(interrupted))
+        hint = _ids_hint(interrupted, counts["interrupted"])
         nxt.append(
             NextCommand(
                 f"agentdb sessions end {hint} --dry-run"
                 if hint
                 else "agentdb sessions list --status running",
-                f"{len(interrupted)} interrupted: status running, but no process has the file open",
+                f"{counts['interrupted']} interrupted: status running, but no process has the "
+                "file open",
             )
         )
     if rec.problem:
@@ -314,7 +361,7 @@ def status(
         nxt.append(
             NextCommand(
                 "agentdb check --problems",
-                f"{len(unchecked)} changed since their last check or never checked",
+                f"{counts['unchecked']} changed since their last check or never checked",
             )
         )
     # one line per command, reasons joined
@@ -376,9 +423,12 @@ def _rows(
     use_index: bool,
     cache_dir: Path | None,
     notes: list[str],
-) -> Iterator[Scanned]:
+) -> Iterator[tuple[Scanned, Seen | None]]:
+    """Each session as read, with the index walk's lstat of it (None: a scan's row)."""
     if not use_index:
-        yield from scan(sessions_dir, costs=costs, jobs=jobs)
+        for one in scan(sessions_dir, costs=costs, jobs=jobs):
+            yield one, None
         return
     for r in index.records(sessions_dir, notes, jobs=jobs, cache_dir=cache_dir):
-        yield Scanned(r.meta_row(), r.meta_producers(), r.costs if costs else None, r.size)
+        one = Scanned(r.meta_row(), r.meta_producers(), r.costs if costs else None, r.size)
+        yield one, r.seen

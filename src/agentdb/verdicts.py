@@ -331,6 +331,19 @@ def _open_once(path: Path) -> apsw.Connection:
     return conn
 
 
+# A write of at least this many verdicts (a `check --all`, a prune's judge) checkpoints the
+# cache and removes its -wal when its connection is the last to close; a one-file `check`
+# leaves its few frames for the next such close (what the comment in _open_once saves).
+CHECKPOINT_ROWS = 64
+
+
+def leave_no_wal(conn: apsw.Connection) -> None:
+    """When ``conn`` closes as the cache's last connection, SQLite checkpoints the ``-wal``
+    into the file and removes it (and the ``-shm``): what the cross-session commands (the
+    index's readers and writer) do, so none leaves a ``-wal`` beside the cache."""
+    conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)
+
+
 def open_cache(cache_dir: Path | None = None) -> apsw.Connection | None:
     """The cache, created if missing and rebuilt from nothing if it is damaged, foreign or
     insecure; None when it cannot be had (a read-only home, another process rebuilding)."""
@@ -384,6 +397,8 @@ class Lookup:
         self._last = ""
         if os.path.lexists(self._path):  # a reader never creates the cache
             self._conn = open_cache(cache_dir)
+            if self._conn is not None:
+                leave_no_wal(self._conn)  # a cross-session view: the last to close
         self.any: bool = bool(self._read("SELECT 1 FROM verdicts WHERE directory = ? LIMIT 1", ()))
 
     def __enter__(self) -> Lookup:
@@ -468,9 +483,12 @@ def record(
     *,
     cache_dir: Path | None = None,
     checked_at: str | None = None,
+    checkpoint: bool = False,
 ) -> bool:
     """Record verdicts in one transaction; False when the cache could not be written (the
-    caller may say so; no answer depends on it). A cache that would sit inside the sessions
+    caller may say so; no answer depends on it). With ``checkpoint`` (a cross-session job), or
+    :data:`CHECKPOINT_ROWS` entries or more, the connection leaves no ``-wal`` behind when it
+    closes as the cache's last (:func:`leave_no_wal`). A cache that would sit inside the sessions
     directory (a home inside it) is never created: agentdb adds nothing there. A cache found
     damaged while writing (pages that read as malformed) is removed and rebuilt once, so it
     cannot stay useless forever."""
@@ -496,6 +514,8 @@ def record(
         conn = open_cache(cache_dir)
         if conn is None:
             return False
+        if checkpoint or len(rows) >= CHECKPOINT_ROWS:
+            leave_no_wal(conn)
         try:
             with db.translated(cache_path(cache_dir)), conn:
                 conn.executemany(
@@ -525,6 +545,7 @@ def forget_missing(
     conn = open_cache(cache_dir)
     if conn is None:
         return
+    leave_no_wal(conn)  # the end of a check --all: no -wal left behind
     directory = directory_key(sessions_dir)
     try:
         with db.translated(cache_path(cache_dir)), conn:

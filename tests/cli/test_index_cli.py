@@ -4,6 +4,7 @@ unwritable or busy never changing an answer (only a note on stderr)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -225,3 +226,23 @@ def test_a_limit_past_the_largest_index_lists_every_row(
     assert (
         doc(agentdb, state, "sessions", "list", "--limit", "1")["sessions"] == every["sessions"][:1]
     )
+
+
+def test_no_command_leaves_a_wal_beside_the_index(agentdb: Agentdb, state: demo.DemoState) -> None:
+    """Every cross-session command (the first build, a warm answer, a prune's judge that
+    records verdicts) ends with the index checkpointed: no -wal or -shm beside it."""
+    gc.collect()  # an earlier test's unfinished listing (--limit) holds a connection open
+    cache = verdicts.cache_path()
+    wal, shm = Path(f"{cache}-wal"), Path(f"{cache}-shm")
+    for args in (
+        ("sessions", "list"),
+        ("sessions", "list"),
+        ("status",),
+        ("report",),
+        ("prune", "--dry-run", "--older-than", "0s"),
+        ("check", "--all", "--quick"),
+    ):
+        code, _, err = run(agentdb, state, *args, "--json")
+        assert code in (0, 1), err
+        assert cache.exists()
+        assert not wal.exists() and not shm.exists(), args

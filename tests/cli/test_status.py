@@ -143,3 +143,26 @@ def test_check_problems_shows_only_what_is_not_ok(tmp_path: Path) -> None:
     h = run_cli(*g, "check", "--problems")
     assert state.by_role("damaged").session_id in h.stdout
     assert state.by_role("recent").session_id not in h.stdout
+
+
+def test_status_holds_counts_and_the_first_ids_not_every_row(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    """``status`` keeps no row per session and at most LISTED ids per category, with whole
+    counts (its memory is flat in the number of sessions); ``report`` still has every row;
+    the verdicts it matches against the index walk are the ones a scan matches."""
+    from agentdb import checked, status
+
+    n = status.LISTED + 3
+    ids = [make_session(sessions_dir, turns=1, status=None)[0] for _ in range(n)]
+    time.sleep(0.12)
+    checked.check_and_record(sessions_dir, ids[:2])
+    time.sleep(0.12)
+    st = status.status(sessions_dir, plugin_cache)
+    assert st.rows == [] and st.scanned == []
+    assert st.summary.interrupted == n and st.interrupted == sorted(ids)[: status.LISTED]
+    assert len(st.unchecked) == status.LISTED and st.summary.checked == 2
+    assert any(f"{n - 2} changed since" in c.why for c in st.next)
+    scanned = status.status(sessions_dir, plugin_cache, use_index=False, keep_rows=True)
+    assert len(scanned.rows) == n and scanned.summary == st.summary
+    assert len(status.status(sessions_dir, plugin_cache, costs=True).rows) == n

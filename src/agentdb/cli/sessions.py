@@ -121,7 +121,10 @@ def list_cmd(
         use_index=not no_index,
         jobs=jobs or default_jobs(),
     )
-    listing = sessions.Listing(sessions.with_verdicts(sessions_dir, listed.rows))
+    judged = (
+        iter(listed.rows) if listed.verdicts else sessions.with_verdicts(sessions_dir, listed.rows)
+    )
+    listing = sessions.Listing(judged)
     if as_json:
         output.emit_json_stream(
             {

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, overview, paths, plugins, sessions
+from agentdb import errors, overview, paths, plugins, sessions, verdicts
 from agentdb.durations import older_than
 from agentdb.index import Stream, records, stream
 from agentdb.sessions import SessionRow
@@ -110,8 +110,23 @@ def list_sessions(
             return Listed(select(e.rows, q, now), interrupted=True)
         return Listed(select(rows, q, now))
     st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir)
-    rows = select((r.list_row() for r in st.records), q, now)
+    rows = select(list_rows(st, cache_dir), q, now)  # with verdicts, as the scan's rows
     return Listed(rows, st.notes, st.interrupted, st.used_index)
+
+
+def list_rows(st: Stream, cache_dir: Path | None = None) -> Iterator[SessionRow]:
+    """``sessions list``'s row of each record, in id order, with the verdict ``check``
+    recorded for the file as the walk saw it, if any (matched against the walk's own
+    ``lstat`` of the file and its sidecars: none is taken again)."""
+    with verdicts.Lookup(st.sessions_dir, cache_dir=cache_dir) as recorded:  # in name order
+        for r in st.records:
+            row = r.list_row()
+            s = r.seen
+            if recorded and s is not None:
+                entry = recorded.get(s.name)
+                if entry is not None and s.verdict_matches(entry):
+                    sessions.with_recorded(row, entry)
+            yield row
 
 
 @dataclass
@@ -123,6 +138,7 @@ class Streamed:
     rows: Iterable[SessionRow]
     notes: list[str] = field(default_factory=list)
     source: Stream | None = None  # the index's stream (its notes and interrupt come late)
+    verdicts: bool = False  # the rows carry check's recorded verdicts already
 
     @property
     def interrupted(self) -> bool:
@@ -156,7 +172,8 @@ def stream_sessions(
         listed = list_sessions(sessions_dir, q, use_index=False, jobs=jobs, now=now)
         return Streamed(listed.rows)
     st = stream(sessions_dir, jobs=jobs, cache_dir=cache_dir)
-    return Streamed(select_iter((r.list_row() for r in st.records), q, now), st.notes, st)
+    rows = select_iter(list_rows(st, cache_dir), q, now)
+    return Streamed(rows, st.notes, st, verdicts=True)
 
 
 def meta_rows(

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentdb import errors, paths, plugins, verdicts
 from agentdb.checks import policy
+from agentdb.index.stat import Seen
 from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionInfo, SessionReader
 
@@ -46,6 +47,7 @@ class Record:
     costs: Costs | None  # cost per day and model; None: unknown
     size: int = 0  # bytes of the database and its -wal, from the walk
     transient: bool = False  # some read failed for a reason outside the file (busy, OS error)
+    seen: Seen | None = None  # the walk's lstat of it, when it came from a walk (not stored)
 
     def list_row(self) -> SessionRow:
         """``sessions list``'s row (``sessions.read_row``'s, with the event count)."""

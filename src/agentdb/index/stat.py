@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdb import paths
-from agentdb.verdicts import COARSE_GRANULARITY_NS, FINE_GRANULARITY_NS
+from agentdb.db import FileStats
+from agentdb.verdicts import COARSE_GRANULARITY_NS, FINE_GRANULARITY_NS, Recorded
 
 SIDECARS = ("-wal", "-shm", "-journal")
 _NO_SIDECARS = ";-;-;-"
@@ -38,6 +39,20 @@ class Seen:
     newest_ns: int  # the newest timestamp in the identity
     granularity_ns: int  # the file system's timestamp granularity, as the stamps suggest
     size: int  # bytes of the database and its -wal (0 if not a regular file)
+    # the same lstat results as the verdict cache keys them (verdicts.Identity.key(): the
+    # database without its mode, the -wal and -shm, not the -journal), and their newest
+    # timestamp and granularity: a recorded verdict is matched without another lstat
+    vkey: str | None = None
+    vnewest_ns: int = 0
+    vgranularity_ns: int = 0
+
+    def verdict_matches(self, recorded: Recorded) -> bool:
+        """``recorded`` was given to this very file (:meth:`verdicts.Recorded.matches`)."""
+        return (
+            self.vkey is not None
+            and recorded.identity == self.vkey
+            and self.vnewest_ns < recorded.stamped_ns - self.vgranularity_ns
+        )
 
     def trusts(self, key: str, stamped_ns: int) -> bool:
         """A row stored with ``key`` at ``stamped_ns`` describes this file."""
@@ -73,33 +88,73 @@ def seen(entry: paths.Entry, names: set[str] | None = None, where: str | None = 
         return Seen(entry, base, None, 0, 0, 0)
     if not stat.S_ISREG(st.st_mode):
         return Seen(entry, base, None, 0, 0, 0)
-    head = f"{st.st_dev},{st.st_ino},{st.st_size},{st.st_mtime_ns},{st.st_ctime_ns},{st.st_mode}"
+    five = f"{st.st_dev},{st.st_ino},{st.st_size},{st.st_mtime_ns},{st.st_ctime_ns}"
     m, c = st.st_mtime_ns, st.st_ctime_ns
     if names is not None and not (
         base + "-wal" in names or base + "-shm" in names or base + "-journal" in names
     ):  # the common case, a closed session: no sidecar
         whole = m % 1_000_000_000 == 0 and c % 1_000_000_000 == 0
         gran = COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
-        return Seen(entry, base, head + _NO_SIDECARS, max(m, c), gran, st.st_size)
-    parts = [head]
-    stamps = [m, c]
-    size = st.st_size
+        key = f"{five},{st.st_mode}{_NO_SIDECARS}"
+        return Seen(entry, base, key, max(m, c), gran, st.st_size, five + ";-;", max(m, c), gran)
+    found: list[os.stat_result | None] = []
     for suffix in SIDECARS:
         if names is not None and base + suffix not in names:
-            parts.append("-")
+            found.append(None)
             continue
         try:
-            s = os.lstat(p + suffix)
+            found.append(os.lstat(p + suffix))
         except FileNotFoundError:
+            found.append(None)
+    return _seen(entry, base, st, five, found[0], found[1], found[2])
+
+
+def _seen(
+    entry: paths.Entry,
+    base: str,
+    st: os.stat_result,
+    five: str,
+    wal: os.stat_result | None,
+    shm: os.stat_result | None,
+    journal: os.stat_result | None,
+) -> Seen:
+    parts = [f"{five},{st.st_mode}"]
+    stamps = [st.st_mtime_ns, st.st_ctime_ns]
+    vstamps = list(stamps)
+    for s in (wal, shm, journal):
+        if s is None:
             parts.append("-")
             continue
         parts.append(_side(s))
         stamps.append(s.st_mtime_ns)
-        if suffix == "-wal":
-            size += s.st_size  # as verdicts.Identity.size counts it
+        if s is not journal:
+            vstamps.append(s.st_mtime_ns)
+    # verdicts.Identity.key() of a regular file: db;wal;[;shm...]
+    vkey = f"{five};{parts[1]};" + ("" if shm is None else ";shm" + parts[2])
     whole = all(t % 1_000_000_000 == 0 for t in stamps)
-    gran = COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS
-    return Seen(entry, base, ";".join(parts), max(stamps), gran, size)
+    vwhole = all(t % 1_000_000_000 == 0 for t in vstamps)
+    return Seen(
+        entry,
+        base,
+        ";".join(parts),
+        max(stamps),
+        COARSE_GRANULARITY_NS if whole else FINE_GRANULARITY_NS,
+        st.st_size + (wal.st_size if wal is not None else 0),  # as verdicts.Identity.size
+        vkey,
+        max(vstamps),
+        COARSE_GRANULARITY_NS if vwhole else FINE_GRANULARITY_NS,
+    )
+
+
+def seen_of(entry: paths.Entry, stats: FileStats) -> Seen:
+    """:func:`seen` (without a listing: every sidecar looked at) from the caller's own
+    ``lstat`` of the file and its sidecars (:func:`agentdb.db.file_stats`)."""
+    base = entry.session_id + paths.SESSION_SUFFIX
+    st = stats.db
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return Seen(entry, base, None, 0, 0, 0)
+    five = f"{st.st_dev},{st.st_ino},{st.st_size},{st.st_mtime_ns},{st.st_ctime_ns}"
+    return _seen(entry, base, st, five, stats.wal, stats.shm, stats.journal)
 
 
 def walk(sessions_dir: Path) -> tuple[list[paths.Entry], set[str]]:

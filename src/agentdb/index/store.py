@@ -50,6 +50,7 @@ def open_index(cache_dir: Path | None) -> apsw.Connection:
     conn = verdicts.open_cache(cache_dir)
     if conn is None:
         raise Unavailable(f"{verdicts.cache_path(cache_dir)}: the index cannot be opened")
+    verdicts.leave_no_wal(conn)  # the last to close checkpoints: no -wal left behind
     return conn
 
 

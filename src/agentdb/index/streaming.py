@@ -175,6 +175,7 @@ def _merge(
                     out.reread += 1
                     if writer is not None and s.key is not None and rec.stable:
                         writer.add(rec, s.name, s.key, stamped)
+                rec.seen = s
                 yield rec
         while pending is not None:
             gone.append(pending[0])  # past the last listed id

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from agentdb import index, locks, paths, plugins
+from agentdb import index, locks, paths, plugins, verdicts
 from agentdb.prune.decisions import (
     DECISION_COLUMNS,
     PruneDecision,
@@ -40,6 +40,7 @@ from agentdb.prune.reasons import (
     resume_reasons,
 )
 from agentdb.prune.scan import (
+    Facts,
     Files,
     Pins,
     confirm,
@@ -48,6 +49,7 @@ from agentdb.prune.scan import (
     read_all_facts,
     read_facts,
     read_intent,
+    recorded_healthy,
 )
 from agentdb.prune.scratch import FAILURES, PAGE, PlanStore
 from agentdb.prune.selection import Selectors, matches
@@ -155,8 +157,24 @@ def _plan(
         for page in store.ids(where):
             read_fresh([(s, store.files(s)) for s in page])
 
-    def judge_each(ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-        said = judge_all(sessions_dir, [(s, s in recovered_ids()) for s in ids], jobs)
+    @functools.cache
+    def may_record() -> bool:
+        """Check's rule: a run whose recovery log cannot be read records no verdict (an
+        orphan row of a recovery then reads as damage that must not outlive the run)."""
+        from agentdb.checks.run import read_recovery_index_or_finding
+
+        return read_recovery_index_or_finding(paths.recovery_log_path(sessions_dir))[1] is None
+
+    def judge_each(
+        ids: Sequence[str], record: bool = False
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """Check's judge of each of ``ids``; with ``record``, its verdicts are recorded in
+        the verdict cache, as ``check`` records its own."""
+        entries: list[verdicts.Entry] = []
+        wanted = [(s, s in recovered_ids()) for s in ids]
+        said = judge_all(sessions_dir, wanted, jobs, entries if record else None)
+        if entries and may_record():
+            verdicts.record(sessions_dir, entries, checkpoint=True)
         if progress is not None and ids:
             progress(len(ids), len(ids), ids[-1])
         return said
@@ -165,6 +183,7 @@ def _plan(
     if use_index:
         # The index's records stream past (id order, a window at a time): each session's facts
         # go to the scratch database, never every record (with its costs) nor every stored row.
+        known_facts: list[Facts] = []
         for rec in index.records(sessions_dir, result.notes_index, jobs=jobs, extras=True):
             sid = rec.entry.session_id
             listed = store.entry(sid)
@@ -175,7 +194,11 @@ def _plan(
             if wanted and key is not None and sid not in explicit and not files.intent:
                 got = facts_from_index(sessions_dir, sid, files, rec, pins)
                 if got is not None:
-                    store.put(got, fresh=False, first=True)
+                    known_facts.append(got)
+                    if len(known_facts) >= FRESH_CHUNK:
+                        store.put_all(known_facts, fresh=False, first=True)
+                        known_facts = []
+        store.put_all(known_facts, fresh=False, first=True)
     for batch in store.unread():
         read_fresh(batch, first=True)
 
@@ -194,17 +217,31 @@ def _plan(
         # the plan began with, and whose status check's judge (which reads the file whole: its
         # one open) reads as the index does; any other is read afresh, and dropped again if it
         # no longer matches the filters that selected it.
-        for page in store.ids("f.matched AND NOT f.fresh AND NOT e.racy AND NOT e.explicit"):
-            ok = []
-            for sid in page:
-                f = store.get(sid)
-                if confirm(sessions_dir, f, store.identity(sid)):
-                    store.put(f, fresh=False, first=True)  # its stamp and size; refs as they were
+        # A file whose healthy full verdict the verdict cache holds for its identity now is
+        # judged by that verdict (the judge would read the same bytes: the racily-clean rule
+        # holds for both); the judge's verdict of every other is recorded there (the next
+        # plan takes it), as check records its own.
+        with verdicts.Lookup(sessions_dir) as found:  # asked in id order: a page at a time
+            for page in store.ids("f.matched AND NOT f.fresh AND NOT e.racy AND NOT e.explicit"):
+                ok = []
+                known: dict[str, tuple[str | None, str | None]] = {}
+                stamped: list[Facts] = []
+                for sid in page:
+                    f = store.get(sid)
+                    ident = confirm(sessions_dir, f, store.identity(sid))
+                    if ident is None:
+                        continue
+                    stamped.append(f)
                     ok.append(sid)
-            store.set_flag("confirmed", ok)
-        for rows in store.pages("f.confirmed"):
+                    cached = recorded_healthy(found.get(sid + paths.SESSION_SUFFIX), ident)
+                    if cached is not None and f.info is not None and cached[1] == f.info.status:
+                        known[sid] = cached
+                store.put_all(stamped, fresh=False, first=True)  # stamps, sizes; refs kept
+                store.set_flag("confirmed", ok)
+                store.judged_as(known)
+        for rows in store.pages("f.confirmed AND NOT f.judged"):
             infos = {sid: info for sid, info, _ in rows}
-            said = judge_each(list(infos))
+            said = judge_each(list(infos), record=True)
             for sid, (_, status) in list(said.items()):
                 info = infos[sid]
                 if info is None or status != info.status:

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import ulid
 
-from agentdb import errors, faults, fsutil, index, locks, paths, plugins, workers
+from agentdb import db, errors, faults, fsutil, index, locks, paths, plugins, verdicts, workers
 from agentdb.checks import policy
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
@@ -301,25 +302,36 @@ def facts_from_index(
     return facts
 
 
-def confirm(sessions_dir: Path, facts: Facts, planned: str | None) -> bool:
+def confirm(sessions_dir: Path, facts: Facts, planned: str | None) -> verdicts.Identity | None:
     """For a selected session whose facts came from the index: probe it and take its stamp and
-    size now, as :func:`read_facts` would. True when nobody has it open and it is still the very
-    entry the plan began with (``planned``: its identity then, :mod:`agentdb.index.stat`), so
-    the index's record is of these bytes and check's judge, which reads the whole file, is its
-    one open; False when it must be read afresh (:func:`read_facts`)."""
+    size now, as :func:`read_facts` would. Its identity now (what the verdict cache keys on)
+    when nobody has it open and it is still the very entry the plan began with (``planned``:
+    its identity then, :mod:`agentdb.index.stat`), so the index's record is of these bytes and
+    check's judge, which reads the whole file, is its one open; None when it must be read
+    afresh (:func:`read_facts`). One ``lstat`` each of the file and its three sidecars."""
     sid = facts.session_id
     main = sessions_dir / (sid + paths.SESSION_SUFFIX)
     if planned is None or facts.problem is not None:
-        return False
+        return None
     holder = locks.probe(main)
     if holder is not None:  # live: what its WAL holds now is read afresh, as before
-        return False
-    stamp = stamp_of(main)
-    if stamp.main is None or index.stat.seen(paths.Entry(sid, main)).key != planned:
-        return False
-    facts.stamp = stamp
-    facts.bytes = stamp.main[1] + sum(_size(sessions_dir / n) for n in facts.files.sidecars)
-    return True
+        return None
+    stats = db.file_stats(main)
+    if stats.db is None or index.stat.seen_of(paths.Entry(sid, main), stats).key != planned:
+        return None
+    ident = verdicts.identity_from(stats)
+    if ident is None:
+        return None
+    facts.stamp = Stamp(stat_key(stats.db), None if stats.wal is None else stat_key(stats.wal))
+    by_suffix = {"-wal": stats.wal, "-shm": stats.shm, "-journal": stats.journal}
+    facts.bytes = stats.db.st_size + sum(
+        _size_of(by_suffix.get(n[len(main.name) :])) for n in facts.files.sidecars
+    )
+    return ident
+
+
+def _size_of(st: os.stat_result | None) -> int:
+    return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
 
 
 # Errors of a regular file's contents (a non-regular entry is never taken from the index).
@@ -333,31 +345,59 @@ def _short_text(msg: str, main: Path) -> str:
 
 
 Judged = tuple[str | None, str | None]  # (problem, session_meta's status as the judge read it)
+_Verdict = tuple[Judged, verdicts.Entry | None]  # and the verdict to record, if any
 
 
 def judge_all(
-    sessions_dir: Path, wanted: Sequence[tuple[str, bool]], jobs: int = 1
+    sessions_dir: Path,
+    wanted: Sequence[tuple[str, bool]],
+    jobs: int = 1,
+    record: list[verdicts.Entry] | None = None,
 ) -> dict[str, Judged]:
     """:func:`judge` for each ``(session_id, recovered)``; with ``jobs`` > 1 and enough files,
-    in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``."""
+    in that many worker processes. Ctrl-C raises ``KeyboardInterrupt``. ``record``: each
+    verdict the judge gave a file nobody had open is appended there, stamped with the file's
+    identity taken before it was read (what ``check`` records in the verdict cache)."""
     if jobs <= 1 or len(wanted) < JUDGE_THRESHOLD:
-        return {sid: judge(sessions_dir, sid, recovered=r) for sid, r in wanted}
+        got = [judge_verdict(sessions_dir, sid, recovered=r) for sid, r in wanted]
+        return _judged(wanted, got, record)
 
-    def chunk(part: Sequence[tuple[str, bool]]) -> list[Judged]:
-        return [judge(sessions_dir, sid, recovered=r) for sid, r in part]
+    def chunk(part: Sequence[tuple[str, bool]]) -> list[_Verdict]:
+        return [judge_verdict(sessions_dir, sid, recovered=r) for sid, r in part]
 
-    def died(part: Sequence[tuple[str, bool]], why: str) -> list[Judged]:
-        return [(f"not judged: {why}", None) for _ in part]
+    def died(part: Sequence[tuple[str, bool]], why: str) -> list[_Verdict]:
+        return [((f"not judged: {why}", None), None) for _ in part]
 
     parts = _chunks(wanted, jobs, most=32)  # a full check per file: small pieces
     ran = workers.run_each(chunk, parts, jobs, died=died, drain=False)
     if ran.interrupted:
         raise KeyboardInterrupt
-    return {
-        sid: v
-        for part, got in zip(parts, ran.results, strict=True)
-        for (sid, _), v in zip(part, got, strict=True)
-    }
+    return _judged(wanted, [v for got in ran.results for v in got], record)
+
+
+def _judged(
+    wanted: Sequence[tuple[str, bool]],
+    got: Sequence[_Verdict],
+    record: list[verdicts.Entry] | None,
+) -> dict[str, Judged]:
+    if record is not None:
+        record.extend(e for _, e in got if e is not None)
+    return {sid: j for (sid, _), (j, _) in zip(wanted, got, strict=True)}
+
+
+def recorded_healthy(entry: verdicts.Recorded | None, now: verdicts.Identity) -> Judged | None:
+    """The judge's answer from the verdict cache: a *full* ``check`` verdict (``check``'s or
+    a previous prune's judge) of ``ok`` or ``needs_migration``, recorded for the file as it
+    is ``now`` (its identity, just taken, is the recorded one, which was settled when it was
+    recorded: the racily-clean rule); None when it must be judged. A damaged verdict is never
+    taken (the judge words its first problem). Bit rot changes no identity: ``execute`` still
+    runs ``quick_check`` on each file it removes, under the lock."""
+    if entry is None or entry.quick or entry.verdict not in _HEALTHY or not entry.matches(now):
+        return None
+    return None, entry.status
+
+
+_HEALTHY = frozenset({"ok", "needs_migration"})
 
 
 def _chunks(items: Sequence[_T], jobs: int, most: int = workers.CHUNK) -> list[Sequence[_T]]:
@@ -380,7 +420,6 @@ def _foreign_behind_triggers(main: Path) -> bool:
     """A file refused for its triggers or views may still be another application's (its
     application id says so): identify it without running its SQL (triggers and views stay
     disabled on every connection)."""
-    from agentdb import db  # only here: the one extra open for such a file
     from agentdb.schema.identity import identify
 
     try:
@@ -397,13 +436,18 @@ def _foreign_behind_triggers(main: Path) -> bool:
 
 
 def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> Judged:
+    """:func:`judge_verdict`'s answer alone."""
+    return judge_verdict(sessions_dir, session_id, recovered=recovered)[0]
+
+
+def judge_verdict(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> _Verdict:
     """(problem, status): problem None when ``check``'s own judge calls the file ``ok`` or
     ``needs_migration``, else one line with its verdict and first error; status is
     session_meta's as the judge read it. The same rules as ``agentdb check`` (integrity,
     schema, content hashes, invalid text, every row read), so prune never removes a file that
     check calls damaged without --include-damaged. ``recovered``: the recovery log records a
     salvage of it (its orphan rows are expected), as ``check`` is told."""
-    from agentdb import checks, db  # only here: the one open of a selected session
+    from agentdb import checks  # only here: the one open of a selected session
     from agentdb.checks.atrest import ok_at_rest
     from agentdb.checks.file import check_path
 
@@ -412,14 +456,26 @@ def judge(sessions_dir: Path, session_id: str, *, recovered: bool = False) -> Ju
     # As `check --all` judges each file: a healthy file at rest is proved so on this process's
     # shared reader (the same checks, no connection of its own); anything else, whatever it
     # is, by check_path, which finds and words every problem.
+    stamped_ns = time.time_ns()  # before the lstat: the verdict's identity is this old
     stats = db.file_stats(main)
     result = ok_at_rest(os.fspath(main), session_id, stats, quick=False)
     if result is None:
         result = check_path(main, session_id, recovered=recovered, stats=stats)
     j = checks.judgement_of(result, "full")
+    ident = verdicts.identity_from(stats)
+    entry = None
+    if ident is not None and result.live is None:  # as check records: nobody had it open
+        entry = verdicts.Entry(
+            main.name,
+            verdicts.Stamp(ident, stamped_ns),
+            result.verdict,
+            False,
+            result.status,
+            result.revision,
+        )
     if j.healthy:
-        return None, result.status
-    return f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}", result.status
+        return (None, result.status), entry
+    return (f"check says {j.verdict}: {(j.problem or j.verdict)[:200]}", result.status), entry
 
 
 _NOTHING_CACHED = Pins(())
@@ -469,7 +525,6 @@ def quick_problem(main: Path, *, held: bool = False) -> str | None:
     is read in place (immutable: no lock), one with a WAL through a private copy (never
     through its ``-shm``, whose lock the hold denies), and a file that cannot be checked is a
     problem too."""
-    from agentdb import db  # only here: the one extra open before a removal
 
     try:
         conn = _open_checked(main, held)
@@ -492,7 +547,6 @@ def quick_problem(main: Path, *, held: bool = False) -> str | None:
 def status_held(main: Path) -> str | None:
     """session_meta's status, read while the caller holds the session (as
     :func:`quick_problem` with ``held``); None when it cannot be read."""
-    from agentdb import db
 
     try:
         conn = _open_checked(main, True)
@@ -530,6 +584,5 @@ def parent_in_file(main: Path) -> str | None:
 
 
 def _open_checked(main: Path, held: bool) -> Any:
-    from agentdb import db
 
     return db.open_readonly(main, held=held)

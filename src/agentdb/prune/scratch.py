@@ -295,34 +295,41 @@ class PlanStore:
     def put(self, f: Facts, *, fresh: bool, first: bool = False) -> None:
         """Record (or replace) what the plan knows of one session; what it decided stays.
         ``first``: the plan has recorded nothing of it yet, or not other references."""
-        info = f.info
-        absent = f.entry_kind == "absent"
-        readable = f.readable
-        self.conn.execute(
+        self.put_all([f], fresh=fresh, first=first)
+
+    def put_all(self, facts: Sequence[Facts], *, fresh: bool, first: bool = False) -> None:
+        """:meth:`put` of each of ``facts`` (one statement each for the batch)."""
+        self.conn.executemany(
             "INSERT INTO facts(id, blob, absent, readable, has_info, parent, profile, status, "
             "ended_at, holder, fresh) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE "
             "SET blob=excluded.blob, absent=excluded.absent, readable=excluded.readable, "
             "has_info=excluded.has_info, parent=excluded.parent, profile=excluded.profile, "
             "status=excluded.status, ended_at=excluded.ended_at, holder=excluded.holder, "
             "fresh=fresh OR excluded.fresh",
-            (
-                f.session_id,
-                _encode(f),
-                absent,
-                readable,
-                info is not None,
-                *(info if info is not None else (None, None, None, None)),
-                f.holder is not None,
-                fresh,
-            ),
+            [
+                (
+                    f.session_id,
+                    _encode(f),
+                    f.entry_kind == "absent",
+                    f.readable,
+                    f.info is not None,
+                    *(f.info if f.info is not None else (None, None, None, None)),
+                    f.holder is not None,
+                    fresh,
+                )
+                for f in facts
+            ],
         )
         if not first:
-            self.conn.execute("DELETE FROM refs WHERE id=?", (f.session_id,))
-        if not absent and readable and f.producers:
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO refs VALUES (?,?,?,?)",
-                ((f.session_id, *v) for v in f.producers),
-            )
+            self.conn.executemany("DELETE FROM refs WHERE id=?", [(f.session_id,) for f in facts])
+        refs = [
+            (f.session_id, *v)
+            for f in facts
+            if f.entry_kind != "absent" and f.readable and f.producers
+            for v in f.producers
+        ]
+        if refs:
+            self.conn.executemany("INSERT OR IGNORE INTO refs VALUES (?,?,?,?)", refs)
 
     def get(self, sid: str) -> Facts:
         """The facts of one session the plan read (its files and pins shared again)."""
