@@ -1,5 +1,5 @@
 """Another session's ``session_meta`` page copied over this file's: the kernel's open refuses
-it as :class:`~agentdb.errors.ForeignFile` (a ``SessionUnusable`` kind) at every revision —
+it as :class:`~agentdb.errors.ForeignFile` (a ``SessionUnusable`` kind) at revisions 1 and 2 —
 never ``MigrationFailed`` (revision 2 migrated it and failed its integrity check) nor
 ``Unreadable`` after running the recovery hook (revision 3's chain break took it for damage)
 — and neither recovers nor migrates it. So does the writer's own open, without the kernel's
@@ -50,7 +50,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("revision", [1, 2, 3])
+@pytest.mark.parametrize("revision", [1, 2])
 def test_kernel_refuses_another_sessions_meta_page_as_foreign(
     tmp_path: Path, revision: int
 ) -> None:
@@ -72,6 +72,29 @@ def test_kernel_refuses_another_sessions_meta_page_as_foreign(
     assert sorted(p.name for p in sessions.iterdir()) == names  # no .corrupt, no replacement
     assert not paths.recovery_log_path(sessions).exists()
     assert _digest(path) == before
+
+
+def test_at_revision_3_the_chain_outvotes_a_foreign_meta_page_and_the_kernel_recovers(
+    tmp_path: Path,
+) -> None:
+    """Revision 3's chain starts at this session's genesis: the file is this session's with one
+    foreign page (issue 29: "a foreign page never makes the whole file foreign"), so the
+    kernel's open recovers it once, keeps the original as .corrupt and opens the session."""
+    sessions, sid, path, other = _plant_meta_page(tmp_path, 3)
+    ran: list[str] = []
+
+    def hook(p: Path, s: str) -> None:
+        ran.append(s)
+        kernel.recover_hook(sessions, s)
+
+    w = SessionWriter.open(sessions, sid, recover=hook, judge=kernel.judge_hook)
+    try:
+        assert w.info().session_id == sid
+    finally:
+        w.close()
+    assert ran == [sid]
+    assert (sessions / f"{sid}.sqlite.corrupt").exists()
+    assert paths.recovery_log_path(sessions).exists()
 
 
 @pytest.mark.parametrize("revision", [1, 2, 3])
