@@ -397,7 +397,7 @@ def recorded_healthy(entry: verdicts.Recorded | None, now: verdicts.Identity) ->
     return None, entry.status
 
 
-_HEALTHY = frozenset({"ok", "needs_migration"})
+_HEALTHY = policy.SOUND
 
 
 def _chunks(items: Sequence[_T], jobs: int, most: int = workers.CHUNK) -> list[Sequence[_T]]:
