@@ -46,10 +46,11 @@ sys.path.insert(0, str(HERE.parent))  # chain_proto's hashing is tests/hash_refe
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import chain_proto as P  # noqa: E402
-from agentdb import checks, db, demo  # noqa: E402
+from agentdb import checks, db  # noqa: E402
 from agentdb.fileformat.btree import parse_page  # noqa: E402
 from agentdb.fileformat.varint import read_varint  # noqa: E402
 from agentdb.hashing import event_hash  # noqa: E402
+from agentdb.jobs import demo  # noqa: E402
 from agentdb.schema.revisions import REV2_DDL  # noqa: E402
 from agentdb.store import Event, Producer, SessionWriter, Usage  # noqa: E402
 from bench_emit import timed_emits  # noqa: E402

@@ -73,8 +73,9 @@ sys.path.insert(0, str(HERE.parent / "src"))
 import apsw  # noqa: E402
 
 import bench_chain_design as D  # noqa: E402
-from agentdb import db, demo, salvage  # noqa: E402
+from agentdb import db, salvage  # noqa: E402
 from agentdb.checks.judge import HEALTHY, LEVELS, judge  # noqa: E402
+from agentdb.jobs import demo  # noqa: E402
 from agentdb.schema import chainio, migrations  # noqa: E402
 from agentdb.store import Event, SessionWriter  # noqa: E402
 

@@ -54,7 +54,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from tests import peak_rss  # noqa: E402
 
-from agentdb import demo  # noqa: E402
+from agentdb.jobs import demo  # noqa: E402
 from agentdb.schema.revisions import REV1_DDL  # noqa: E402
 from agentdb.store import SessionWriter  # noqa: E402
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import apsw
 import ulid
 
-from agentdb import backup, demo, fsutil, migrate
+from agentdb import fsutil
+from agentdb.jobs import backup, demo, migrate
 from agentdb.store import Event, Producer, SessionWriter
 
 RESULTS = Path(__file__).parent / "results" / "bench_migrate.md"

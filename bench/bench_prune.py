@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import peak_rss
 
-from agentdb import demo, fsutil, prune
+from agentdb import fsutil, prune
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 
 HERE = Path(__file__).parent

@@ -225,7 +225,7 @@ STAGES = ("snapshot", "diagnose", "pages", "rows", "merge", "replacement", "chec
 
 def build_session(d: Path, mb: int) -> tuple[str, Path]:
     """A closed session of about ``mb`` MB: 20 KB tool results with a model turn every ten."""
-    from agentdb import demo
+    from agentdb.jobs import demo
 
     w = SessionWriter.create(d, profile="bench")
     n = max(mb * 1_000_000 // 20_000, 20)

@@ -33,7 +33,8 @@ from typing import Any
 import apsw
 import ulid
 
-from agentdb import cores, demo, fsutil
+from agentdb import cores, fsutil
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 
 HERE = Path(__file__).parent

@@ -50,7 +50,7 @@ def generate(root: Path, n: int, env: dict[str, str]) -> None:
     import random
 
     sys.path.insert(0, str(ROOT / "src"))
-    from agentdb import demo
+    from agentdb.jobs import demo
     from agentdb.store import Producer, SessionWriter
 
     sessions = root / "state" / "agent" / "sessions"

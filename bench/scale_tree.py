@@ -26,7 +26,8 @@ import ulid
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentdb import demo, fsutil
+from agentdb import fsutil
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 
 SHAPES = ((1, "completed"), (5, "failed"), (15, "completed"), (33, "cancelled"))

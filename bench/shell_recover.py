@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 import apsw  # noqa: E402
 from tests.support import make_session  # noqa: E402
 
-from agentdb import demo  # noqa: E402
+from agentdb.jobs import demo  # noqa: E402
 from agentdb.salvage.shell import (  # noqa: E402
     RECOVER_COMMAND,
     find_capable_shell,

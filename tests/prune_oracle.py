@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, locks, paths, plugins
+from agentdb import errors, index, locks, paths
 from agentdb.durations import parse_timestamp
+from agentdb.index import plugins
 from agentdb.prune.scan import (
     INTENT,
     NONE,

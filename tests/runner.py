@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 from click.testing import CliRunner
 
-from agentdb import demo
 from agentdb.cli.main import main
+from agentdb.jobs import demo
 
 HANG = 120  # seconds an in-process run may take before the test fails as a hang
 

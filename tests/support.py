@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentdb import db, demo
+from agentdb import db
+from agentdb.jobs import demo
 from agentdb.schema.migrations import apply_steps
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Producer, SessionWriter

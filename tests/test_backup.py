@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import backup, demo
+from agentdb.jobs import backup, demo
 from tests.migrate_support import (
     all_shapes,
     assert_same_rows,

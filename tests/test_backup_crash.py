@@ -12,8 +12,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import backupdir
 from agentdb.checks import prefix
+from agentdb.jobs import backupdir
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter
 from tests.chain_support import lossy_recovery

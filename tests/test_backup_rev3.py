@@ -15,8 +15,9 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import backup, backupdir, db, demo
+from agentdb import db
 from agentdb.checks import prefix
+from agentdb.jobs import backup, backupdir, demo
 from agentdb.schema import chain, chainio
 from agentdb.store import Event, Producer, SessionWriter
 from tests.chain_support import SID, append, build, edit, opened

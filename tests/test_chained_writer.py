@@ -15,8 +15,9 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import db, demo, errors, faults
+from agentdb import db, errors, faults
 from agentdb.hashing import row_hash
+from agentdb.jobs import demo
 from agentdb.schema import chainio, migrations
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage, chained
 from tests import chain_oracle
@@ -304,7 +305,7 @@ def test_a_plain_emit_after_a_rolled_back_transaction(sessions_dir: Path, failur
 _CHILD = textwrap.dedent(
     """
     import os, sys
-    from agentdb import demo
+    from agentdb.jobs import demo
     from agentdb.store import SessionWriter
     w = SessionWriter.create(sys.argv[1], profile="p", revision=3, session_id=sys.argv[2])
     demo._turns(w, demo.MODEL_OLD, 2, seed=2)

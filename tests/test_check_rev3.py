@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdb import db, schemas, verdicts
+from agentdb import db, schemas
 from agentdb.checks import check_path
 from agentdb.checks.atrest import ok_at_rest
 from agentdb.checks.codes import CODES
 from agentdb.checks.judge import judge
 from agentdb.cli.output import jsonable
+from agentdb.index import verdicts
 from agentdb.results import SessionCheck
 from agentdb.schema import chain, migrations
 from agentdb.store import Event, PlanItem, Producer, SessionWriter, Usage
@@ -493,7 +494,7 @@ def test_a_quick_verdict_in_the_cache_never_stands_in_for_the_full_walk(
 ) -> None:
     """A middle row changed: quick (head, last event, counts) cannot see it and records ok; the
     full judge then still walks the file, and records corrupt."""
-    from agentdb.checked import cached_judgement, check_and_record, judge_session
+    from agentdb.index.checked import cached_judgement, check_and_record, judge_session
 
     sessions_dir, sid, cache = r3.parent, r3.name[:26], tmp_path / "cache"
     edit(r3, "UPDATE plan_items SET decision = 'ask' WHERE sequence = 2")

@@ -10,8 +10,9 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import checks, demo, recoverylog, salvage
+from agentdb import checks, recoverylog, salvage
 from agentdb.checks.codes import CODES
+from agentdb.jobs import demo
 from agentdb.paths import job_file, recovery_log_path, sidecar
 from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from tests.support import WriterProcess, held_open, make_session

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import errors, faults, fsutil, plugins, recoverylog, salvage, sessions
+from agentdb import errors, faults, fsutil, recoverylog, salvage
+from agentdb.index import plugins
 from agentdb.paths import job_file
+from agentdb.views import sessions
 from tests.salvage import corpus
 from tests.support import SRC, make_session
 

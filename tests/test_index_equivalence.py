@@ -22,9 +22,11 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import demo, index, migrate, paths, prune, report, salvage, status, verdicts
-from agentdb.index import queries
+from agentdb import index, paths, prune, salvage
+from agentdb.index import verdicts
+from agentdb.jobs import demo, migrate
 from agentdb.store import Event, Producer, SessionWriter, Usage
+from agentdb.views import queries, report, status
 from tests.salvage.corpus import d_flipped_bytes
 from tests.support import make_session
 
@@ -301,11 +303,11 @@ def test_a_parallel_first_build_equals_the_scan(
         make_session(sessions_dir, turns=1, profile=f"p{i}")
     (sessions_dir / "01HZZZZZZZZZZZZZZZZZZZZZZA.sqlite").write_bytes(b"not sqlite" * 100)
     (sessions_dir / "01HZZZZZZZZZZZZZZZZZZZZZZB.sqlite").mkdir()
-    monkeypatch.setattr(index, "POOL_THRESHOLD", 1)
-    monkeypatch.setattr(index, "CHUNK", 2)
+    monkeypatch.setattr("agentdb.index.walk.POOL_THRESHOLD", 1)
+    monkeypatch.setattr("agentdb.index.walk.CHUNK", 2)
     snap = index.snapshot(sessions_dir, jobs=2)
     assert snap.reread == 7
-    from agentdb import sessions
+    from agentdb.views import sessions
 
     assert [r.list_row() for r in snap.records] == list(sessions.scan(sessions_dir))
 
@@ -317,8 +319,8 @@ def test_a_streamed_parallel_build_in_windows_equals_the_scan(
     """The stream reads a first build a window at a time with forked readers and writes the
     rows in batches inside one transaction: the same rows, in id order, as the scan, and the
     next query reads no file."""
-    from agentdb import sessions
     from agentdb.index import store, streaming
+    from agentdb.views import sessions
 
     for i in range(7):
         make_session(sessions_dir, turns=1, profile=f"p{i}")

@@ -13,7 +13,9 @@ from typing import Any
 
 import apsw
 
-from agentdb import checked, prune, status, verdicts
+from agentdb import prune
+from agentdb.index import checked, verdicts
+from agentdb.views import status
 from tests.runner import Agentdb
 from tests.support import make_session
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import checked, demo, index, prune, verdicts
+from agentdb import index, prune
+from agentdb.index import checked, verdicts
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 from tests.support import make_session
 
@@ -113,7 +115,7 @@ def _rewrite_index_status(sid: str, status: str) -> None:
     """Change one session's status in the session index, checksum and all (a row that is
     wrong though the file's identity is the one it was read at: what only damage or a bug
     could leave)."""
-    from agentdb import verdicts
+    from agentdb.index import verdicts
 
     conn = apsw.Connection(str(verdicts.cache_path()))
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import backup
+from agentdb.jobs import backup
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import assert_same_rows, large_session, rows, user_version
 from tests.runner import run_cli

@@ -17,7 +17,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import backup, paths, recoverylog, swap
+from agentdb import paths, recoverylog, swap
+from agentdb.jobs import backup
 from tests.rows import all_rows
 from tests.support import SRC, make_session, wait_for
 
@@ -171,7 +172,8 @@ def test_a_recover_job_between_the_kernels_judge_and_its_hook(
     Corrupt ("recover finds no damage to salvage") on a session that was fine. Seen once in a
     full-suite run at load 6 (test_writers_starting_while_recover_runs). The open now judges
     the new file."""
-    from agentdb import demo, kernel
+    from agentdb import kernel
+    from agentdb.jobs import demo
     from agentdb.salvage import recover_session
     from agentdb.store import Event, Producer
 
@@ -221,7 +223,8 @@ def test_a_recovered_file_is_held_until_its_outcome_line(
     (no sign it was a recovered file), called it inconsistent, and refused it as unreadable.
     Seen in CI (test_writers_starting_while_recover_runs). The replacement is now held from
     before the rename until the outcome line is written."""
-    from agentdb import demo, locks
+    from agentdb import locks
+    from agentdb.jobs import demo
 
     sid, path = make_session(sessions_dir, turns=4, status="running")
     demo.damage_page(path, table="events")

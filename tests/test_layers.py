@@ -1,63 +1,53 @@
-"""The floors hold: every import in src/agentdb (function-level imports included) runs down.
-
-The layering is README's "Development" section: cli -> jobs -> checks/salvage -> store/schema ->
-db/fileformat -> util -> base. Each part lists the parts it may import; a module that no rule
-names is a job (the floor for new operator commands). The test also fails on any import cycle
-between modules.
+"""The floors hold: every file of src/agentdb sits on exactly one part of the map in
+docs/architecture.json, and every import (function-level imports included) follows one of its
+arrows and breaks none of its nevers. No catch-all: a file on no part fails. The test also fails
+on any import cycle between modules.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
-import pytest
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "agentdb"
+MAP = json.loads((ROOT / "docs" / "architecture.json").read_text())
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "agentdb"
 
-BASE = {"paths", "errors", "results"}
-UTIL = {
-    "fsutil",
-    "locks",
-    "recoverylog",
-    "durations",
-    "times",
-    "faults",
-    "hashing",
-    "workers",
-    "cores",
-    "swap",
-    "interrupts",
-}
+def _rules() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    parts = {name: part["is"] for name, part in MAP["parts"].items()}
+    allowed: dict[str, set[str]] = {name: set() for name in parts}
+    for a, b in MAP["arrows"]:
+        allowed[a].add(b)
+    return parts, allowed
 
-# part -> the parts it may import (besides itself)
-ALLOWED: dict[str, set[str]] = {
-    "base": set(),
-    "fileformat": set(),  # format readers stand alone
-    "util": {"base"},
-    "db": {"util", "base"},
-    "schema": {"db", "util", "base"},
-    "store": {"schema", "db", "util", "base"},
-    "checks": {"schema", "db", "fileformat", "util", "base"},
-    "salvage": {"checks", "schema", "db", "fileformat", "util", "base"},
-    "jobs": {"checks", "schema", "db", "store", "util", "base", "jobs"},
-    "kernel": {"store", "salvage", "checks", "util", "base"},
-    "cli": {"jobs", "checks", "salvage", "store", "schema", "db", "util", "base", "kernel"},
-    "man": set(),
-}
+
+PARTS, ALLOWED = _rules()
+
+
+def part_of_path(path: Path) -> str | None:
+    """The one part whose ``is`` names this file (a folder ends with "/")."""
+    rel = str(path.relative_to(ROOT))
+    found = [
+        name
+        for name, members in PARTS.items()
+        for m in members
+        if (rel.startswith(m) if m.endswith("/") else rel == m)
+    ]
+    assert len(found) <= 1, f"{rel} is on {found}"
+    return found[0] if found else None
+
+
+def path_of(module: str) -> Path:
+    p = ROOT / "src" / module.replace(".", "/")
+    return p / "__init__.py" if (p / "__init__.py").exists() else p.with_suffix(".py")
 
 
 def part_of(module: str) -> str:
-    """``agentdb.x.y`` -> its part."""
-    parts = module.split(".")
-    top = parts[1] if len(parts) > 1 else ""
-    if top in BASE:
-        return "base"
-    if top in UTIL:
-        return "util"
-    if top in {"fileformat", "schema", "store", "checks", "salvage", "cli", "db", "kernel", "man"}:
-        return top
-    return "jobs"
+    part = part_of_path(path_of(module))
+    assert part is not None, f"{module} sits on no part of docs/architecture.json"
+    return part
 
 
 def module_name(path: Path) -> str:
@@ -104,7 +94,11 @@ def graph() -> dict[str, set[str]]:
     return {module_name(p): imports_of(p) for p in sorted(SRC.rglob("*.py"))}
 
 
-@pytest.mark.slow
+def test_every_file_sits_on_a_part() -> None:
+    loose = [str(p.relative_to(ROOT)) for p in sorted(SRC.rglob("*.py")) if not part_of_path(p)]
+    assert not loose, "files on no part of docs/architecture.json:\n" + "\n".join(loose)
+
+
 def test_every_import_runs_down() -> None:
     wrong = []
     for mod, targets in graph().items():
@@ -116,7 +110,11 @@ def test_every_import_runs_down() -> None:
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
-@pytest.mark.slow
+def test_no_arrow_breaks_a_never() -> None:
+    broken = [f"{a} -> {b}: {why}" for a, b, why in MAP["never"] if b in ALLOWED[a]]
+    assert not broken, broken
+
+
 def test_no_import_cycles() -> None:
     g = graph()
     # A package's __init__ re-exporting its own modules is not a cycle between parts of the code.
@@ -161,6 +159,7 @@ def test_the_rules_can_fail() -> None:
     assert imports_in("agentdb.fileformat.header", False, "from .btree import x\n") == {
         "agentdb.fileformat.btree"
     }
-    assert part_of("agentdb.checks.file") == "checks"
-    assert "store" not in ALLOWED["checks"]
-    assert "db" not in ALLOWED["util"] and "schema" not in ALLOWED["db"]
+    assert part_of("agentdb.checks.file") == "Checks"
+    assert "Store" not in ALLOWED["Checks"]
+    assert "Db" not in ALLOWED["Util"] and "Schema" not in ALLOWED["Db"]
+    assert part_of_path(ROOT / "src" / "agentdb" / "nowhere.py") is None

@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from tests.rows import all_rows
 from tests.runner import run_cli
 from tests.support import SRC, WriterProcess, make_session, wait_for

@@ -9,7 +9,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import demo, fsutil, migrate, paths
+from agentdb import fsutil, paths
+from agentdb.jobs import demo, migrate
 from agentdb.schema.revisions import APPLICATION_ID, CURRENT_REVISION
 from tests.migrate_support import (
     REVISIONS,

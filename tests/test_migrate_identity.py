@@ -15,7 +15,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import fsutil, migrate, salvage
+from agentdb import fsutil, salvage
+from agentdb.jobs import migrate
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import job_files, rows, user_version
 from tests.runner import Agentdb

@@ -8,8 +8,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import migrate
 from agentdb.checks import prefix
+from agentdb.jobs import migrate
 from agentdb.schema.revisions import CURRENT_REVISION, DDL
 from agentdb.store import Event, Producer, SessionWriter
 from tests.support import make_session

@@ -14,8 +14,10 @@ import apsw
 import pytest
 import ulid
 
-from agentdb import demo, errors, plugins, prune
+from agentdb import errors, prune
 from agentdb.durations import parse_duration
+from agentdb.index import plugins
+from agentdb.jobs import demo
 from agentdb.prune import Selectors
 from agentdb.store import Event, Producer, SessionWriter
 from tests.support import SRC, held_open, make_session
@@ -74,7 +76,7 @@ def crashed_session(sessions_dir: Path, days: float) -> str:
     sid = str(ulid.ULID.from_datetime(t))
     code = (
         "import os, sys\nsys.path.insert(0, sys.argv[3])\nfrom pathlib import Path\n"
-        "from agentdb.store import SessionWriter\nfrom agentdb import demo\n"
+        "from agentdb.store import SessionWriter\nfrom agentdb.jobs import demo\n"
         "w = SessionWriter.create(Path(sys.argv[1]), profile='coder', session_id=sys.argv[2], "
         "started_at=sys.argv[4])\ndemo._turns(w, demo.MODEL_OLD, 2, seed=1)\n"
         "w.set_status('completed', at=sys.argv[4])\nos._exit(0)\n"

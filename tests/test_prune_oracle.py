@@ -19,7 +19,8 @@ import ulid
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agentdb import demo, fsutil, prune
+from agentdb import fsutil, prune
+from agentdb.jobs import demo
 from agentdb.prune.scan import intent_bytes, stamp_of
 from tests import prune_oracle
 from tests.support import held_open, make_session

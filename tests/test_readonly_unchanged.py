@@ -19,8 +19,9 @@ from pathlib import Path
 import click
 import pytest
 
-from agentdb import db, demo
+from agentdb import db
 from agentdb.cli.main import cli
+from agentdb.jobs import demo
 from tests.runner import Agentdb
 from tests.support import WriterProcess, make_session
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import backup, checks, migrate
+from agentdb import checks
+from agentdb.jobs import backup, migrate
 from tests.rows import invalid_text, payload_without_hash
 from tests.runner import Agentdb
 from tests.support import make_session

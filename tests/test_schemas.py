@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentdb import demo, schemas
+from agentdb import schemas
+from agentdb.jobs import demo
 from tests.runner import Agentdb
 
 pytestmark = pytest.mark.slow

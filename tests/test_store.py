@@ -201,7 +201,7 @@ def test_open_refuses_mismatched_session_meta(sessions_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_open_runs_integrity_check_and_calls_the_recovery_hook(sessions_dir: Path) -> None:
-    from agentdb.demo import damage_page
+    from agentdb.jobs.demo import damage_page
 
     sid, path = make_session(sessions_dir, turns=30)
     damage_page(path, table="events", nth_leaf=1, fill=b"\xff")

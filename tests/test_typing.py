@@ -24,7 +24,7 @@ PROGRAM = """
 from agentdb.checks.codes import finding
 from agentdb.results import Finding, SessionCheck
 from agentdb.store import Event, PlanItem, Producer, SessionWriter
-from agentdb.migrate import MigrationOutcome
+from agentdb.jobs.migrate import MigrationOutcome
 from agentdb.salvage import RecoveryOutcome
 from pathlib import Path
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdb import checked, verdicts
+from agentdb.index import checked, verdicts
 from agentdb.store import SessionWriter
 from tests.support import make_session
 
@@ -356,7 +356,8 @@ def test_a_session_recovered_during_a_check_is_judged_as_recovered(
     line, `inconsistent`, and the cache kept that verdict for `sessions list`, `status` and
     `report` until the next check. Found by a red-team review. The run now reads the log again
     when it changed and judges the session as recovered."""
-    from agentdb import demo, salvage
+    from agentdb import salvage
+    from agentdb.jobs import demo
 
     cache = tmp_path / "c"
     ids = [make_session(sessions_dir, turns=4)[0] for _ in range(3)]

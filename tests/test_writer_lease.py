@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo, errors, kernel, locks
+from agentdb import errors, kernel, locks
+from agentdb.jobs import demo
 from agentdb.salvage import recover_session
 from agentdb.store import Event, Producer, SessionReader, SessionWriter
 from tests.rows import all_rows

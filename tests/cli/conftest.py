@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import backupdir, demo
 from agentdb.checks import prefix
+from agentdb.jobs import backupdir, demo
 from agentdb.store import Event, Producer, SessionWriter
 from tests.chain_support import lossy_recovery
 from tests.rows import all_rows
@@ -208,7 +208,7 @@ _HOLD = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
-from agentdb import backupdir
+from agentdb.jobs import backupdir
 with backupdir.locked_copy(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.readline()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.results import VERDICTS
 from agentdb.store import SessionWriter
 from tests.runner import Agentdb, Terminal, run_cli, state_options

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.schema import enums
 from tests.runner import Agentdb, run_cli, state_options
 

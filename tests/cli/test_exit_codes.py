@@ -13,10 +13,11 @@ from pathlib import Path
 import click
 import pytest
 
-from agentdb import demo, paths
+from agentdb import paths
 from agentdb.cli import output
 from agentdb.cli.main import cli
 from agentdb.cli.manpages import iter_commands
+from agentdb.jobs import demo
 from tests.runner import invoke
 from tests.salvage.corpus import pages_of, zero_page
 from tests.support import make_session

@@ -9,7 +9,7 @@ import re
 import time
 from pathlib import Path
 
-from agentdb import verdicts
+from agentdb.index import verdicts
 from tests.runner import Agentdb
 from tests.salvage.corpus import pages_of, zero_page
 from tests.support import make_session

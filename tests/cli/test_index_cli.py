@@ -16,7 +16,9 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import demo, schemas, verdicts
+from agentdb import schemas
+from agentdb.index import verdicts
+from agentdb.jobs import demo
 from tests.runner import Agentdb, run_cli
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -170,7 +172,7 @@ def test_a_busy_index_answers_by_scan_with_a_note(
         [
             sys.executable,
             "-c",
-            "import sys, time; from agentdb import verdicts; c = verdicts.open_cache(); "
+            "import sys, time; from agentdb.index import verdicts; c = verdicts.open_cache(); "
             "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(60)",
         ],
         env=env,

@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import verdicts
+from agentdb.index import verdicts
 from tests.runner import Agentdb
 from tests.support import make_session
 

@@ -320,7 +320,7 @@ sys.meta_path.insert(0, _Pause())
     [
         ("click", ["check"]),  # the console script's own imports
         ("agentdb.cli.check", ["check"]),  # a command's module, loaded on first use
-        ("agentdb.migrate", ["migrate", "--all"]),  # a job module under a command
+        ("agentdb.jobs.migrate", ["migrate", "--all"]),  # a job module under a command
         # drawing the first table (the plain formats are drawn without tabulate)
         ("tabulate", ["sessions", "list", "--fmt", "grid"]),
     ],

@@ -20,7 +20,7 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.cli.test_interrupts import _LOCKER, interrupt_after_progress
 from tests.migrate_support import foreign_file

@@ -11,7 +11,8 @@ from typing import Any
 import apsw
 import pytest
 
-from agentdb import demo, schemas
+from agentdb import schemas
+from agentdb.jobs import demo
 from agentdb.store import Event, SessionWriter, Usage
 from tests.runner import run_cli
 

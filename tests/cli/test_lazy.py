@@ -14,21 +14,21 @@ from pathlib import Path
 import click
 import pytest
 
-from agentdb import demo
 from agentdb.cli import commands
 from agentdb.cli.main import cli
+from agentdb.jobs import demo
 from tests.runner import state_options
 
 # what `agentdb <command>` imports to run; each must stay out of every other command's process
 OWN = {name: ref.split(":")[0] for name, ref in commands.LAZY.items()}
 CORE = {  # the core a command's module calls, where only that command (or few) needs it
-    "backup": "agentdb.backup",
-    "migrate": "agentdb.migrate",
+    "backup": "agentdb.jobs.backup",
+    "migrate": "agentdb.jobs.migrate",
     "prune": "agentdb.prune",
     "recover": "agentdb.salvage",
-    "report": "agentdb.report",
+    "report": "agentdb.views.report",
     "restore": "agentdb.restore",
-    "demo": "agentdb.demo",
+    "demo": "agentdb.jobs.demo",
 }
 
 DUMP = """import json, sys

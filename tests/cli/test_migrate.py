@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.schema.revisions import CURRENT_REVISION
 from tests.migrate_support import snapshot, user_version
 from tests.runner import Agentdb, run_cli, state_options

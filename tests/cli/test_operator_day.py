@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 from tests.rows import all_rows
 from tests.runner import global_options, run_cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.schema import enums
 from tests.runner import run_cli, state_options
 from tests.support import GOOD_ID, held_open, hostile_extras, make_session, tree_snapshot

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.store import Producer, SessionWriter
 from tests.runner import Terminal, global_options, run_cli, state_options
 from tests.support import held_open, make_session, tree_snapshot

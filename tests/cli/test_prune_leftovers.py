@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from agentdb import demo
+from agentdb.jobs import demo
 from tests.runner import Agentdb, Terminal, global_options, run_cli
 from tests.support import make_session, tree_snapshot
 

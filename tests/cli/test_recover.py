@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo, fsutil
+from agentdb import fsutil
+from agentdb.jobs import demo
 from tests.runner import run_cli, state_options
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from agentdb import demo, report
-from agentdb.report import SessionLine
-from agentdb.report.html import _tree
+from agentdb.jobs import demo
 from agentdb.store import Event, Producer, SessionWriter, Usage
+from agentdb.views import report
+from agentdb.views.report import SessionLine
+from agentdb.views.report.html import _tree
 from tests.runner import run_cli
 from tests.support import make_session, ulids
 
@@ -191,7 +192,7 @@ def test_many_sessions_keep_the_page_bounded(
     assert not r.sessions_complete
     assert [s.session_id for s in r.sessions] == [bad]
     assert r.summary.sessions == len(ids) + 1 and r.summary.sessions_shown == 1
-    from agentdb.report import html
+    from agentdb.views.report import html
 
     out = tmp_path / "r.html"
     out.write_text(html.render(r))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo, report
-from agentdb.report import DayCost, html
+from agentdb.jobs import demo
+from agentdb.views import report
+from agentdb.views.report import DayCost, html
 from tests.cli.test_report import parse
 from tests.runner import Agentdb, global_options, run_cli
 from tests.support import make_session

@@ -10,11 +10,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import demo, sessions
-from agentdb import sessions as sessions_mod
 from agentdb.cli.sessions import tree_lines
-from agentdb.index import queries
-from agentdb.sessions import build_forest, session_tree
+from agentdb.jobs import demo
+from agentdb.views import queries, sessions
+from agentdb.views import sessions as sessions_mod
+from agentdb.views.sessions import build_forest, session_tree
 from tests.runner import Agentdb, run_cli, state_options
 from tests.support import make_session, ulids
 

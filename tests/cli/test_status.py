@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.store import SessionWriter
 from tests.runner import run_cli
 from tests.support import held_open, make_session
@@ -151,7 +151,8 @@ def test_status_holds_counts_and_the_first_ids_not_every_row(
     """``status`` keeps no row per session and at most LISTED ids per category, with whole
     counts (its memory is flat in the number of sessions); ``report`` still has every row;
     the verdicts it matches against the index walk are the ones a scan matches."""
-    from agentdb import checked, status
+    from agentdb.index import checked
+    from agentdb.views import status
 
     n = status.LISTED + 3
     ids = [make_session(sessions_dir, turns=1, status=None)[0] for _ in range(n)]

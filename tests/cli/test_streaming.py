@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import checks, sessions
+from agentdb import checks
 from agentdb.checks.run import CheckStream
 from agentdb.cli import output
 from agentdb.results import Finding
+from agentdb.views import sessions
 from tests.runner import Agentdb
 from tests.support import clone_session, make_session
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import click
 import pytest
 
-from agentdb import demo
 from agentdb.cli import output, tables
 from agentdb.cli.main import cli
+from agentdb.jobs import demo
 from tests.runner import Terminal, invoke, state_options
 from tests.support import clone_session, make_session
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.store import Event, Producer, SessionWriter
 from tests.fuzz import oracle
 

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentdb import checks, demo, salvage
+from agentdb import checks, salvage
 from agentdb.checks import walevidence
 from agentdb.fileformat.wal import scan_wal
+from agentdb.jobs import demo
 from agentdb.paths import sidecar
 from agentdb.schema.revisions import CURRENT_REVISION
 from agentdb.store import Event, SessionWriter

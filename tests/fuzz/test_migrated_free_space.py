@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agentdb import checks, db, migrate, salvage
+from agentdb import checks, db, salvage
+from agentdb.jobs import migrate
 from agentdb.schema.migrations import apply_steps
 from tests.fuzz import damage
 from tests.rows import row_sets

@@ -16,7 +16,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import checks, demo, salvage
+from agentdb import checks, salvage
+from agentdb.jobs import demo
 from agentdb.paths import sidecar
 from agentdb.store import SessionWriter
 from tests.rows import row_sets

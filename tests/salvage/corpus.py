@@ -17,7 +17,7 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.paths import sidecar
 from agentdb.schema.revisions import COLUMNS, CURRENT_REVISION
 from agentdb.store import Event, Producer, SessionWriter

@@ -196,7 +196,8 @@ def test_killed_recovery_of_a_file_with_orphan_rows_is_finished(
     unless judged as a recovered file. Killed after its rename, before its outcome line, the
     re-run judged it without that line and refused it, for ever ("check calls it inconsistent
     while every row reads"); found by a red-team review. The re-run now finishes it."""
-    from agentdb import checks, demo, paths
+    from agentdb import checks, paths
+    from agentdb.jobs import demo
     from tests.support import make_session
 
     sid, path = make_session(sessions_dir, turns=4, status="running")
@@ -226,7 +227,8 @@ def test_a_replacement_someone_holds_is_not_swapped_in(sessions_dir: Path) -> No
     import os
     import struct
 
-    from agentdb import demo, faults, locks, paths
+    from agentdb import faults, locks, paths
+    from agentdb.jobs import demo
     from tests.support import make_session
 
     sid, path = make_session(sessions_dir, turns=4, status="running")

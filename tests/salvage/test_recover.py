@@ -243,7 +243,7 @@ def test_report_names_engines_and_what_each_found(sessions_dir: Path, agentdb: A
 def test_sqlite_recover_runs_only_where_it_could_find_more(
     sessions_dir: Path, capable_shell: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentdb.demo import damage_page
+    from agentdb.jobs.demo import damage_page
 
     monkeypatch.setenv("AGENTDB_SQLITE3", str(capable_shell))
     # A zeroed leaf: the page engine read every page, nothing is left to find.

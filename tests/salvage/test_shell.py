@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from agentdb import demo
+from agentdb.jobs import demo
 from agentdb.salvage import shell as sh
 from agentdb.salvage import shell_load
 from agentdb.schema.revisions import COLUMNS, TABLES

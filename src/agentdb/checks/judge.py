@@ -13,7 +13,7 @@ Levels (:data:`Level`): ``full`` is ``check``; ``quick`` is ``check --quick`` (q
 cross-table references, no content hashes, no scan of ``events`` for invalid text); ``open``
 is what opening the file and reading its ``session_meta`` row shows (``sessions list``), with
 no integrity check at all. A verdict the verdict cache recorded for the file as it is now stands
-in for running the check again (:mod:`agentdb.checked`).
+in for running the check again (:mod:`agentdb.index.checked`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agentdb import backup, errors
+from agentdb import errors
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -21,6 +21,7 @@ from agentdb.cli.common import (
     session_selection,
 )
 from agentdb.cli.params import DIRECTORY, OUTPUT_DIR
+from agentdb.jobs import backup
 
 
 @click.command("backup")

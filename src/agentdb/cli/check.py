@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import click
 
-from agentdb.checked import RecordedStream, changed_ids
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -18,6 +17,7 @@ from agentdb.cli.common import (
     make_selection,
     session_selection,
 )
+from agentdb.index.checked import RecordedStream, changed_ids
 from agentdb.results import Finding, SessionCheck
 
 _RANK = ("error", "warning", "info")

@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 import agentdb
-from agentdb import demo
 from agentdb.cli import output
 from agentdb.cli.params import OUTPUT_DIR
+from agentdb.jobs import demo
 
 # The walk-through: (what it shows, argv after the global options). Each command adds its step.
 # "{root}" in an argument stands for the demo's root directory, "{id:ROLE}" for the id of the

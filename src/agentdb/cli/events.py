@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from agentdb import eventlog
 from agentdb.cli import output
 from agentdb.cli.common import EXIT_INTERRUPTED, SESSION_ID, App, fmt_option, json_option
 from agentdb.cli.params import INT64_MAX
 from agentdb.schema import enums
 from agentdb.store import EventRow
+from agentdb.views import eventlog
 
 PREVIEW = 60  # characters of payload a table row shows
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from agentdb import migrate
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -17,6 +16,7 @@ from agentdb.cli.common import (
     session_selection,
     wait_option,
 )
+from agentdb.jobs import migrate
 
 _SUMMARY = (
     ("migrated", "migrated"),

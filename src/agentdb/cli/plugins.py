@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentdb import errors, plugins
+from agentdb import errors
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -16,7 +16,8 @@ from agentdb.cli.common import (
     no_index_option,
     unreadable_files,
 )
-from agentdb.index import queries
+from agentdb.index import plugins
+from agentdb.views import queries
 
 
 @click.group("plugins")

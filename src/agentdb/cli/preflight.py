@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from agentdb import sessions
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.views import sessions
 
 
 @click.command("preflight")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from agentdb import errors, report
+from agentdb import errors
 from agentdb.cli import output
 from agentdb.cli.common import App, default_jobs, jobs_option, json_option, no_index_option
 from agentdb.cli.params import OUTPUT_FILE
+from agentdb.views import report
 
 
 def document(r: report.Report) -> dict[str, object]:
@@ -89,11 +90,11 @@ def report_cmd(
     for n in r.notes:
         output.note(n)
     if to_stdout:
-        from agentdb.report import html
+        from agentdb.views.report import html
 
         output.emit_text(html.render(r))
     elif html_file is not None:
-        from agentdb.report import html
+        from agentdb.views.report import html
 
         report.write_report(
             html_file,

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from agentdb import sessions
 from agentdb.cli import output
 from agentdb.cli.common import (
     SESSION_ID,
@@ -23,8 +22,8 @@ from agentdb.cli.common import (
 from agentdb.cli.params import AGE
 from agentdb.cli.sessions_costs import costs_cmd
 from agentdb.cli.sessions_end import end_cmd
-from agentdb.index import queries
 from agentdb.schema import enums
+from agentdb.views import queries, sessions
 
 
 def _cost(v: float | None) -> str:

@@ -17,7 +17,7 @@ from agentdb.cli.common import (
     unreadable_files,
 )
 from agentdb.cli.params import AGE
-from agentdb.index import queries
+from agentdb.views import queries
 
 
 def _day(age: dt.timedelta | None) -> str | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from agentdb import ending, errors
+from agentdb import errors
 from agentdb.cli import output
 from agentdb.cli.common import SESSION_ID, App, fmt_option, json_option
+from agentdb.jobs import ending
 
 
 @click.command("end")

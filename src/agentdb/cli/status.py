@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from agentdb import errors
-from agentdb import status as status_job
 from agentdb.cli import output
 from agentdb.cli.common import App, default_jobs, jobs_option, json_option, no_index_option
 from agentdb.cli.params import TABLE_FORMAT
+from agentdb.views import status as status_job
 
 
 def _age(seconds: int | None) -> str:

@@ -14,10 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentdb import errors, paths, plugins, verdicts
+from agentdb import errors, paths
 from agentdb.checks import policy
+from agentdb.index import plugins, verdicts
+from agentdb.index.row import UNREADABLE, SessionRow, row_of
 from agentdb.index.stat import Seen
-from agentdb.sessions import UNREADABLE, SessionRow, row_of
 from agentdb.store import SessionInfo, SessionReader
 
 # Errors that the file's bytes and modes decide (the identity covers both): a record holding

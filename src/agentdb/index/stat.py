@@ -5,7 +5,7 @@ A session's identity is ``(dev, ino, size, mtime_ns, ctime_ns)`` of the database
 cannot be set back by ``touch``) and ``(dev, ino, size, mtime_ns, mode, uid, gid)`` of each
 sidecar that exists — ``-wal`` (a live session changes only there), ``-shm`` and ``-journal``
 (their mode, owner and presence change what a reader sees). Sidecars' ctime is left out for
-the reason :mod:`agentdb.verdicts` gives: SQLite run as root fchowns them on every open.
+the reason :mod:`agentdb.index.verdicts` gives: SQLite run as root fchowns them on every open.
 
 A stored row is believed only while the identity is the same *and* the file's newest timestamp
 is older than the moment the identity was taken by more than the file system's timestamp
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agentdb import paths
 from agentdb.db import FileStats
-from agentdb.verdicts import COARSE_GRANULARITY_NS, FINE_GRANULARITY_NS, Recorded
+from agentdb.index.verdicts import COARSE_GRANULARITY_NS, FINE_GRANULARITY_NS, Recorded
 
 SIDECARS = ("-wal", "-shm", "-journal")
 _NO_SIDECARS = ";-;-;-"

@@ -1,4 +1,4 @@
-"""The index's rows in the one derived cache file (:mod:`agentdb.verdicts` opens it: the same
+"""The index's rows in the one derived cache file (:mod:`agentdb.index.verdicts` opens it: the same
 hardened settings as every session, rebuilt from nothing when its application id, version or
 tables are wrong or it cannot be read).
 
@@ -16,7 +16,8 @@ from typing import Any
 
 import apsw
 
-from agentdb import db, errors, verdicts
+from agentdb import db, errors
+from agentdb.index import verdicts
 from agentdb.index.record import COLUMNS, Record
 
 Stored = dict[str, tuple[Any, ...]]  # name -> (identity, stamped_ns, size, *COLUMNS)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import apsw
 
-from agentdb import paths, verdicts, workers
+from agentdb import paths, workers
 from agentdb.cores import CHUNK, POOL_THRESHOLD
-from agentdb.index import stat, store
+from agentdb.index import stat, store, verdicts
 from agentdb.index.record import Record, read, read_many
 
 WINDOW = 2_000  # entries stat'ed, matched and read together (what is held at a time)

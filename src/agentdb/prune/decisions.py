@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from agentdb import plugins
+from agentdb.index import plugins
 from agentdb.prune.scan import STAMPLESS, Pins, Stamp
 from agentdb.prune.scratch import GONE, PlanStore
 from agentdb.results import PruneReasonCode

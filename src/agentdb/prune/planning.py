@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from agentdb import index, locks, paths, plugins, verdicts
+from agentdb import index, locks, paths
+from agentdb.index import plugins, verdicts
 from agentdb.prune.decisions import (
     DECISION_COLUMNS,
     PruneDecision,

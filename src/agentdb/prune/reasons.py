@@ -7,7 +7,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from agentdb import paths, plugins
+from agentdb import paths
+from agentdb.index import plugins
 from agentdb.prune.decisions import PruneDecision, Reason
 from agentdb.prune.scan import INTENT, Facts, Stamp
 from agentdb.schema.enums import RUNNING

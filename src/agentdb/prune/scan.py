@@ -17,8 +17,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import ulid
 
-from agentdb import db, errors, faults, fsutil, index, locks, paths, plugins, verdicts, workers
+from agentdb import db, errors, faults, fsutil, index, locks, paths, workers
 from agentdb.checks import policy
+from agentdb.index import plugins, verdicts
 from agentdb.paths import ULID_RE
 from agentdb.store import SessionInfo, SessionReader
 from agentdb.store.reader import read_info

@@ -38,8 +38,8 @@ from typing import Any
 
 import apsw
 
-from agentdb import db, errors, fsutil, locks, paths, plugins
-from agentdb.index import stat
+from agentdb import db, errors, fsutil, locks, paths
+from agentdb.index import plugins, stat
 from agentdb.prune.scan import (
     CORRUPT_RE,
     INTENT,

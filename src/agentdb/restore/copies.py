@@ -1,9 +1,9 @@
 """The backup copies of a session in a backup folder, newest first, and their verification.
 
-The names are ``backup``'s (:mod:`agentdb.backupdir`): ``DIR/<id>.sqlite``, the copy ``backup``
+The names are ``backup``'s (:mod:`agentdb.jobs.backupdir`): ``DIR/<id>.sqlite``, the copy ``backup``
 keeps up to date, and ``DIR/<id>.sqlite.<UTC timestamp>[.N]``, the states of a session written
 after it stopped being a superset of that copy (a lossy recovery) — newer than it, newest
-first, as :func:`agentdb.backupdir.copies_of` orders them. ``.corrupt`` names and temporary
+first, as :func:`agentdb.jobs.backupdir.copies_of` orders them. ``.corrupt`` names and temporary
 files are not copies. Nothing here follows a symlink or opens a copy but through ``check``.
 """
 
@@ -13,9 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentdb import backupdir, checks, paths
+from agentdb import checks, paths
 from agentdb.checks import policy
 from agentdb.fsutil import StatKey, stat_key
+from agentdb.jobs import backupdir
 
 ACCEPTED = policy.ACTS["restore"]  # check verdicts a copy may have to be restored
 
@@ -45,7 +46,7 @@ def copies_of(from_dir: Path, session_id: str) -> list[Copy]:
 
 def list_copies(from_dir: Path) -> dict[str, list[Copy]]:
     """Every session's copies in ``from_dir``, newest first (one ``scandir``, the order of
-    :func:`agentdb.backupdir.copies_of`)."""
+    :func:`agentdb.jobs.backupdir.copies_of`)."""
     found: dict[str, list[tuple[tuple[int, str, int], Path]]] = {}
     with os.scandir(from_dir) as it:
         for de in it:

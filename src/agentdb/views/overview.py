@@ -1,7 +1,7 @@
 """One pass over every session for ``status`` and ``report``: each file is opened once and gives
 its ``sessions list`` row, its plugin producers and (for ``report``) its cost per day and model.
 
-The row is read exactly as :func:`agentdb.sessions.read_row` reads it (a file whose
+The row is read exactly as :func:`agentdb.views.sessions.read_row` reads it (a file whose
 ``session_meta`` cannot be read is an "unreadable" row), so ``status`` counts what ``sessions
 list`` lists; producers and costs that cannot be read are None (unknown), never guessed.
 Parallel like ``sessions list``: forked readers take chunks of entries, rows come back in id
@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentdb import errors, paths, plugins, workers
+from agentdb import errors, paths, workers
 from agentdb.cores import CHUNK, POOL_THRESHOLD
-from agentdb.sessions import UNREADABLE, SessionRow, row_of
+from agentdb.index import plugins
 from agentdb.store import SessionReader
+from agentdb.views.sessions import UNREADABLE, SessionRow, row_of
 
 Costs = list[tuple[str, str, str, int, float]]  # (day, provider, model, turns, cost_usd)
 

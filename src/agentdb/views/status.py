@@ -1,7 +1,7 @@
 """``agentdb status``: the whole sessions directory on one screen, and what to run next.
 
 Status, revision and liveness are read fresh from the files (the same scan as ``sessions
-list``); verdicts come from the verdict cache (:mod:`agentdb.verdicts`) — the last recorded
+list``); verdicts come from the verdict cache (:mod:`agentdb.index.verdicts`) — the last recorded
 ``check`` of each file, believed only while the file's identity is the one it was checked with.
 Read-only: nothing here writes a session file or the cache.
 """
@@ -14,14 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, leftovers, locks, paths, plugins, recoverylog, times, verdicts
+from agentdb import errors, index, leftovers, locks, paths, recoverylog, times
 from agentdb.checks import policy
+from agentdb.index import plugins, verdicts
 from agentdb.index.stat import Seen
-from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
 from agentdb.schema.enums import RUNNING
 from agentdb.schema.revisions import CURRENT_REVISION
-from agentdb.sessions import UNREADABLE, SessionRow
+from agentdb.views.overview import Scanned, scan
+from agentdb.views.sessions import UNREADABLE, SessionRow
 
 VERSION = 1  # of the JSON document
 LISTED = 20  # ids listed per category (the counts are always whole)
@@ -174,7 +175,7 @@ def status(
     """Count, judge from the last recorded checks, and say what to run next.
 
     Rows come from the index (:mod:`agentdb.index`: only new or changed files are opened) or,
-    with ``use_index=False``, by opening each file once (:func:`agentdb.overview.scan`); with
+    with ``use_index=False``, by opening each file once (:func:`agentdb.views.overview.scan`); with
     ``costs`` each session's cost per day and model is kept in ``scanned`` for ``report``.
     Every row, and every id of each category, is kept only with ``keep_rows`` (``report``) or
     ``costs``: ``status`` itself holds counts and the first :data:`LISTED` ids of each, so its

@@ -1,7 +1,7 @@
 """``agentdb backup``: consistent online copies of sessions, safe while the kernel writes;
 run it again and again into the same folder.
 
-Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
+Per session, into ``DIR`` (names: :mod:`agentdb.jobs.backupdir`):
 
 0. **Judge the session** with ``agentdb check``'s own judge: one ``check`` calls ``corrupt`` or
    ``unreadable`` is ``corrupt`` and nothing in ``DIR`` changes. The snapshot's own check
@@ -49,7 +49,7 @@ Per session, into ``DIR`` (names: :mod:`agentdb.backupdir`):
 
 ``kill -9`` anywhere leaves every copy complete: the final names only ever change by an atomic
 ``link``/``rename`` of a verified, fsynced file; a killed run's temp file is removed by the
-next run. :func:`agentdb.backupdir.verify_dir` checks a backup folder with the rules of
+next run. :func:`agentdb.jobs.backupdir.verify_dir` checks a backup folder with the rules of
 ``agentdb check``.
 """
 
@@ -62,11 +62,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from agentdb import backupdir, checks, db, errors, faults, fsutil, paths, workers
-from agentdb.backupdir import VerifyReport, verify_dir
+from agentdb import checks, db, errors, faults, fsutil, paths, workers
 from agentdb.checks import policy, prefix
 from agentdb.checks.run import read_recovery_index, was_recovered
 from agentdb.errors import one_line
+from agentdb.jobs import backupdir
+from agentdb.jobs.backupdir import VerifyReport, verify_dir
 from agentdb.results import BackupOutcomeName, SessionCheck, Verdict
 from agentdb.schema.identity import identify
 

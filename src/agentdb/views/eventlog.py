@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from agentdb import checked, errors, locks, paths
+from agentdb import errors, locks, paths
 from agentdb.checks import Judgement
+from agentdb.index import checked
 from agentdb.store import EventRow, SessionReader
 
 INT64_MAX = 2**63 - 1

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentdb.errors import visible
-from agentdb.report import DayCost, Report, SessionLine
-from agentdb.sessions import UNREADABLE
+from agentdb.views.report import DayCost, Report, SessionLine
+from agentdb.views.sessions import UNREADABLE
 
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 

@@ -1,6 +1,6 @@
 """``agentdb report``: health, costs, the session tree, pinned plugins and recovery history,
 gathered once (:func:`collect`) and rendered as one self-contained HTML file
-(:mod:`agentdb.report.html`) or as the JSON document the page's numbers come from.
+(:mod:`agentdb.views.report.html`) or as the JSON document the page's numbers come from.
 
 Bounded at any number of sessions: the tree and the per-session table are drawn in full only up
 to ``TREE_LIMIT`` sessions; beyond that the page keeps the summaries and the ``PROBLEM_LIMIT``
@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdb import errors, leftovers, paths, recoverylog, verdicts
-from agentdb import status as status_job
+from agentdb import errors, leftovers, paths, recoverylog
 from agentdb.checks import policy
-from agentdb.report.files import write_report
+from agentdb.index import verdicts
 from agentdb.results import Verdict
-from agentdb.sessions import UNREADABLE
+from agentdb.views import status as status_job
+from agentdb.views.report.files import write_report
+from agentdb.views.sessions import UNREADABLE
 
 VERSION = 1
 TREE_LIMIT = 500  # sessions drawn one by one (tree and table) when there are at most this many

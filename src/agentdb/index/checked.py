@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentdb import paths, verdicts
+from agentdb import paths
 from agentdb.checks import check_file, policy
 from agentdb.checks.judge import Judgement, Level, judgement_of
 from agentdb.checks.run import CheckStream
+from agentdb.index import verdicts
 from agentdb.results import CheckReport, SessionCheck
 
 RECORD_CHUNK = 2000  # verdicts written per transaction while the results stream

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, overview, paths, plugins, sessions, verdicts
+from agentdb import errors, paths
 from agentdb.durations import older_than
-from agentdb.index import Stream, records, stream
-from agentdb.sessions import SessionRow
+from agentdb.index import Stream, plugins, records, stream, verdicts
+from agentdb.views import overview, sessions
+from agentdb.views.sessions import SessionRow
 
 SORTS = ("id", "started", "cost", "events")
 
@@ -195,7 +196,7 @@ def session_tree(
     jobs: int = 1,
     cache_dir: Path | None = None,
 ) -> tuple[list[sessions.TreeNode], list[str]]:
-    """:func:`agentdb.sessions.session_tree` from the index."""
+    """:func:`agentdb.views.sessions.session_tree` from the index."""
     if not use_index:
         return sessions.session_tree(sessions_dir, session_id), []
     rows, notes = meta_rows(sessions_dir, jobs=jobs, cache_dir=cache_dir)
@@ -305,7 +306,7 @@ def refs(
     jobs: int = 1,
     cache_dir: Path | None = None,
 ) -> tuple[plugins.PluginRefs, list[str]]:
-    """``plugins refs`` (:func:`agentdb.plugins.refs`) from the index, and notes."""
+    """``plugins refs`` (:func:`agentdb.index.plugins.refs`) from the index, and notes."""
     paths.require_sessions_dir(sessions_dir)
     if not use_index:
         return plugins.refs(sessions_dir, plugin_cache, jobs=jobs), []

@@ -1,0 +1,1 @@
+"""Operator jobs: each plans, then executes (migrate, backup, sessions end, demo, plugins)."""

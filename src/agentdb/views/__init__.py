@@ -1,0 +1,1 @@
+"""Read-only views across sessions: list/show/tree, the event log, status, the report."""
