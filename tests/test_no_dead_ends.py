@@ -147,6 +147,14 @@ def _bad_kind(d: Path, rng: random.Random) -> str:
     return sid
 
 
+def _interrupted_bad_kind(d: Path, rng: random.Random) -> str:
+    """Status running, no process has it open, and a row outside the spec's enums: prune
+    refuses a running session, so check's step must end it first."""
+    sid, p = make_session(d, revision=1, turns=2, status=None)
+    _sql(p, "UPDATE events SET kind = 'telepathy' WHERE sequence = 2")
+    return sid
+
+
 def _empty_database(d: Path, rng: random.Random) -> str:
     sid = str(ulid.ULID())
     p = d / f"{sid}.sqlite"
@@ -183,6 +191,7 @@ KINDS: dict[str, Make] = {
     "bad_status": _pragma("UPDATE session_meta SET status = 'zombie'"),
     "ended_at_without_end": _ended_at_without_end,
     "bad_kind": _bad_kind,
+    "interrupted_bad_kind": _interrupted_bad_kind,
     "not_sqlite": _bytes(lambda rng: rng.randbytes(20_480)),
     "empty_file": _bytes(lambda rng: b""),
     "empty_database": _empty_database,

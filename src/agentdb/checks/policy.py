@@ -21,7 +21,8 @@ corrupt            ``agentdb recover ID``; after a recovery that salvaged nothin
 unreadable         ``agentdb prune ID --include-damaged`` (final)
 inconsistent       ``agentdb sessions end ID --status failed`` when only the
                    session_meta lifecycle disagrees (a status outside the spec's
-                   seven, an ended_at that does not match it); otherwise a final
+                   seven, an ended_at that does not match it) or when it is
+                   interrupted (prune never removes a running session); otherwise a final
                    decision: keep it (every row reads), put a backup back, or
                    ``agentdb prune ID --include-damaged``
 insecure           the ``chmod`` that fixes the mode; a link, a sidecar that is no
@@ -196,6 +197,14 @@ def fix_for(result: SessionCheck) -> Fix | None:
             f"agentdb sessions end {sid} --status failed",
             False,
             "its lifecycle row holds what the spec does not allow: end it with a spec status",
+        )
+    if result.status == enums.RUNNING and "live" not in codes:
+        # prune never removes a running session (a kernel may resume it): end it first
+        return Fix(
+            f"agentdb sessions end {sid} --status failed",
+            False,
+            "interrupted, and some rows disagree: end it (failed: it can never be resumed), "
+            "then decide whether to keep or remove it",
         )
     return prune_damaged(
         result,
