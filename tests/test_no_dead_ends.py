@@ -27,6 +27,7 @@ import apsw
 import pytest
 import ulid
 
+from agentdb import paths
 from agentdb.store import SessionWriter
 from tests import rows
 from tests.runner import global_options, invoke
@@ -155,6 +156,29 @@ def _interrupted_bad_kind(d: Path, rng: random.Random) -> str:
     return sid
 
 
+def _log_not_a_file(make: Make) -> Make:
+    """``make``'s file, and a FIFO where the recovery log goes: every job that writes the log
+    (recover, prune, sessions end, restore) refuses until it is moved away."""
+
+    def with_fifo(d: Path, rng: random.Random) -> str:
+        sid = make(d, rng)
+        os.mkfifo(paths.recovery_log_path(d), 0o600)
+        return sid
+
+    return with_fifo
+
+
+def _foreign_with_wal(d: Path, rng: random.Random) -> str:
+    """Another session's file under this name, its last commits only in its WAL."""
+    sid = str(ulid.ULID())
+    other = d.parent / "elsewhere"
+    (other / "live").mkdir(parents=True)
+    _, p = corpus.build_wal(other / "live", other)
+    for s in ("", "-wal"):
+        os.replace(f"{p}{s}", d / f"{sid}.sqlite{s}")
+    return sid
+
+
 def _empty_database(d: Path, rng: random.Random) -> str:
     sid = str(ulid.ULID())
     p = d / f"{sid}.sqlite"
@@ -180,6 +204,13 @@ KINDS: dict[str, Make] = {
     "random_zero_page": _zero_random_page,
     "foreign_application": _pragma("PRAGMA application_id = 12345", rev=3),
     "another_sessions_file": _another_sessions_file,
+    "another_sessions_file_with_wal": _foreign_with_wal,
+    "recovery_log_fifo_zeroed_page": _log_not_a_file(_damaged(corpus.d_zeroed_page)),
+    "recovery_log_fifo_bad_status": _log_not_a_file(
+        _pragma("UPDATE session_meta SET status = 'zombie'")
+    ),
+    "recovery_log_fifo_bad_kind": _log_not_a_file(_bad_kind),
+    "recovery_log_fifo_empty_file": _log_not_a_file(_bytes(lambda rng: b"")),
     "insecure_mode": _insecure,
     "symlink": _symlink,
     "directory": _directory,
@@ -213,6 +244,10 @@ def _run_fix(g: list[str], command: str, cwd: Path) -> tuple[int, str]:
             rest.append("--yes")
         ran = invoke([*g, *rest])
         return ran.code, ran.err + ran.out
+    if "&&" in argv:  # `mv A B && mv A-wal B-wal`: each in turn, as a shell runs them
+        i = argv.index("&&")
+        code, said = _run_fix(g, shlex.join(argv[:i]), cwd)
+        return (code, said) if code else _run_fix(g, shlex.join(argv[i + 1 :]), cwd)
     assert argv[0] in ("mv", "chmod"), f"a fix runs agentdb, mv or chmod, not {command!r}"
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     return done.returncode, done.stderr
@@ -347,3 +382,25 @@ def test_status_never_sends_an_inconsistent_session_to_recover(sessions_dir: Pat
     commands = [n["command"] for n in doc["next"]]
     assert commands, doc
     assert not [c for c in commands if "recover" in c], commands
+
+
+def test_setting_aside_takes_the_wal_along_and_never_replaces_an_earlier_one(
+    sessions_dir: Path,
+) -> None:
+    """A file set aside keeps its last commits (its WAL goes with it, not left to be replayed
+    into the next file of that name), and a second file set aside under the same name never
+    replaces the first."""
+    sid = KINDS["another_sessions_file_with_wal"](sessions_dir, random.Random(3))
+    path = sessions_dir / f"{sid}.sqlite"
+    held = rows.row_sets(path)
+    assert os.path.getsize(f"{path}-wal") > 0  # its last commits are only there
+    walk(sessions_dir, sid)
+    first = sessions_dir / f"{sid}.sqlite.aside"
+    assert not [p.name for p in sessions_dir.iterdir() if p.name.startswith(path.name + "-")]
+    assert rows.row_sets(first) == held
+    _, q = make_session(sessions_dir, turns=1)
+    _sql(q, "PRAGMA application_id = 12345")
+    os.replace(q, path)
+    walk(sessions_dir, sid)
+    assert rows.row_sets(first) == held
+    assert (sessions_dir / f"{sid}.sqlite.aside.1").exists()

@@ -32,15 +32,23 @@ foreign            set it aside (``mv``): never modified, never removed by agent
 unsafe_schema      set it aside (``mv``): agentdb never runs a file's own SQL
 too_new            keep it as it is and upgrade agentdb (final, no command)
 =================  ==============================================================
+
+A step that runs a job writing the recovery log (recover, prune, sessions end, restore) is
+preceded by moving the log aside while a symlink, FIFO or directory stands in its place: every
+such job refuses until then. Setting aside never replaces an earlier file set aside, and takes
+the file's SQLite sidecars with it.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+from agentdb import paths
 from agentdb.checks.codes import CODES
 from agentdb.results import OK, Fix, SessionCheck, Verdict
 from agentdb.schema import enums
@@ -135,10 +143,36 @@ def _error_codes(result: SessionCheck) -> set[str]:
     return {f.code for f in result.findings if f.severity == "error"}
 
 
+_SIDECARS = ("-wal", "-journal", "-shm")
+
+
+def aside_name(path: Path) -> Path:
+    """The first free ``<name>.aside[.N]`` beside ``path`` (with no sidecar of that name
+    either): a second file set aside never replaces the first."""
+    base = path.with_name(path.name + _ASIDE_SUFFIX)
+    candidate, n = base, 0
+    while any(os.path.lexists(str(candidate) + s) for s in ("", *_SIDECARS)):
+        n += 1
+        candidate = base.with_name(f"{base.name}.{n}")
+    return candidate
+
+
+def move_aside(path: Path, *, sidecars: bool = True) -> str:
+    """``mv -n`` the entry (a link, not its target) to a free name, and its SQLite sidecars
+    with it (a WAL or hot journal left behind would be replayed into the next file of that
+    name, and the file set aside would lose its last commits)."""
+    dst = aside_name(path)
+    moves = [(path, dst)]
+    if sidecars:
+        for s in _SIDECARS:
+            if os.path.lexists(paths.sidecar(path, s)):
+                moves.append((paths.sidecar(path, s), Path(str(dst) + s)))
+    return " && ".join(f"mv -n {_q(a)} {_q(b)}" for a, b in moves)
+
+
 def set_aside(result: SessionCheck, why: str) -> Fix:
-    """Move the entry out of the session's name (``mv`` moves a link, not its target)."""
-    p = result.path
-    return Fix(f"mv {_q(p)} {_q(str(p) + _ASIDE_SUFFIX)}", True, why)
+    """Move the entry out of the session's name, with its sidecars."""
+    return Fix(move_aside(result.path), True, why)
 
 
 def prune_damaged(result: SessionCheck, why: str) -> Fix:
@@ -153,8 +187,33 @@ def recover(result: SessionCheck) -> Fix:
     )
 
 
+# agentdb jobs that write the recovery log: each refuses while a symlink, FIFO or directory
+# stands in its place (recovery is never silent)
+_LOGGING_JOBS = ("agentdb recover ", "agentdb prune ", "agentdb sessions end ", "agentdb restore ")
+
+
 def fix_for(result: SessionCheck) -> Fix | None:
     """The one next step for the file as ``result`` found it; None when it is ok."""
+    fix = _fix_for(result)
+    log = next((f for f in result.findings if f.code == "recovery_log_unreadable"), None)
+    if fix is None or log is None or not log.fix or not fix.command:
+        return fix
+    if not f"{fix.command} ".startswith(_LOGGING_JOBS):
+        return fix
+    return Fix(
+        log.fix,
+        False,
+        "the recovery log is not a regular file and the next step writes it: move it away "
+        "first (nothing in it is lost)",
+    )
+
+
+def log_blocks(fix: Fix | None) -> bool:
+    """Whether ``fix`` runs a job that writes the recovery log."""
+    return fix is not None and f"{fix.command} ".startswith(_LOGGING_JOBS)
+
+
+def _fix_for(result: SessionCheck) -> Fix | None:
     v, sid = result.verdict, result.session_id
     codes = _codes(result)
     if v == OK:
