@@ -318,6 +318,7 @@ _COMMANDS = (
     ("recover", "{sid}", "--dry-run"),
     ("sessions", "end", "{sid}", "--status", "failed"),
     ("backup", "{sid}", "--to", "{backups}"),
+    ("restore", "{sid}", "--from", "{backups}", "--dry-run"),
     ("prune", "{sid}", "--dry-run"),
 )
 _BACKTICKED = re.compile(r"`([^`]+)`")
@@ -347,6 +348,10 @@ def _printed_fixes(text: str, sid: str) -> set[str]:
         "insecure_mode",
         "empty_database",
         "healthy_rev1",
+        "empty_file",
+        "interrupted_bad_kind",
+        "recovery_log_fifo_zeroed_page",
+        "recovery_log_fifo_bad_kind",
     ],
 )
 def test_every_command_names_checks_fix(kind: str, sessions_dir: Path, tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ the file's SQLite sidecars with it.
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,13 +197,17 @@ _LOGGING_JOBS = ("agentdb recover ", "agentdb prune ", "agentdb sessions end ", 
 def fix_for(result: SessionCheck) -> Fix | None:
     """The one next step for the file as ``result`` found it; None when it is ok."""
     fix = _fix_for(result)
-    log = next((f for f in result.findings if f.code == "recovery_log_unreadable"), None)
-    if fix is None or log is None or not log.fix or not fix.command:
+    if not log_blocks(fix):
         return fix
-    if not f"{fix.command} ".startswith(_LOGGING_JOBS):
+    log = paths.recovery_log_path(result.path.parent)
+    try:
+        regular = stat.S_ISREG(os.lstat(log).st_mode)
+    except OSError:
+        regular = True  # absent (the job creates it), or not ours to judge here
+    if regular:
         return fix
     return Fix(
-        log.fix,
+        move_aside(log, sidecars=False),
         False,
         "the recovery log is not a regular file and the next step writes it: move it away "
         "first (nothing in it is lost)",
@@ -366,9 +372,20 @@ def first_problem(result: SessionCheck) -> str:
     why = why or [f for f in result.findings if f.severity == "error"]
     if not why:
         return str(result.verdict)
-    text = " ".join(why[0].message.split())
+    text = without_step(" ".join(why[0].message.split()))
     prefix = f"{result.path.name}: "
     return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+# "; run `X`" (and what follows up to the next clause) inside a finding's message: the finding's
+# own step, which the policy's may replace (a recovery log in the way, a recovery that
+# salvaged nothing): a message names one step, the policy's
+_EMBEDDED_STEP = re.compile(r";\s*run `[^`]*`[^;]*")
+
+
+def without_step(message: str) -> str:
+    """``message`` without the "; run `X`" clause a finding carries its own fix in."""
+    return _EMBEDDED_STEP.sub("", message)
 
 
 def decide(job: Job, result: SessionCheck, *, include_damaged: bool = False) -> Decision:

@@ -282,7 +282,6 @@ class CheckStream:
         )
         if log_problem is not None:
             self.directory.insert(0, log_problem)
-        self._log_problem = log_problem
         self._recovered = {sid for sid, entries in recovery.items() if was_recovered(entries)}
         self._log, self._log_stamp = log, _stamp(log)
         self.sessions_dir = sessions_dir
@@ -307,10 +306,6 @@ class CheckStream:
                 r.findings.extend(extra)
                 r.verdict = verdict_of(r.findings)
             r.fix = policy.fix_for(r)
-            if self._log_problem is not None and policy.log_blocks(r.fix):
-                # the step writes the recovery log, which no job writes as it is
-                r.findings.append(self._log_problem.finding)
-                r.fix = policy.fix_for(r)
             self.checked += 1
             self.verdicts[r.verdict] = self.verdicts.get(r.verdict, 0) + 1
             self.live += r.live is not None
