@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import apsw
 import pytest
 import ulid
 
-from agentdb import paths
+from agentdb import paths, verdicts
 from agentdb.store import SessionWriter
 from tests import rows
 from tests.runner import global_options, invoke
@@ -179,6 +180,13 @@ def _foreign_with_wal(d: Path, rng: random.Random) -> str:
     return sid
 
 
+def _interrupted_zeroed_page(d: Path, rng: random.Random) -> str:
+    sid, p = make_session(d, turns=12, status=None)
+    leaves = corpus.pages_of(p, "events", "leaf")
+    rows.zero_page(p, leaves[len(leaves) // 2])
+    return sid
+
+
 def _empty_database(d: Path, rng: random.Random) -> str:
     sid = str(ulid.ULID())
     p = d / f"{sid}.sqlite"
@@ -223,6 +231,7 @@ KINDS: dict[str, Make] = {
     "ended_at_without_end": _ended_at_without_end,
     "bad_kind": _bad_kind,
     "interrupted_bad_kind": _interrupted_bad_kind,
+    "interrupted_zeroed_page": _interrupted_zeroed_page,
     "not_sqlite": _bytes(lambda rng: rng.randbytes(20_480)),
     "empty_file": _bytes(lambda rng: b""),
     "empty_database": _empty_database,
@@ -409,3 +418,24 @@ def test_setting_aside_takes_the_wal_along_and_never_replaces_an_earlier_one(
     walk(sessions_dir, sid)
     assert rows.row_sets(first) == held
     assert (sessions_dir / f"{sid}.sqlite.aside.1").exists()
+
+
+@pytest.mark.parametrize(
+    "kind", ["bad_kind", "index_only_rev1", "interrupted_bad_kind", "interrupted_zeroed_page"]
+)
+def test_status_names_no_job_that_refuses_a_checked_session(kind: str, sessions_dir: Path) -> None:
+    """A session whose recorded verdict is damaged or inconsistent is listed with its own step:
+    status named `migrate --all` for it (an older revision) and `sessions end` (interrupted),
+    and both refuse it."""
+    sid = KINDS[kind](sessions_dir, random.Random(kind))
+    g = global_options(sessions_dir)
+    time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)  # settled: status believes the verdict
+    verdict = _check(g, sid)["verdict"]
+    assert verdict in ("corrupt", "inconsistent"), verdict
+    doc = invoke([*g, "status", "--json"]).json()
+    assert doc["summary"]["checked"] == 1, doc["summary"]
+    for n in doc["next"]:
+        argv = shlex.split(n["command"])[1:]
+        ran = invoke([*g, *argv, *([] if "--dry-run" in argv else ["--dry-run"])])
+        refused = argv[0] in ("migrate", "sessions") and ran.code != 0
+        assert not refused, f"status names `{n['command']}`, which refuses {verdict}: {ran.out}"

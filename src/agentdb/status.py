@@ -171,6 +171,10 @@ def status(
     by_verdict: Counter[str] = Counter()
     interrupted: list[str] = []
     migration: list[str] = []
+    # ...of those, the ones no recorded verdict keeps from the job the next step names (a
+    # damaged, inconsistent or refused file has its own step: migrate and end refuse it)
+    to_end: list[str] = []
+    to_migrate: list[str] = []
     damaged: list[str] = []
     inconsistent: list[str] = []  # of those, inconsistent: no recovery, a step of its own
     refused: list[str] = []
@@ -224,6 +228,11 @@ def status(
             counts["changed_since_check"] += 1
         else:
             counts["never_checked"] += 1
+        if verdict is None or policy.is_sound(verdict):
+            if migration and migration[-1] == sid:
+                to_migrate.append(sid)
+            if interrupted and interrupted[-1] == sid and not (migration and migration[-1] == sid):
+                to_end.append(sid)  # an older revision is migrated first (end never migrates)
         if verdict is None and not live:
             unchecked.append(sid)
         now_bad = row.error_code if verdict is None and row.status == UNREADABLE else None
@@ -264,22 +273,22 @@ def status(
                 "finding names its fix",
             )
         )
-    if migration:
+    if to_migrate:
         nxt.append(
             NextCommand(
                 "agentdb migrate --all",
-                f"{len(migration)} at an older schema revision (each migration is verified "
+                f"{len(to_migrate)} at an older schema revision (each migration is verified "
                 "before it replaces the file)",
             )
         )
-    if interrupted:
-        hint = _ids_hint(interrupted, len(interrupted))
+    if to_end:
+        hint = _ids_hint(to_end, len(to_end))
         nxt.append(
             NextCommand(
                 f"agentdb sessions end {hint} --dry-run"
                 if hint
                 else "agentdb sessions list --status running",
-                f"{len(interrupted)} interrupted: status running, but no process has the file open",
+                f"{len(to_end)} interrupted: status running, but no process has the file open",
             )
         )
     if rec.problem:
