@@ -187,6 +187,18 @@ def _interrupted_zeroed_page(d: Path, rng: random.Random) -> str:
     return sid
 
 
+def _hard_linked(make: Make) -> Make:
+    """``make``'s file with a second name outside the directory (``cp -al`` backups): jobs
+    that rewrite a file in place (migrate, sessions end) refuse it."""
+
+    def linked(d: Path, rng: random.Random) -> str:
+        sid = make(d, rng)
+        os.link(d / f"{sid}.sqlite", d.parent / f"hard-link-{sid}")
+        return sid
+
+    return linked
+
+
 def _empty_database(d: Path, rng: random.Random) -> str:
     sid = str(ulid.ULID())
     p = d / f"{sid}.sqlite"
@@ -231,6 +243,9 @@ KINDS: dict[str, Make] = {
     "ended_at_without_end": _ended_at_without_end,
     "bad_kind": _bad_kind,
     "interrupted_bad_kind": _interrupted_bad_kind,
+    "hard_linked_rev1": _hard_linked(_healthy(1)),
+    "hard_linked_bad_status": _hard_linked(_pragma("UPDATE session_meta SET status = 'zombie'")),
+    "hard_linked_zeroed_page": _hard_linked(_damaged(corpus.d_zeroed_page)),
     "interrupted_zeroed_page": _interrupted_zeroed_page,
     "not_sqlite": _bytes(lambda rng: rng.randbytes(20_480)),
     "empty_file": _bytes(lambda rng: b""),
@@ -257,7 +272,7 @@ def _run_fix(g: list[str], command: str, cwd: Path) -> tuple[int, str]:
         i = argv.index("&&")
         code, said = _run_fix(g, shlex.join(argv[:i]), cwd)
         return (code, said) if code else _run_fix(g, shlex.join(argv[i + 1 :]), cwd)
-    assert argv[0] in ("mv", "chmod"), f"a fix runs agentdb, mv or chmod, not {command!r}"
+    assert argv[0] in ("mv", "chmod", "cp"), f"a fix runs agentdb, mv, cp or chmod: {command!r}"
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     return done.returncode, done.stderr
 
@@ -361,6 +376,8 @@ def _printed_fixes(text: str, sid: str) -> set[str]:
         "interrupted_bad_kind",
         "recovery_log_fifo_zeroed_page",
         "recovery_log_fifo_bad_kind",
+        "hard_linked_rev1",
+        "hard_linked_bad_status",
     ],
 )
 def test_every_command_names_checks_fix(kind: str, sessions_dir: Path, tmp_path: Path) -> None:

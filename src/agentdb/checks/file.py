@@ -137,7 +137,7 @@ class _Run:
             return False
         self.warn_readable(stats)
         if st.st_nlink > 1:
-            fix = f"cp -p {self.path} {self.path}.new && mv {self.path}.new {self.path}"
+            fix = fsutil.break_link_command(self.path)
             self.add(
                 "hard_linked",
                 f"has {st.st_nlink} names (hard links, e.g. from `cp -al` or `rsync "

@@ -33,7 +33,9 @@ unsafe_schema      set it aside (``mv``): agentdb never runs a file's own SQL
 too_new            keep it as it is and upgrade agentdb (final, no command)
 =================  ==============================================================
 
-A step that runs a job writing the recovery log (recover, prune, sessions end, restore) is
+A step that runs a job rewriting the file in place (migrate, sessions end) is preceded by
+breaking its hard links (``cp -p`` and ``mv``): both refuse a file with other names. A step
+that runs a job writing the recovery log (recover, prune, sessions end, restore) is
 preceded by moving the log aside while a symlink, FIFO or directory stands in its place: every
 such job refuses until then. Setting aside never replaces an earlier file set aside, and takes
 the file's SQLite sidecars with it.
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentdb import paths
+from agentdb import fsutil, paths
 from agentdb.checks.codes import CODES
 from agentdb.results import OK, Fix, SessionCheck, Verdict
 from agentdb.schema import enums
@@ -189,6 +191,8 @@ def recover(result: SessionCheck) -> Fix:
     )
 
 
+# agentdb jobs that rewrite a session file in place: each refuses one with other names
+_IN_PLACE_JOBS = ("agentdb migrate ", "agentdb sessions end ")
 # agentdb jobs that write the recovery log: each refuses while a symlink, FIFO or directory
 # stands in its place (recovery is never silent)
 _LOGGING_JOBS = ("agentdb recover ", "agentdb prune ", "agentdb sessions end ", "agentdb restore ")
@@ -197,6 +201,14 @@ _LOGGING_JOBS = ("agentdb recover ", "agentdb prune ", "agentdb sessions end ", 
 def fix_for(result: SessionCheck) -> Fix | None:
     """The one next step for the file as ``result`` found it; None when it is ok."""
     fix = _fix_for(result)
+    in_place = fix is not None and f"{fix.command} ".startswith(_IN_PLACE_JOBS)
+    if in_place and fsutil.hard_link_problem(result.path) is not None:  # the job refuses it
+        return Fix(
+            fsutil.break_link_command(result.path),
+            False,
+            "it has other names (hard links) that rewriting it in place would change too: "
+            "give it a file of its own first",
+        )
     if not log_blocks(fix):
         return fix
     log = paths.recovery_log_path(result.path.parent)
