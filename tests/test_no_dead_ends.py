@@ -33,7 +33,7 @@ from agentdb.store import SessionWriter
 from tests import rows
 from tests.runner import global_options, invoke
 from tests.salvage import corpus
-from tests.support import make_session
+from tests.support import held_open, make_session
 
 MAX_STEPS = 3
 Make = Callable[[Path, random.Random], str]
@@ -277,9 +277,11 @@ def _run_fix(g: list[str], command: str, cwd: Path) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
-def walk(sessions_dir: Path, sid: str) -> list[tuple[str, str | None]]:
+def walk(
+    sessions_dir: Path, sid: str, plugin_cache: Path | None = None
+) -> list[tuple[str, str | None]]:
     """(verdict, fix command) at each step until a final state; fails on a dead end."""
-    g = global_options(sessions_dir)
+    g = global_options(sessions_dir, plugin_cache)
     path = sessions_dir / f"{sid}.sqlite"
     seen: list[tuple[str, str | None]] = []
     for _ in range(MAX_STEPS + 1):
@@ -456,3 +458,57 @@ def test_status_names_no_job_that_refuses_a_checked_session(kind: str, sessions_
         ran = invoke([*g, *argv, *([] if "--dry-run" in argv else ["--dry-run"])])
         refused = argv[0] in ("migrate", "sessions") and ran.code != 0
         assert not refused, f"status names `{n['command']}`, which refuses {verdict}: {ran.out}"
+
+
+# ------------------------------------------------------------------ what the policy cannot see
+# fix_for(result) knows the file; prune also refuses a session by what is around it (a plugin
+# version it pins, a child that names it) and every job refuses a file another process holds.
+
+
+def _cache_producers_of(sessions_dir: Path, sid: str, plugin_cache: Path) -> None:
+    c = apsw.Connection(str(sessions_dir / f"{sid}.sqlite"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        for cat, name, version in c.execute("SELECT category, name, version FROM producers"):
+            if cat != "kernel":
+                (plugin_cache / cat / name / version).mkdir(parents=True, exist_ok=True)
+    finally:
+        c.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check's final step `prune ID --include-damaged` is refused as pinned when the "
+    "plugin cache holds a version the session used (prune wants --include-pinned); fix_for "
+    "does not see the plugin cache",
+)
+def test_a_pinned_inconsistent_session_is_not_a_dead_end(
+    sessions_dir: Path, plugin_cache: Path
+) -> None:
+    sid = KINDS["bad_kind"](sessions_dir, random.Random(4))
+    _cache_producers_of(sessions_dir, sid, plugin_cache)
+    walk(sessions_dir, sid, plugin_cache)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check's final step `prune ID --include-damaged` is refused as has_children when "
+    "another session names it as parent (only --with-descendants, which removes the healthy "
+    "children too, gets past it); fix_for does not see the tree",
+)
+def test_an_unsalvageable_parent_is_not_a_dead_end(sessions_dir: Path) -> None:
+    sid = KINDS["empty_file"](sessions_dir, random.Random(5))
+    make_session(sessions_dir, parent=sid, depth=1, turns=1)
+    walk(sessions_dir, sid)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a file another process holds open: check names recover (damaged) or prune "
+    "(inconsistent), and both refuse it as live (skipped_live / live); the step is to close "
+    "it first, which no printed command does",
+)
+@pytest.mark.parametrize("kind", ["zeroed_page", "bad_status"])
+def test_a_damaged_file_held_open_is_not_a_dead_end(kind: str, sessions_dir: Path) -> None:
+    sid = KINDS[kind](sessions_dir, random.Random(kind))
+    with held_open(sessions_dir / f"{sid}.sqlite"):
+        walk(sessions_dir, sid)
