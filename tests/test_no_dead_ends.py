@@ -199,6 +199,13 @@ def _hard_linked(make: Make) -> Make:
     return linked
 
 
+def _after_a_recovery_that_salvaged_nothing(d: Path, rng: random.Random) -> str:
+    sid = _bytes(lambda rng: rng.randbytes(20_480))(d, rng)
+    ran = invoke([*global_options(d), "recover", sid])
+    assert "nothing could be salvaged" in ran.err + ran.out, ran
+    return sid
+
+
 def _empty_database(d: Path, rng: random.Random) -> str:
     sid = str(ulid.ULID())
     p = d / f"{sid}.sqlite"
@@ -249,6 +256,7 @@ KINDS: dict[str, Make] = {
     "interrupted_zeroed_page": _interrupted_zeroed_page,
     "not_sqlite": _bytes(lambda rng: rng.randbytes(20_480)),
     "empty_file": _bytes(lambda rng: b""),
+    "not_sqlite_recovered_nothing": _after_a_recovery_that_salvaged_nothing,
     "empty_database": _empty_database,
 }
 
@@ -337,6 +345,7 @@ def test_recovery_that_salvaged_nothing_then_points_at_a_final_decision(
 # ------------------------------------------------------------------ every command agrees
 
 _COMMANDS = (
+    ("check", "{sid}"),  # its table's "first finding" names the same step as --json
     ("events", "{sid}"),
     ("sessions", "show", "{sid}"),
     ("preflight", "{sid}"),
@@ -380,6 +389,7 @@ def _printed_fixes(text: str, sid: str) -> set[str]:
         "recovery_log_fifo_bad_kind",
         "hard_linked_rev1",
         "hard_linked_bad_status",
+        "not_sqlite_recovered_nothing",
     ],
 )
 def test_every_command_names_checks_fix(kind: str, sessions_dir: Path, tmp_path: Path) -> None:

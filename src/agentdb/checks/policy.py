@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentdb import fsutil, paths
+from agentdb import errors, fsutil, paths, recoverylog
 from agentdb.checks.codes import CODES
 from agentdb.results import OK, Fix, SessionCheck, Verdict
 from agentdb.schema import enums
@@ -260,7 +260,7 @@ def _fix_for(result: SessionCheck) -> Fix | None:
         if "not_regular" in codes:
             return set_aside(result, "a directory, FIFO or device is never opened as a session")
     if v in DAMAGED:
-        if "recovery_unreadable" in codes or "empty_database" in codes:
+        if "empty_database" in codes or _salvaged_nothing(result):
             return prune_damaged(
                 result,
                 "nothing in it can be salvaged: remove it (or restore it from a backup with "
@@ -289,6 +289,23 @@ def _fix_for(result: SessionCheck) -> Fix | None:
         f"it is (agentdb events reads it), put a backup back (`agentdb restore {sid} "
         "--from DIR --force`), or remove it",
     )
+
+
+def _salvaged_nothing(result: SessionCheck) -> bool:
+    """The recovery log says the last recovery of the session salvaged nothing. ``check``
+    reads the log once per run and says so as a finding (``recovery_unreadable``); a job that
+    judges one file on its own (migrate, backup, restore, sessions end, recover) asks here, so
+    that it names the same step."""
+    if "recovery_unreadable" in _codes(result):
+        return True
+    try:
+        entries = recoverylog.entries_for(
+            paths.recovery_log_path(result.path.parent), result.session_id
+        )
+    except (OSError, errors.AgentdbError):
+        return False  # check says why the log cannot be read
+    outcomes = [e for e in entries if e.get("event") == "outcome"]
+    return bool(outcomes) and outcomes[-1].get("outcome") == "unreadable"
 
 
 def _insecure(result: SessionCheck, codes: set[str]) -> Fix:
@@ -392,7 +409,8 @@ def first_problem(result: SessionCheck) -> str:
 # "; run `X`" (and what follows up to the next clause) inside a finding's message: the finding's
 # own step, which the policy's may replace (a recovery log in the way, a recovery that
 # salvaged nothing): a message names one step, the policy's
-_EMBEDDED_STEP = re.compile(r";\s*run `[^`]*`[^;]*")
+# (a pointer to ``agentdb check`` is no step: it stays)
+_EMBEDDED_STEP = re.compile(r";\s*run `(?!agentdb check)[^`]*`[^;]*")
 
 
 def without_step(message: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from agentdb.checked import RecordedStream, changed_ids
+from agentdb.checks import policy
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -25,7 +26,13 @@ def _first(s: SessionCheck) -> str:
         return ""
     text = ranked[0].message
     prefix = s.path.name + ": "
-    return text[len(prefix) :] if text.startswith(prefix) else text
+    text = text[len(prefix) :] if text.startswith(prefix) else text
+    fix = s.fix
+    if fix is None or ranked[0].severity != "error" or (fix.command and fix.command in text):
+        return text
+    # the one next step is the policy's (as --json's "fix"), not the finding's own
+    step = f"run `{fix.command}`" if fix.command else fix.why
+    return f"{policy.without_step(text)}; {step}"
 
 
 def _size(n: int | None) -> str:
