@@ -522,3 +522,18 @@ def test_a_damaged_file_held_open_is_not_a_dead_end(kind: str, sessions_dir: Pat
     sid = KINDS[kind](sessions_dir, random.Random(kind))
     with held_open(sessions_dir / f"{sid}.sqlite"):
         walk(sessions_dir, sid)
+
+
+def test_status_does_not_send_back_to_recover_what_recovery_could_not_salvage(
+    sessions_dir: Path,
+) -> None:
+    """After a recovery that salvaged nothing, check's step is a final decision; status said
+    `recover --all --dry-run` again for it, for ever."""
+    sid = KINDS["not_sqlite_recovered_nothing"](sessions_dir, random.Random(6))
+    g = global_options(sessions_dir)
+    time.sleep(verdicts.FINE_GRANULARITY_NS / 1e9 * 2)
+    assert _check(g, sid)["fix"]["command"] == f"agentdb prune {sid} --include-damaged"
+    doc = invoke([*g, "status", "--json"]).json()
+    assert doc["summary"]["damaged"] == 1, doc["summary"]
+    commands = [n["command"] for n in doc["next"]]
+    assert commands and not [c for c in commands if "recover" in c], commands

@@ -111,7 +111,9 @@ class StatusReport:
         return bool(self.next)
 
 
-def read_recoveries(log: Path) -> Recoveries:
+def read_recoveries(log: Path, last_outcome: dict[str, str] | None = None) -> Recoveries:
+    """The log's counts; ``last_outcome`` (when given) is filled with each session's last
+    outcome line."""
     out = Recoveries()
     counts: Counter[str] = Counter()
     try:
@@ -127,6 +129,9 @@ def read_recoveries(log: Path) -> Recoveries:
         if not isinstance(outcome, str):
             continue
         counts[outcome] += 1
+        sid = e.get("session_id")
+        if last_outcome is not None and isinstance(sid, str):
+            last_outcome[sid] = outcome
         t = e.get("time")
         if isinstance(t, str):
             out.last = t
@@ -246,9 +251,12 @@ def status(
             refused.append(sid)
     pinned = [PinnedVersion(c, n, v, pins[(c, n, v)]) for c, n, v in sorted(pins)]
     log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
-    rec = read_recoveries(log)
+    last_outcome: dict[str, str] = {}
+    rec = read_recoveries(log, last_outcome)
     nxt: list[NextCommand] = []
-    salvageable = len(damaged) - len(inconsistent)
+    # a recovery that salvaged nothing is not tried again: check names the final decision
+    tried = [s for s in damaged if s not in inconsistent and last_outcome.get(s) == "unreadable"]
+    salvageable = len(damaged) - len(inconsistent) - len(tried)
     if salvageable:
         nxt.append(
             NextCommand(
@@ -263,6 +271,13 @@ def status(
                 "agentdb check --problems",
                 f"{len(inconsistent)} inconsistent (every row reads, some disagree): each names "
                 "its next step",
+            )
+        )
+    if tried:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{len(tried)} damaged that recovery could not salvage: each names its final step",
             )
         )
     if refused:
