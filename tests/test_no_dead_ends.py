@@ -537,3 +537,19 @@ def test_status_does_not_send_back_to_recover_what_recovery_could_not_salvage(
     assert doc["summary"]["damaged"] == 1, doc["summary"]
     commands = [n["command"] for n in doc["next"]]
     assert commands and not [c for c in commands if "recover" in c], commands
+
+
+def test_the_final_step_keeps_an_earlier_recoverys_original(sessions_dir: Path) -> None:
+    """A session recovered once (its damaged original kept as .corrupt), whose replacement was
+    later overwritten with garbage: the second recovery salvages nothing and check's final step
+    was `prune --include-damaged`, which removes the .corrupt original too: the last copy of
+    the history (recover can read it again) went with a step that said "nothing in it can be
+    salvaged". Now the file is set aside and the original stays."""
+    sid = KINDS["zeroed_page"](sessions_dir, random.Random(8))
+    g = global_options(sessions_dir)
+    assert invoke([*g, "recover", sid]).code == 0
+    original = sessions_dir / f"{sid}.sqlite.corrupt"
+    kept = original.read_bytes()
+    (sessions_dir / f"{sid}.sqlite").write_bytes(random.Random(9).randbytes(20_480))
+    steps = walk(sessions_dir, sid)
+    assert original.read_bytes() == kept, steps

@@ -180,6 +180,15 @@ def set_aside(result: SessionCheck, why: str) -> Fix:
 
 
 def prune_damaged(result: SessionCheck, why: str) -> Fix:
+    """Remove it, unless an earlier recovery's ``.corrupt`` original lies beside it: prune
+    --include-damaged removes those too, and they hold the history that recovery salvaged
+    (they can be recovered again); setting the file aside keeps them."""
+    if "recovered_earlier" in _codes(result) or os.path.lexists(f"{result.path}.corrupt"):
+        return set_aside(
+            result,
+            f"{why.split(':')[0]}; its .corrupt original of an earlier recovery stays beside "
+            "it (prune --include-damaged would remove that too)",
+        )
     return Fix(f"agentdb prune {result.session_id} --include-damaged", True, why)
 
 
