@@ -5,11 +5,12 @@ names the same fix (issue 28; the graph is :mod:`agentdb.checks.policy`'s).
 Files of every kind the generators make — healthy at each revision, each damage kind of the
 salvage corpus, seeded random damage, foreign, another session's file under this name,
 insecure, a link, a directory, a FIFO, triggers and views, too new, inconsistent, not SQLite,
-empty, interrupted — are walked: ``check --json ID`` gives the verdict and the fix; the fix is
-run exactly as printed (``prune`` answered with ``--yes``, standing in for the operator's "y");
-it must not refuse; then ``check`` again. A state is final when the verdict is ok, the entry
-is gone from the sessions directory (removed or set aside), or the step was a final decision
-with nothing to run (too new: upgrade agentdb).
+empty, interrupted, hard-linked, a FIFO where the recovery log goes — are walked:
+``check --json ID`` gives the verdict and the fix; the fix is run exactly as printed
+(``prune`` answered with ``--yes``, standing in for the operator's "y"); it must not refuse;
+then ``check`` again. A state is final when the verdict is ok, the entry is gone from the
+sessions directory (removed or set aside), or the step was a final decision with nothing to
+run (too new: upgrade agentdb).
 """
 
 from __future__ import annotations

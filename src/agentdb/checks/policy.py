@@ -38,7 +38,10 @@ breaking its hard links (``cp -p`` and ``mv``): both refuse a file with other na
 that runs a job writing the recovery log (recover, prune, sessions end, restore) is
 preceded by moving the log aside while a symlink, FIFO or directory stands in its place: every
 such job refuses until then. Setting aside never replaces an earlier file set aside, and takes
-the file's SQLite sidecars with it.
+the file's SQLite sidecars with it; it is the final step instead of ``prune --include-damaged``
+while an earlier recovery's ``.corrupt`` original lies beside the file (prune removes that
+too). After a recovery that salvaged nothing, every command reads that from the recovery log
+(not only ``check``), so all of them name the same step.
 """
 
 from __future__ import annotations
