@@ -310,14 +310,29 @@ def _salvaged_nothing(result: SessionCheck) -> bool:
     that it names the same step."""
     if "recovery_unreadable" in _codes(result):
         return True
+    log = paths.recovery_log_path(result.path.parent)
+    return _last_outcomes(log).get(result.session_id) == "unreadable"
+
+
+# (log, inode, mtime, size) -> each session's last outcome line: read once per change of the log
+_LAST_OUTCOMES: tuple[tuple[str, int, int, int], dict[str, str]] | None = None
+
+
+def _last_outcomes(log: Path) -> dict[str, str]:
+    global _LAST_OUTCOMES
     try:
-        entries = recoverylog.entries_for(
-            paths.recovery_log_path(result.path.parent), result.session_id
-        )
+        st = os.lstat(log)
+        key = (str(log), st.st_ino, st.st_mtime_ns, st.st_size)
+        if _LAST_OUTCOMES is None or _LAST_OUTCOMES[0] != key:
+            last: dict[str, str] = {}
+            for e in recoverylog.read(log):
+                sid, outcome = e.get("session_id"), e.get("outcome")
+                if e.get("event") == "outcome" and isinstance(sid, str):
+                    last[sid] = str(outcome)
+            _LAST_OUTCOMES = (key, last)
     except (OSError, errors.AgentdbError):
-        return False  # check says why the log cannot be read
-    outcomes = [e for e in entries if e.get("event") == "outcome"]
-    return bool(outcomes) and outcomes[-1].get("outcome") == "unreadable"
+        return {}  # absent, or check says why the log cannot be read
+    return _LAST_OUTCOMES[1]
 
 
 def _insecure(result: SessionCheck, codes: set[str]) -> Fix:
