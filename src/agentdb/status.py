@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, locks, paths, plugins, recoverylog, verdicts
+from agentdb import errors, fsutil, index, locks, paths, plugins, recoverylog, verdicts
 from agentdb.checks import policy
 from agentdb.overview import Scanned, scan
 from agentdb.results import OK, Verdict
@@ -180,6 +180,7 @@ def status(
     # damaged, inconsistent or refused file has its own step: migrate and end refuse it)
     to_end: list[str] = []
     to_migrate: list[str] = []
+    linked: list[str] = []  # ...of those, hard-linked (a step before migrate)
     damaged: list[str] = []
     inconsistent: list[str] = []  # of those, inconsistent: no recovery, a step of its own
     refused: list[str] = []
@@ -235,7 +236,10 @@ def status(
             counts["never_checked"] += 1
         if verdict is None or policy.is_sound(verdict):
             if migration and migration[-1] == sid:
-                to_migrate.append(sid)
+                if fsutil.hard_link_problem(row.path) is None:
+                    to_migrate.append(sid)
+                else:  # migrate refuses a file with other names: check names the step
+                    linked.append(sid)
             if interrupted and interrupted[-1] == sid and not (migration and migration[-1] == sid):
                 to_end.append(sid)  # an older revision is migrated first (end never migrates)
         if verdict is None and not live:
@@ -286,6 +290,14 @@ def status(
                 "agentdb check --problems",
                 f"{len(refused)} refused (insecure, foreign, too new or unsafe schema): each "
                 "finding names its fix",
+            )
+        )
+    if linked:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{len(linked)} at an older schema revision with other names (hard links), "
+                "which migrate refuses: each names its step",
             )
         )
     if to_migrate:
