@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import re
+import shlex
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,12 @@ def refuse_unwritable(path: Path) -> None:
 # ---------------------------------------------------------------------------- hard links
 
 
+def break_link_command(path: Path) -> str:
+    """The shell step that gives ``path`` a file of its own (the other names keep theirs)."""
+    src, tmp = shlex.quote(str(path)), shlex.quote(f"{path}.new")
+    return f"cp -p {src} {tmp} && mv {tmp} {src}"
+
+
 def hard_link_problem(path: Path, st: os.stat_result | None = None) -> str | None:
     """Why a job that rewrites ``path`` in place must not (it has other names), or None."""
     if st is None:
@@ -240,7 +247,7 @@ def hard_link_problem(path: Path, st: os.stat_result | None = None) -> str | Non
     return (
         f"{path}: has {st.st_nlink} hard links (a `cp -al` or `rsync --link-dest` backup?); "
         "rewriting it in place would change every copy — break the link first: "
-        f"`cp -p {path} {path}.copy && mv {path}.copy {path}` while no kernel has it open"
+        f"`{break_link_command(path)}` while no kernel has it open"
     )
 
 

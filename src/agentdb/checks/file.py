@@ -140,7 +140,7 @@ class _Run:
             if linked is None or not stat.S_ISREG(linked.st_mode) or linked.st_nlink <= 1:
                 continue
             p = sidecar(self.path, suffix) if suffix else self.path
-            fix = f"cp -p {p} {p}.new && mv {p}.new {p}"
+            fix = fsutil.break_link_command(p)
             self.add(
                 "hard_linked",
                 f"{p.name}: has {linked.st_nlink} names (hard links, e.g. from `cp -al` or "

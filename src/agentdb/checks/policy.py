@@ -21,7 +21,8 @@ corrupt            ``agentdb recover ID``; after a recovery that salvaged nothin
 unreadable         ``agentdb prune ID --include-damaged`` (final)
 inconsistent       ``agentdb sessions end ID --status failed`` when only the
                    session_meta lifecycle disagrees (a status outside the spec's
-                   seven, an ended_at that does not match it); otherwise a final
+                   seven, an ended_at that does not match it) or when it is
+                   interrupted (prune never removes a running session); otherwise a final
                    decision: keep it (every row reads), put a backup back, or
                    ``agentdb prune ID --include-damaged``
 insecure           the ``chmod`` that fixes the mode; a link, a sidecar that is no
@@ -31,15 +32,30 @@ foreign            set it aside (``mv``): never modified, never removed by agent
 unsafe_schema      set it aside (``mv``): agentdb never runs a file's own SQL
 too_new            keep it as it is and upgrade agentdb (final, no command)
 =================  ==============================================================
+
+A step that runs a job rewriting the file in place (migrate, sessions end) is preceded by
+breaking its hard links (``cp -p`` and ``mv``): both refuse a file with other names. A step
+that runs a job writing the recovery log (recover, prune, sessions end, restore) is
+preceded by moving the log aside while a symlink, FIFO or directory stands in its place: every
+such job refuses until then. Setting aside never replaces an earlier file set aside, and takes
+the file's SQLite sidecars with it; it is the final step instead of ``prune --include-damaged``
+while an earlier recovery's ``.corrupt`` original lies beside the file (prune removes that
+too). After a recovery that salvaged nothing, every command reads that from the recovery log
+(not only ``check``), so all of them name the same step.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+from agentdb import errors, fsutil, paths, recoverylog
 from agentdb.checks.codes import CODES
 from agentdb.results import OK, Fix, SessionCheck, Verdict
 from agentdb.schema import enums
@@ -134,13 +150,48 @@ def _error_codes(result: SessionCheck) -> set[str]:
     return {f.code for f in result.findings if f.severity == "error"}
 
 
+_SIDECARS = ("-wal", "-journal", "-shm")
+
+
+def aside_name(path: Path) -> Path:
+    """The first free ``<name>.aside[.N]`` beside ``path`` (with no sidecar of that name
+    either): a second file set aside never replaces the first."""
+    base = path.with_name(path.name + _ASIDE_SUFFIX)
+    candidate, n = base, 0
+    while any(os.path.lexists(str(candidate) + s) for s in ("", *_SIDECARS)):
+        n += 1
+        candidate = base.with_name(f"{base.name}.{n}")
+    return candidate
+
+
+def move_aside(path: Path, *, sidecars: bool = True) -> str:
+    """``mv -n`` the entry (a link, not its target) to a free name, and its SQLite sidecars
+    with it (a WAL or hot journal left behind would be replayed into the next file of that
+    name, and the file set aside would lose its last commits)."""
+    dst = aside_name(path)
+    moves = [(path, dst)]
+    if sidecars:
+        for s in _SIDECARS:
+            if os.path.lexists(paths.sidecar(path, s)):
+                moves.append((paths.sidecar(path, s), Path(str(dst) + s)))
+    return " && ".join(f"mv -n {_q(a)} {_q(b)}" for a, b in moves)
+
+
 def set_aside(result: SessionCheck, why: str) -> Fix:
-    """Move the entry out of the session's name (``mv`` moves a link, not its target)."""
-    p = result.path
-    return Fix(f"mv {_q(p)} {_q(str(p) + _ASIDE_SUFFIX)}", True, why)
+    """Move the entry out of the session's name, with its sidecars."""
+    return Fix(move_aside(result.path), True, why)
 
 
 def prune_damaged(result: SessionCheck, why: str) -> Fix:
+    """Remove it, unless an earlier recovery's ``.corrupt`` original lies beside it: prune
+    --include-damaged removes those too, and they hold the history that recovery salvaged
+    (they can be recovered again); setting the file aside keeps them."""
+    if "recovered_earlier" in _codes(result) or os.path.lexists(f"{result.path}.corrupt"):
+        return set_aside(
+            result,
+            f"{why.split(':')[0]}; its .corrupt original of an earlier recovery stays beside "
+            "it (prune --include-damaged would remove that too)",
+        )
     return Fix(f"agentdb prune {result.session_id} --include-damaged", True, why)
 
 
@@ -152,8 +203,47 @@ def recover(result: SessionCheck) -> Fix:
     )
 
 
+# agentdb jobs that rewrite a session file in place: each refuses one with other names
+_IN_PLACE_JOBS = ("agentdb migrate ", "agentdb sessions end ")
+# agentdb jobs that write the recovery log: each refuses while a symlink, FIFO or directory
+# stands in its place (recovery is never silent)
+_LOGGING_JOBS = ("agentdb recover ", "agentdb prune ", "agentdb sessions end ", "agentdb restore ")
+
+
 def fix_for(result: SessionCheck) -> Fix | None:
     """The one next step for the file as ``result`` found it; None when it is ok."""
+    fix = _fix_for(result)
+    in_place = fix is not None and f"{fix.command} ".startswith(_IN_PLACE_JOBS)
+    if in_place and fsutil.hard_link_problem(result.path) is not None:  # the job refuses it
+        return Fix(
+            fsutil.break_link_command(result.path),
+            False,
+            "it has other names (hard links) that rewriting it in place would change too: "
+            "give it a file of its own first",
+        )
+    if not log_blocks(fix):
+        return fix
+    log = paths.recovery_log_path(result.path.parent)
+    try:
+        regular = stat.S_ISREG(os.lstat(log).st_mode)
+    except OSError:
+        regular = True  # absent (the job creates it), or not ours to judge here
+    if regular:
+        return fix
+    return Fix(
+        move_aside(log, sidecars=False),
+        False,
+        "the recovery log is not a regular file and the next step writes it: move it away "
+        "first (nothing in it is lost)",
+    )
+
+
+def log_blocks(fix: Fix | None) -> bool:
+    """Whether ``fix`` runs a job that writes the recovery log."""
+    return fix is not None and f"{fix.command} ".startswith(_LOGGING_JOBS)
+
+
+def _fix_for(result: SessionCheck) -> Fix | None:
     v, sid = result.verdict, result.session_id
     codes = _codes(result)
     if v == OK:
@@ -182,7 +272,7 @@ def fix_for(result: SessionCheck) -> Fix | None:
         if "not_regular" in codes:
             return set_aside(result, "a directory, FIFO or device is never opened as a session")
     if v in DAMAGED:
-        if "recovery_unreadable" in codes or "empty_database" in codes:
+        if "empty_database" in codes or _salvaged_nothing(result):
             return prune_damaged(
                 result,
                 "nothing in it can be salvaged: remove it (or restore it from a backup with "
@@ -197,12 +287,52 @@ def fix_for(result: SessionCheck) -> Fix | None:
             False,
             "its lifecycle row holds what the spec does not allow: end it with a spec status",
         )
+    if result.status == enums.RUNNING and "live" not in codes:
+        # prune never removes a running session (a kernel may resume it): end it first
+        return Fix(
+            f"agentdb sessions end {sid} --status failed",
+            False,
+            "interrupted, and some rows disagree: end it (failed: it can never be resumed), "
+            "then decide whether to keep or remove it",
+        )
     return prune_damaged(
         result,
         "every row reads but some disagree and no engine can tell which is wrong: keep it as "
         f"it is (agentdb events reads it), put a backup back (`agentdb restore {sid} "
         "--from DIR --force`), or remove it",
     )
+
+
+def _salvaged_nothing(result: SessionCheck) -> bool:
+    """The recovery log says the last recovery of the session salvaged nothing. ``check``
+    reads the log once per run and says so as a finding (``recovery_unreadable``); a job that
+    judges one file on its own (migrate, backup, restore, sessions end, recover) asks here, so
+    that it names the same step."""
+    if "recovery_unreadable" in _codes(result):
+        return True
+    log = paths.recovery_log_path(result.path.parent)
+    return _last_outcomes(log).get(result.session_id) == "unreadable"
+
+
+# (log, inode, mtime, size) -> each session's last outcome line: read once per change of the log
+_LAST_OUTCOMES: tuple[tuple[str, int, int, int], dict[str, str]] | None = None
+
+
+def _last_outcomes(log: Path) -> dict[str, str]:
+    global _LAST_OUTCOMES
+    try:
+        st = os.lstat(log)
+        key = (str(log), st.st_ino, st.st_mtime_ns, st.st_size)
+        if _LAST_OUTCOMES is None or _LAST_OUTCOMES[0] != key:
+            last: dict[str, str] = {}
+            for e in recoverylog.read(log):
+                sid, outcome = e.get("session_id"), e.get("outcome")
+                if e.get("event") == "outcome" and isinstance(sid, str):
+                    last[sid] = str(outcome)
+            _LAST_OUTCOMES = (key, last)
+    except (OSError, errors.AgentdbError):
+        return {}  # absent, or check says why the log cannot be read
+    return _LAST_OUTCOMES[1]
 
 
 def _insecure(result: SessionCheck, codes: set[str]) -> Fix:
@@ -298,9 +428,21 @@ def first_problem(result: SessionCheck) -> str:
     why = why or [f for f in result.findings if f.severity == "error"]
     if not why:
         return str(result.verdict)
-    text = " ".join(why[0].message.split())
+    text = without_step(" ".join(why[0].message.split()))
     prefix = f"{result.path.name}: "
     return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+# "; run `X`" (and what follows up to the next clause) inside a finding's message: the finding's
+# own step, which the policy's may replace (a recovery log in the way, a recovery that
+# salvaged nothing): a message names one step, the policy's
+# (a pointer to ``agentdb check`` is no step: it stays)
+_EMBEDDED_STEP = re.compile(r";\s*run `(?!agentdb check)[^`]*`[^;]*")
+
+
+def without_step(message: str) -> str:
+    """``message`` without the "; run `X`" clause a finding carries its own fix in."""
+    return _EMBEDDED_STEP.sub("", message)
 
 
 def decide(job: Job, result: SessionCheck, *, include_damaged: bool = False) -> Decision:

@@ -58,6 +58,7 @@ def read_recovery_index_or_finding(
                 "recovery_log_unreadable",
                 f"{why} (sessions were checked without the recovery history; move the log "
                 "back or away and check again)",
+                policy.move_aside(log_path, sidecars=False),
             ),
         )
 

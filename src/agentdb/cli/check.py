@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import click
 
+from agentdb.checks import policy
 from agentdb.cli import output
 from agentdb.cli.common import (
     App,
@@ -38,9 +39,17 @@ def findings(s: SessionCheck, *, notes: bool) -> tuple[list[str], int]:
     shown = [f for f in ranked if notes or not is_note(f)]
     prefix = s.path.name + ": "
     out = []
+    step_shown = False
     for f in shown:
         text = f.message.removeprefix(prefix)
-        if f.fix and f.fix not in text:
+        if f.severity == "error" and s.fix is not None:
+            # the one next step is the policy's (as --json's "fix"), shown once, on the most
+            # serious finding; an error's own "run ..." would name a second one
+            text = policy.without_step(text)
+            if not step_shown:
+                text += "; " + (f"run `{s.fix.command}`" if s.fix.command else s.fix.why)
+                step_shown = True
+        elif f.fix and f.fix not in text:
             text += f"; fix: {f.fix}"
         out.append(text)
     return out, len(ranked) - len(shown)

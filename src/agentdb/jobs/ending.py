@@ -177,7 +177,7 @@ def _decide(
         return refuse(
             "hard_linked",
             f"has {st.st_nlink} names (hard links), so writing it would change the others too; "
-            "remove the other names, or copy it (cp) and move the copy over it",
+            f"break the link first: `{fsutil.break_link_command(path)}`",
         )
     if d.status == status:
         d.action = "unchanged"

@@ -216,6 +216,7 @@ def _probe(session_id: str, path: Path) -> MigrationPlanItem:
     if linked is not None:
         item.outcome = "failed"
         item.message = f"{linked}; not migrated"
+        _judge(item)  # a damaged file's step comes first (recover replaces it, links and all)
         return item
     try:
         conn = db.open_readonly(path)
@@ -244,8 +245,10 @@ def _probe(session_id: str, path: Path) -> MigrationPlanItem:
                     item.outcome = "corrupt"
                     item.message = (
                         f"{path}: the schema lacks what revision {ident.user_version} names "
-                        f"({gaps[0]}); not migrated — run `agentdb recover {item.session_id}`"
+                        f"({gaps[0]}); not migrated"
                     )
+                    conn.close()
+                    _judge(item)  # ...and the policy's step
                     return item
                 item.outcome = "failed"
                 item.message = (
@@ -268,7 +271,8 @@ def _refused(item: MigrationPlanItem, e: errors.AgentdbError) -> MigrationPlanIt
     item.action = NONE
     if isinstance(e, errors.Corrupt | errors.Unreadable):
         item.outcome = "corrupt"
-        item.message = f"{e}; not migrated — run `agentdb recover {item.session_id}`"
+        item.message = f"{e}; not migrated"
+        _judge(item)  # check's verdict, and the policy's step (recover, or a final decision)
     elif isinstance(e, errors.ForeignFile):
         item.outcome = "foreign"
         item.message = str(e)

@@ -6,11 +6,11 @@ Per session, in this order (every reason that applies is listed; see ``docs/rest
    still the one it judged, or already half swapped, is finished with the copy it chose;
 2. liveness: a session someone has open is refused (``live``), whatever ``--force`` says;
 3. the current file, judged by ``check``: missing (restored, unless ``prune`` removed it:
-   ``pruned`` without ``--include-pruned``); damaged (``damaged``: run ``recover`` first, or
-   ``--force`` with explicit ids; ``--all`` restores it only when every row it holds is in the
-   copy, keeping it as ``.pre-restore``); a symlink, FIFO, insecure, foreign, too new or with
-   triggers/views (``unsafe``/``foreign``/``too_new``: never forced); with ``--all`` a healthy
-   session is left alone (``unchanged``);
+   ``pruned`` without ``--include-pruned``); damaged (``damaged``: the step check names
+   first, such as ``recover``, or ``--force`` with explicit ids; ``--all`` restores it only
+   when every row it holds is in the copy, keeping it as ``.pre-restore``); a symlink, FIFO,
+   insecure, foreign, too new or with triggers/views (``unsafe``/``foreign``/``too_new``:
+   never forced); with ``--all`` a healthy session is left alone (``unchanged``);
 4. the copy: the newest in DIR that ``check`` passes as this session (``no_copy``, ``bad_copy``);
 5. the current file must be a prefix of the copy (:mod:`agentdb.checks.prefix`): otherwise restoring
    would lose its newer events (``would_lose_events``, listing their sequence ranges), which
@@ -89,6 +89,7 @@ class RestoreDecision:
     finish: bool = False  # the interrupted restore had swapped: only its outcome line is missing
     recovered: bool = False  # the recovery log records a salvage of this session
     damage: str | None = None  # --all: what check found wrong with the current file
+    damage_retry: bool = False  # ...and it names a step to take before restoring again
     notes: list[str] = field(default_factory=list)  # things the operator should know
     decided_by: str | None = None  # how the current file was compared: proof or rows
 
@@ -255,12 +256,14 @@ def _decide(
                 d.notes.append(f"--force: restoring over a damaged file ({r.message})")
             elif r.forceable and all_mode:
                 d.damage = r.message  # restored only if every row it holds is in the copy
+                d.damage_retry = r.retry
             elif r.forceable:
+                again = ", then restore again; or" if r.retry else ";"
                 d.reasons.append(
                     Reason(
                         r.code,
-                        f"{r.message}, then restore again; or add --force to restore over it "
-                        "(it is kept as .pre-restore)",
+                        f"{r.message}{again} add --force to restore over it (it is kept as "
+                        ".pre-restore)",
                     )
                 )
             else:
@@ -269,7 +272,8 @@ def _decide(
     if d.copy is not None and exists and not any(r.code not in FORCEABLE for r in d.reasons):
         _compare(d, main, force, pending)
     elif d.damage is not None:
-        d.reasons.append(Reason("damaged", f"{d.damage}, then restore again"))
+        again = ", then restore again" if d.damage_retry else "; name it with --force"
+        d.reasons.append(Reason("damaged", f"{d.damage}{again}"))
     if d.action != "unchanged":
         d.action = "refuse" if d.reasons else "restore"
     if d.action == "restore" and stamp_of(main) != d.stamp:
@@ -433,8 +437,9 @@ def _compare(d: RestoreDecision, main: Path, force: bool, pending: dict[str, Any
         d.reasons.append(
             Reason(
                 "damaged",
-                f"{d.damage}, and it holds {loss} that the copy lacks; recover it first, or "
-                "name it with --force",
+                f"{d.damage}, and it holds {loss} that the copy lacks; "
+                + ("take that step first, or " if d.damage_retry else "")
+                + "name it with --force",
             )
         )
     else:

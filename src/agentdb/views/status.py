@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentdb import errors, index, leftovers, locks, paths, recoverylog, times
+from agentdb import errors, fsutil, index, leftovers, locks, paths, recoverylog, times
 from agentdb.checks import policy
 from agentdb.index import plugins, verdicts
 from agentdb.index.stat import Seen
@@ -118,7 +118,9 @@ class StatusReport:
         return bool(self.next)
 
 
-def read_recoveries(log: Path) -> Recoveries:
+def read_recoveries(log: Path, last_outcome: dict[str, str] | None = None) -> Recoveries:
+    """The log's counts; ``last_outcome`` (when given) is filled with each session's last
+    outcome line."""
     out = Recoveries()
     counts: Counter[str] = Counter()
     jobs: Counter[str] = Counter()
@@ -139,6 +141,9 @@ def read_recoveries(log: Path) -> Recoveries:
             jobs[str(job)] += 1
             continue
         counts[outcome] += 1
+        sid = e.get("session_id")
+        if last_outcome is not None and isinstance(sid, str):
+            last_outcome[sid] = outcome
         t = e.get("time")
         if isinstance(t, str):
             out.last = t
@@ -216,6 +221,11 @@ def _status(
     by_verdict: Counter[str] = Counter()
     interrupted: list[str] = []
     migration: list[str] = []
+    # ...of those, the ones no recorded verdict keeps from the job the next step names (a
+    # damaged, inconsistent or refused file has its own step: migrate and end refuse it)
+    to_end: list[str] = []
+    to_migrate: list[str] = []
+    linked: list[str] = []  # ...of those, hard-linked (a step before migrate)
     damaged: list[str] = []
     refused: list[str] = []
     unchecked: list[str] = []
@@ -229,6 +239,10 @@ def _status(
     newest: float | None = None
     notes: list[str] = []
     keep = LISTED if not keep_rows else None  # ids kept per category (None: all)
+
+    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
+    last_outcome: dict[str, str] = {}  # each session's last outcome line in the recovery log
+    rec = read_recoveries(log, last_outcome)
 
     def note(ids: list[str], sid: str) -> None:
         if keep is None or len(ids) < keep:
@@ -290,6 +304,18 @@ def _status(
             counts["changed_since_check"] += 1
         else:
             counts["never_checked"] += 1
+        old = row.revision is not None and row.revision < CURRENT_REVISION
+        if verdict is None or policy.is_sound(verdict):
+            if old:
+                if fsutil.hard_link_problem(row.path) is None:
+                    counts["to_migrate"] += 1
+                    note(to_migrate, sid)
+                else:  # migrate refuses a file with other names: check names the step
+                    counts["linked"] += 1
+                    note(linked, sid)
+            elif not live and row.status == RUNNING:
+                counts["to_end"] += 1  # an older revision is migrated first (end never migrates)
+                note(to_end, sid)
         if verdict is None and not live:
             counts["unchecked"] += 1
             note(unchecked, sid)
@@ -299,15 +325,16 @@ def _status(
             note(damaged, sid)
             if policy.is_inconsistent(verdict):
                 counts["inconsistent"] += 1
+            elif last_outcome.get(sid) == "unreadable":
+                counts["tried"] += 1  # recovery salvaged nothing: not tried again
         elif verdict in REFUSED or now_bad is not None:
             counts["refused"] += 1
             note(refused, sid)
     pinned = [PinnedVersion(c, n, v, pins[(c, n, v)]) for c, n, v in sorted(pins)]
     kept, kept_bytes = leftovers.total(sessions_dir)
-    log = recovery_log if recovery_log is not None else paths.recovery_log_path(sessions_dir)
-    rec = read_recoveries(log)
     nxt: list[NextCommand] = []
-    salvageable = counts["damaged"] - counts["inconsistent"]
+    # a recovery that salvaged nothing is not tried again: check names the final decision
+    salvageable = counts["damaged"] - counts["inconsistent"] - counts["tried"]
     if salvageable:
         nxt.append(
             NextCommand(
@@ -324,6 +351,14 @@ def _status(
                 "names its next step",
             )
         )
+    if counts["tried"]:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{counts['tried']} damaged that recovery could not salvage: each names its "
+                "final step",
+            )
+        )
     if refused:
         nxt.append(
             NextCommand(
@@ -332,23 +367,30 @@ def _status(
                 "finding names its fix",
             )
         )
-    if migration:
+    if linked:
+        nxt.append(
+            NextCommand(
+                "agentdb check --problems",
+                f"{counts['linked']} at an older schema revision with other names (hard links), "
+                "which migrate refuses: each names its step",
+            )
+        )
+    if to_migrate:
         nxt.append(
             NextCommand(
                 "agentdb migrate --all",
-                f"{counts['needs_migration']} at an older schema revision (each migration is "
+                f"{counts['to_migrate']} at an older schema revision (each migration is "
                 "verified before it replaces the file)",
             )
         )
-    if interrupted:
-        hint = _ids_hint(interrupted, counts["interrupted"])
+    if to_end:
+        hint = _ids_hint(to_end, counts["to_end"])
         nxt.append(
             NextCommand(
                 f"agentdb sessions end {hint} --dry-run"
                 if hint
                 else "agentdb sessions list --status running",
-                f"{counts['interrupted']} interrupted: status running, but no process has the "
-                "file open",
+                f"{counts['to_end']} interrupted: status running, but no process has the file open",
             )
         )
     if rec.problem:
