@@ -440,6 +440,15 @@ def first_problem(result: SessionCheck) -> str:
 _EMBEDDED_STEP = re.compile(r";\s*run `(?!agentdb check)[^`]*`[^;]*")
 
 
+_ANY_STEP = re.compile(r";[^;`]*`(?!agentdb check)[^`]*`[^;]*")
+
+
+def without_steps(message: str) -> str:
+    """``message`` without any clause that names a command to run (a finding's own advice,
+    which on a file that is not ok would be a second step beside the policy's)."""
+    return _ANY_STEP.sub("", message)
+
+
 def without_step(message: str) -> str:
     """``message`` without the "; run `X`" clause a finding carries its own fix in."""
     return _EMBEDDED_STEP.sub("", message)

@@ -42,10 +42,10 @@ def findings(s: SessionCheck, *, notes: bool) -> tuple[list[str], int]:
     step_shown = False
     for f in shown:
         text = f.message.removeprefix(prefix)
-        if f.severity == "error" and s.fix is not None:
-            # the one next step is the policy's (as --json's "fix"), shown once, on the most
-            # serious finding; an error's own "run ..." would name a second one
-            text = policy.without_step(text)
+        if s.fix is not None:
+            # a file that is not ok has one next step, the policy's (as --json's "fix"), shown
+            # once, on the most serious finding: a finding's own advice would name a second
+            text = policy.without_steps(text)
             if not step_shown:
                 text += "; " + (f"run `{s.fix.command}`" if s.fix.command else s.fix.why)
                 step_shown = True
