@@ -11,6 +11,11 @@ Both refuse a database, WAL or ``-shm`` that group or others can write or that a
 refuse triggers and views, and run with ``trusted_schema`` off, defensive mode on, triggers and
 views disabled, ``cell_size_check`` on, ``mmap_size=0`` and limits on what a row may bring in.
 APSW exceptions are translated here into :mod:`agentdb.errors`.
+
+Size: over 500 lines because it is the only place that opens SQLite (the architecture's rule).
+It holds about seven concerns; a split needs a connection layer first, or it makes a circle of
+four files (see docs/architecture.json), and is left for when the evidence build reshapes the
+openers.
 """
 
 from __future__ import annotations

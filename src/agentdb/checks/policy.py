@@ -42,6 +42,9 @@ the file's SQLite sidecars with it; it is the final step instead of ``prune --in
 while an earlier recovery's ``.corrupt`` original lies beside the file (prune removes that
 too). After a recovery that salvaged nothing, every command reads that from the recovery log
 (not only ``check``), so all of them name the same step.
+
+Size: over 500 lines because it is one table of next steps and the reads it needs (the recovery
+log's last outcome, hard links, kept copies); split, the graph would be read in two places.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The only code that writes to stdout. Reports as tabulate tables or one JSON document.
 
 Progress, warnings and human notes go to stderr, so ``--json`` output is always parseable.
+
+Size: over 500 lines because it is the only code that writes to stdout: tables that fit the
+terminal, JSON, progress and notes share the terminal's state.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ the stat would leave every field equal). Anything else is "changed since last ch
 
 This is the smallest piece of issue 13's derived index: one SQLite file, opened with the same
 hardened settings as every session (``db.open_writer``), rebuilt from nothing on any doubt.
+
+Size: over 500 lines because it is one derived table and its identity rules (racily clean,
+granularity, checksums) that every reader of it must share.
 """
 
 from __future__ import annotations

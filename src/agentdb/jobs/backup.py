@@ -51,6 +51,9 @@ Per session, into ``DIR`` (names: :mod:`agentdb.jobs.backupdir`):
 ``link``/``rename`` of a verified, fsynced file; a killed run's temp file is removed by the
 next run. :func:`agentdb.jobs.backupdir.verify_dir` checks a backup folder with the rules of
 ``agentdb check``.
+
+Size: over 500 lines because it is one job whose steps (judge, snapshot, verify, place, replace
+by a superset, keep a lossy state beside) each guard the next and share one outcome.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ once. Plan, then execute:
 Killed at any instant, a file is at the old revision or the new one (one transaction), and a
 re-run finishes: it redoes the migration, or finds the file current and removes the backup an
 interrupted run left (only once the file has passed ``integrity_check``).
+
+Size: over 500 lines because it is one job, plan then execute, with its crash-safe swap and the
+checks before and after it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """What the sessions directory holds, per session id: the files agentdb knows, and the facts
-prune judges by (read-only: one ``scandir``, a lock probe, then a read-only open)."""
+prune judges by (read-only: one ``scandir``, a lock probe, then a read-only open).
+
+Size: over 500 lines because it is the facts prune decides by, from the index or from the files,
+and the identity rules that let a recorded verdict stand in; one set of facts, two ways in.
+"""
 
 from __future__ import annotations
 

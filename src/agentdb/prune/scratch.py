@@ -23,6 +23,9 @@ Tables (one row per session id; ``facts`` rows only for the ids a plan looks at)
 * ``decision``: what the plan decided of each candidate (:class:`~.decisions.PruneDecision`:
   its reasons, files, stamp, pins, status), read back in id order by ``dry_run``, ``execute``
   and the renderers.
+
+Size: over 500 lines because it is one scratch database: its DDL, and the row reads and writes
+of a plan that must stay flat in memory.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Rejected: cells that do not parse, keys out of order for their page (or outside 
 parent page gives), overflow chains that loop, leave the file or run through a live b-tree page,
 records of no known shape, rows that fail validation, revision-2 events whose content_hash does
 not match.
+
+Size: over 500 lines because it is one engine: every page and WAL frame read by the file format,
+with its tiers of trust.
 """
 
 from __future__ import annotations

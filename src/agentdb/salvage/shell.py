@@ -11,6 +11,9 @@ back with the other leaf's rows.
 original it would checkpoint the WAL into it and delete the ``-wal``), with a time limit and a
 cap on the output, loads the output into a scratch database under an authorizer
 (:mod:`.shell_load`), and keeps only the rows that pass validation (:mod:`.shell_rows`).
+
+Size: over 500 lines because it is one engine: finding a capable shell, proving it, running it
+on a private copy and reading its output back; each step guards the next.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ link holds when ``prev_hash`` is the previous event's ``chain_hash`` and the seq
 consecutive. A break (:class:`Gap`) that exactly matches a proven ``chain_gaps`` row is
 recorded (informational); any other break is a problem. A ``tail`` break is matched on its range
 only (A19); every other kind on its range and expected hash.
+
+Size: over 500 lines because it is one pure walk of revision 3's chain; its rules (links, gaps,
+heads, counts) are one proof and read each other's state.
 """
 
 from __future__ import annotations

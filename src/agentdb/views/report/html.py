@@ -4,6 +4,9 @@ Every text that came from a session file (profiles, model names, ids in a hostil
 through :func:`esc`; a Content-Security-Policy forbids scripts and any fetch even if something
 slipped through. Every number on the page is an element with ``data-k="<path>"`` naming where
 the same number is in the ``report --json`` document, so a test can compare them one by one.
+
+Size: over 500 lines because it is one self-contained page: the CSS, the SVG charts and every
+section's markup live together so the escaping rule is checked in one file.
 """
 
 from __future__ import annotations
