@@ -138,3 +138,13 @@ def test_the_model_bar_scales_with_its_card(tmp_path: Path, sessions_dir: Path) 
     page = html.render(r)
     model = page.split('id="cost-model"', 1)[1].split("</section>", 1)[0]
     assert '<svg width="100%"' in model and 'width="200"' not in model
+
+
+def test_the_page_shows_times_as_every_table_does() -> None:
+    """One time format (issue 30): RFC 3339 UTC with Z, to the second; a value that is not a
+    time (another build's log) is shown as it is."""
+    from agentdb.views.report import html
+
+    assert html._when("2026-12-04T17:36:06.123Z") == "2026-12-04T17:36:06Z"
+    assert html._when("2026-12-04T12:36:06-05:00") == "2026-12-04T17:36:06Z"
+    assert html._when("yesterday") == "yesterday"

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from agentdb import times
 from agentdb.errors import visible
 from agentdb.views.report import DayCost, Report, SessionLine
 from agentdb.views.sessions import UNREADABLE
@@ -531,7 +532,7 @@ def render(report: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>agentdb report</title><style>{CSS}</style></head><body>"
         f"<header><h1>agentdb report</h1><p>{esc(report.sessions_dir)} · generated "
-        f"{esc(report.generated_at)}</p></header><main>"
+        f"{esc(times.show(report.generated_at))}</p></header><main>"
         + health
         + costs
         + models
@@ -544,15 +545,10 @@ def render(report: Report) -> str:
 
 
 def _when(logged: str) -> str:
-    """A logged UTC time as the page shows it: to the second, ``2026-12-04 17:36:06Z`` (the
-    log's own text, with milliseconds, is the cell's tooltip)."""
-    try:
-        t = dt.datetime.fromisoformat(logged.replace("Z", "+00:00"))
-    except ValueError:
-        return logged  # another build's format: as logged
-    if t.tzinfo is None or t.utcoffset() != dt.timedelta(0):
-        return logged
-    return t.strftime("%Y-%m-%d %H:%M:%SZ")
+    """A logged time as the page shows it: RFC 3339 UTC to the second, as every table shows
+    times (:func:`agentdb.times.show`; the log's own text, with milliseconds, is the cell's
+    tooltip)."""
+    return times.show(logged)
 
 
 def _copies(n: int) -> str:
