@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 import agentdb
-from agentdb.cli import output
+from agentdb.cli import output, tables
 from agentdb.cli.params import OUTPUT_DIR
 from agentdb.jobs import demo
 
@@ -78,7 +78,10 @@ def demo_cmd(directory: Path | None, no_walkthrough: bool) -> int:
             for title, template in WALKTHROUGH:
                 argv = [_fill(a, root, state) for a in template]
                 shown = " ".join([how_to_run().agentdb, *map(shlex.quote, argv)])
-                output.emit_text(f"\n$ {shown}    # {title}")
+                line = f"$ {shown}    # {title}"
+                if sys.stdout.isatty() and len(line) > tables.terminal_width(1):
+                    line = f"# {title}\n$ {shown}"  # the comment above: each line fits
+                output.emit_text("\n" + line)
                 code = main([*globals_, *argv])
                 output.emit_text(f"(exit {code})")
         finally:
