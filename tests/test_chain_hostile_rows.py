@@ -20,8 +20,8 @@ from agentdb.hashing import gaps_hash, genesis, row_hash
 from agentdb.schema import chain
 from agentdb.schema.revisions import REV3_HASHED
 from agentdb.store import Event, Producer
-from tests.chain_support import edit, reseal
 from tests import rows
+from tests.chain_support import edit, reseal
 from tests.support import make_session
 
 HEAD = REV3_HASHED["session_chain"]
