@@ -134,7 +134,8 @@ def test_status_and_report_with_a_hostile_recovery_log(
     assert "FIFO" in doc["recoveries"]["problem"]
     assert any("recovery log" in n["why"] for n in doc["next"])
     rep = cli(sessions_dir, *env_cache, "report", "--json")
-    assert rep.returncode == 1 and "Traceback" not in rep.stderr, rep.stderr
+    # a report that was written is success (docs/exit-codes.md), whatever it lists to do
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
     assert json.loads(rep.stdout)["summary"]["sessions"] == 2
 
 
